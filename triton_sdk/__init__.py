@@ -1,0 +1,55 @@
+"""triton_sdk: a typed, batteries-included client for NVIDIA Triton Inference Server.
+
+>>> import triton_sdk as ts
+>>> model = ts.Client("localhost:8001").model("text_embed")      # doctest: +SKIP
+>>> model.infer(TEXT=["hello", "world"])["OUTPUT"].shape          # doctest: +SKIP
+(2, 768)
+"""
+
+from ._async_client import AsyncClient, AsyncModel
+from ._client import Client, Model
+from ._config import NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
+from ._errors import (
+    InferenceError,
+    InvalidInputError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    TritonConnectionError,
+    TritonError,
+    TritonTimeoutError,
+    UnknownOutputError,
+)
+from ._request import ParameterValue
+from ._result import InferResult
+from ._shaping import InputValue
+from ._spec import ModelSpec, TensorSpec
+from ._status import ModelStatus, ServerMetadata
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NOT_GIVEN",
+    "AsyncClient",
+    "AsyncModel",
+    "Client",
+    "InferResult",
+    "InferenceError",
+    "InputValue",
+    "InvalidInputError",
+    "Model",
+    "ModelNotFoundError",
+    "ModelNotReadyError",
+    "ModelSpec",
+    "ModelStatus",
+    "NotGiven",
+    "ParameterValue",
+    "RetryPolicy",
+    "ServerMetadata",
+    "TLSConfig",
+    "TensorSpec",
+    "TritonConnectionError",
+    "TritonError",
+    "TritonTimeoutError",
+    "UnknownOutputError",
+    "__version__",
+]

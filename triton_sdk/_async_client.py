@@ -1,0 +1,333 @@
+"""The asyncio client and its model handle: the same surface as ``_client``, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
+from types import TracebackType
+from typing import Final, TypeVar
+
+from ._backends._protocol import AsyncBackend
+from ._base import (
+    MAX_CHUNKS_IN_FLIGHT,
+    ClientSettings,
+    ModelCore,
+    Timeout,
+    client_repr,
+    closed_error,
+    config_json,
+)
+from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
+from ._errors import TritonError, TritonTimeoutError
+from ._request import InferRequest, ParameterValue
+from ._result import InferResult
+from ._retry import call_async
+from ._shaping import InputValue
+from ._spec import ModelSpec
+from ._status import ModelStatus, ServerMetadata
+
+__all__ = ["AsyncClient", "AsyncModel"]
+
+T = TypeVar("T")
+
+DEFAULT_RETRY: Final = RetryPolicy()
+_ONCE: Final = RetryPolicy.none()
+_POLL_INTERVAL: Final = 0.1
+
+
+def _open_backend(settings: ClientSettings) -> AsyncBackend:
+    endpoint = settings.endpoint
+    if endpoint.protocol == "grpc":
+        from ._backends._grpc import AsyncGrpcBackend
+
+        return AsyncGrpcBackend(endpoint, headers=settings.headers, tls=settings.tls)
+    from ._backends._http import AsyncHttpBackend
+
+    return AsyncHttpBackend(endpoint, headers=settings.headers, tls=settings.tls)
+
+
+class AsyncClient:
+    """An asyncio client for one Triton server, over gRPC or HTTP.
+
+    The same surface as :class:`Client`, with every network method a coroutine. A client
+    belongs to the event loop it is first used in; open it with ``async with`` or close
+    it with :meth:`aclose`.
+
+    Args:
+        url: the server's address (``grpc://``, ``grpcs://``, ``http://``, ``https://``;
+            no scheme means gRPC).
+        timeout: seconds each attempt of a call may take; ``None`` for no limit.
+        retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
+        headers: sent with every request (gRPC metadata keys are lower-cased).
+        tls: certificate files for ``grpcs://`` and ``https://``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        headers: Mapping[str, str] | None = None,
+        tls: TLSConfig | None = None,
+    ) -> None:
+        self._settings = ClientSettings.create(
+            url, timeout=timeout, retry=retry, headers=headers, tls=tls
+        )
+        self._backend = _open_backend(self._settings)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return client_repr("AsyncClient", self._settings)
+
+    @property
+    def url(self) -> str:
+        """The server's address, normalised (``grpc://host:port`` or ``http://host:port``)."""
+        return str(self._settings.endpoint)
+
+    async def _call(
+        self,
+        what: str,
+        attempt: Callable[[float | None], Awaitable[T]],
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        idempotent: bool = True,
+    ) -> T:
+        if self._closed:
+            raise closed_error("AsyncClient")
+        return await call_async(
+            attempt,
+            policy=self._settings.retry_for(retry),
+            timeout=self._settings.timeout_for(timeout),
+            idempotent=idempotent,
+            what=what,
+        )
+
+    # Health and server
+
+    async def is_live(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+        """Whether the server answers as live; False (never an error) when unreachable."""
+        try:
+            return await self._call("is_live", self._backend.is_live, timeout=timeout, retry=_ONCE)
+        except TritonError:
+            return False
+
+    async def is_ready(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+        """Whether the server is ready for inference; False when unreachable."""
+        try:
+            return await self._call(
+                "is_ready", self._backend.is_ready, timeout=timeout, retry=_ONCE
+            )
+        except TritonError:
+            return False
+
+    async def is_model_ready(
+        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+    ) -> bool:
+        """Whether a model (a given version, or the one the server's policy picks) is ready."""
+        attempt = partial(self._backend.is_model_ready, name, version)
+        try:
+            return await self._call("is_model_ready", attempt, timeout=timeout, retry=_ONCE)
+        except TritonError:
+            return False
+
+    async def wait_until_ready(self, timeout: float = 60.0, *, model: str | None = None) -> None:
+        """Poll until the server (and ``model``, if given) is ready.
+
+        Raises TritonTimeoutError when ``timeout`` seconds pass first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            each = max(min(remaining, 1.0), 0.01)
+            ready = await self.is_ready(timeout=each) and (
+                model is None or await self.is_model_ready(model, timeout=each)
+            )
+            if ready:
+                return
+            if time.monotonic() + _POLL_INTERVAL > deadline:
+                what = "the server" if model is None else f"model {model!r}"
+                raise TritonTimeoutError(f"{what} at {self.url} was not ready after {timeout}s")
+            await asyncio.sleep(_POLL_INTERVAL)
+
+    async def server_metadata(self, *, timeout: Timeout = NOT_GIVEN) -> ServerMetadata:
+        """The server's name, version and protocol extensions."""
+        data = await self._call("server_metadata", self._backend.server_metadata, timeout=timeout)
+        return ServerMetadata.from_json(data)
+
+    # Model repository
+
+    async def models(self, *, timeout: Timeout = NOT_GIVEN) -> list[ModelStatus]:
+        """Every model in the repository, with its version and state."""
+        entries = await self._call("models", self._backend.repository_index, timeout=timeout)
+        return [ModelStatus.from_json(entry) for entry in entries]
+
+    async def load_model(
+        self,
+        name: str,
+        config: Mapping[str, object] | str | None = None,
+        *,
+        files: Mapping[str, bytes] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> None:
+        """Load (or reload) a model; needs ``--model-control-mode=explicit`` on the server.
+
+        ``config`` overrides the model's config.pbtxt (a mapping in the JSON form of the
+        config, or its JSON text); ``files`` maps ``"file:<path in model dir>"`` to bytes.
+        Not retried: a load with an override really reloads the model.
+        """
+        attempt = partial(self._backend.load_model, name, config_json(config), files)
+        await self._call("load_model", attempt, timeout=timeout, idempotent=False)
+
+    async def unload_model(
+        self, name: str, *, unload_dependents: bool = False, timeout: Timeout = NOT_GIVEN
+    ) -> None:
+        """Unload a model; needs ``--model-control-mode=explicit`` on the server."""
+        attempt = partial(self._backend.unload_model, name, unload_dependents)
+        await self._call("unload_model", attempt, timeout=timeout)
+
+    async def model_spec(
+        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+    ) -> ModelSpec:
+        """The typed description of a model, read from its metadata and config."""
+        metadata = await self._call(
+            "model_metadata", partial(self._backend.model_metadata, name, version), timeout=timeout
+        )
+        config = await self._call(
+            "model_config", partial(self._backend.model_config, name, version), timeout=timeout
+        )
+        return ModelSpec.from_metadata(metadata, config)
+
+    async def model(
+        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+    ) -> AsyncModel:
+        """A typed handle on a model; reads its metadata and config once.
+
+        Raises ModelNotFoundError when the server has no such model (or version).
+        """
+        return AsyncModel(self, await self.model_spec(name, version, timeout=timeout), version)
+
+    # Inference plumbing for AsyncModel
+
+    async def _infer_one(
+        self, request: InferRequest, timeout: Timeout, retry: RetryPolicy | NotGiven
+    ) -> InferResult:
+        return await self._call(
+            request.model,
+            partial(self._backend.infer, request),
+            timeout=timeout,
+            retry=retry,
+            idempotent=request.idempotent,
+        )
+
+    async def _infer(
+        self, requests: list[InferRequest], timeout: Timeout, retry: RetryPolicy | NotGiven
+    ) -> InferResult:
+        if len(requests) == 1:
+            return await self._infer_one(requests[0], timeout, retry)
+        slots = asyncio.Semaphore(MAX_CHUNKS_IN_FLIGHT)
+
+        async def one(request: InferRequest) -> InferResult:
+            async with slots:
+                return await self._infer_one(request, timeout, retry)
+
+        tasks = [asyncio.ensure_future(one(request)) for request in requests]
+        try:
+            parts = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        return InferResult.concatenate(parts)
+
+    # Lifetime
+
+    async def aclose(self) -> None:
+        """Close the connections. The client cannot be used afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._backend.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class AsyncModel(ModelCore):
+    """A typed handle on one model of an :class:`AsyncClient`; methods are coroutines.
+
+    Attributes:
+        name: the model's name.
+        version: the version asked for; ``None`` lets the server's version policy pick.
+        spec: the model's inputs, outputs and scheduling, as a :class:`ModelSpec`.
+    """
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: AsyncClient, spec: ModelSpec, version: str | None) -> None:
+        super().__init__(spec, version)
+        self._client = client
+
+    async def infer(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        **named_inputs: InputValue,
+    ) -> InferResult:
+        """Run a batch (or, for models without a batch axis, one request) through the model.
+
+        See :meth:`Model.infer`.
+        """
+        requests = self._requests(
+            inputs,
+            named_inputs,
+            outputs=outputs,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+            sample=False,
+        )
+        return await self._client._infer(requests, timeout, retry)
+
+    async def infer_sample(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        **named_inputs: InputValue,
+    ) -> InferResult:
+        """Run one sample: no batch axis in or out. See :meth:`Model.infer_sample`."""
+        requests = self._requests(
+            inputs,
+            named_inputs,
+            outputs=outputs,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+            sample=True,
+        )
+        result = await self._client._infer(requests, timeout, retry)
+        return result.without_batch_axis() if self.spec.batched else result

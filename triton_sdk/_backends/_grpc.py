@@ -1,0 +1,384 @@
+"""gRPC backends over the service stubs that tritonclient ships.
+
+Requests are built straight into tritonclient's generated protobuf messages and sent on
+a channel this module configures itself, so that (a) every ``grpc.RpcError`` is caught
+here and becomes a :class:`TritonError` with the original as ``__cause__``, and (b) the
+hot path skips tritonclient's per-call ``InferInput`` objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import grpc
+import grpc.aio
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from .._config import Endpoint, TLSConfig
+from .._errors import TritonConnectionError, TritonError, classify_status
+from .._http_codec import raw_input_bytes
+from .._request import InferRequest, ParameterValue
+from .._result import InferResult, decode_json_output, decode_output
+from ._protocol import JSON
+
+__all__ = ["AsyncGrpcBackend", "GrpcBackend", "channel_options"]
+
+MAX_MESSAGE_BYTES: Final = 2**31 - 1
+
+_InputTensor = pb.ModelInferRequest.InferInputTensor
+_RequestedOutput = pb.ModelInferRequest.InferRequestedOutputTensor
+
+
+def channel_options(tls: TLSConfig | None = None) -> list[tuple[str, Any]]:
+    """The complete channel argument list.
+
+    gRPC takes the list as a whole, so the 2 GiB message limits must be in it (without
+    them the receive limit falls back to 4 MiB). The short reconnect backoff lets a
+    client find a restarted server within half a second instead of 1-3 s (or, after a
+    long outage, up to two minutes). gRPC's own retry
+    policy is not configured: it silently skips requests over 256 KiB, and one retry
+    layer (the SDK's) is easier to reason about.
+    """
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.keepalive_time_ms", 2**31 - 1),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 2),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 500),
+    ]
+    if tls is not None and tls.server_hostname:
+        options.append(("grpc.ssl_target_name_override", tls.server_hostname))
+    return options
+
+
+def _credentials(tls: TLSConfig | None) -> grpc.ChannelCredentials:
+    def read(path: str | None) -> bytes | None:
+        return None if path is None else Path(path).read_bytes()
+
+    tls = tls or TLSConfig()
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(tls.ca_file),
+        private_key=read(tls.key_file),
+        certificate_chain=read(tls.cert_file),
+    )
+
+
+def _metadata(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...] | None:
+    # gRPC refuses upper-case metadata keys on the client side.
+    return tuple((key.lower(), value) for key, value in headers.items()) or None
+
+
+def _error(exc: grpc.RpcError, model: str | None, request_id: str | None) -> TritonError:
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    details = exc.details() if callable(getattr(exc, "details", None)) else None
+    message = details or str(exc)
+    if code is None:
+        return TritonConnectionError(message, model=model, request_id=request_id)
+    return classify_status(code.name, message, model=model, request_id=request_id)
+
+
+def _set_parameter(target: Any, value: ParameterValue) -> None:
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        target.int64_param = value
+    elif isinstance(value, float):
+        target.double_param = value
+    else:
+        target.string_param = value
+
+
+def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
+    """The protobuf message of an infer request."""
+    message = pb.ModelInferRequest(
+        model_name=request.model, model_version=request.version, id=request.request_id
+    )
+    inputs = []
+    contents = []
+    for tensor in request.inputs:
+        raw = raw_input_bytes(tensor.array, tensor.datatype, tensor.name)
+        contents.append(raw if isinstance(raw, bytes) else raw.tobytes())
+        inputs.append(
+            _InputTensor(name=tensor.name, datatype=tensor.datatype, shape=tensor.array.shape)
+        )
+    message.inputs.extend(inputs)
+    message.raw_input_contents.extend(contents)
+    if request.outputs is not None:
+        for output in request.outputs:
+            requested = message.outputs.add(name=output.name)
+            if output.class_count:
+                requested.parameters["classification"].int64_param = output.class_count
+    parameters = message.parameters
+    for key, value in (request.parameters or {}).items():
+        _set_parameter(parameters[key], value)
+    if request.sequence_id:
+        _set_parameter(parameters["sequence_id"], request.sequence_id)
+        parameters["sequence_start"].bool_param = request.sequence_start
+        parameters["sequence_end"].bool_param = request.sequence_end
+    if request.priority:
+        parameters["priority"].uint64_param = request.priority
+    return message
+
+
+def _parameter_value(parameter: Any) -> ParameterValue:
+    choice = parameter.WhichOneof("parameter_choice")
+    return getattr(parameter, choice) if choice else ""
+
+
+_TYPED_CONTENTS: Final = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def decode_infer_response(response: pb.ModelInferResponse) -> InferResult:
+    """An InferResult from a ModelInferResponse."""
+    raw = response.raw_output_contents
+    outputs = {}
+    datatypes = {}
+    for index, output in enumerate(response.outputs):
+        shape = tuple(output.shape)
+        if index < len(raw):
+            outputs[output.name] = decode_output(output.name, output.datatype, shape, raw[index])
+        else:
+            field = _TYPED_CONTENTS.get(output.datatype, "")
+            values = list(getattr(output.contents, field)) if field else []
+            outputs[output.name] = decode_json_output(output.name, output.datatype, shape, values)
+        datatypes[output.name] = output.datatype
+    parameters = {key: _parameter_value(value) for key, value in response.parameters.items()}
+    return InferResult(
+        outputs,
+        datatypes=datatypes,
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id,
+        parameters=parameters,
+    )
+
+
+def _to_json(message: Any) -> JSON:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)  # type: ignore[no-any-return]
+
+
+def _load_request(
+    name: str, config: str | None, files: Mapping[str, bytes] | None
+) -> pb.RepositoryModelLoadRequest:
+    request = pb.RepositoryModelLoadRequest(model_name=name)
+    if config is not None:
+        request.parameters["config"].string_param = config
+    for path, content in (files or {}).items():
+        request.parameters[path].bytes_param = content
+    return request
+
+
+def _unload_request(name: str, unload_dependents: bool) -> pb.RepositoryModelUnloadRequest:
+    request = pb.RepositoryModelUnloadRequest(model_name=name)
+    request.parameters["unload_dependents"].bool_param = unload_dependents
+    return request
+
+
+def _server_metadata(response: Any) -> JSON:
+    return {
+        "name": response.name,
+        "version": response.version,
+        "extensions": list(response.extensions),
+    }
+
+
+def _index(response: Any) -> list[JSON]:
+    return [
+        {"name": model.name, "version": model.version, "state": model.state, "reason": model.reason}
+        for model in response.models
+    ]
+
+
+class GrpcBackend:
+    """Blocking gRPC. grpc's channel is thread-safe, so one backend serves all threads."""
+
+    def __init__(
+        self, endpoint: Endpoint, *, headers: Mapping[str, str], tls: TLSConfig | None
+    ) -> None:
+        self.endpoint = endpoint
+        target = endpoint.authority
+        if endpoint.tls:
+            self._channel = grpc.secure_channel(
+                target, _credentials(tls), options=channel_options(tls)
+            )
+        else:
+            self._channel = grpc.insecure_channel(target, options=channel_options(tls))
+        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        self._metadata = _metadata(headers)
+
+    def _call(
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        timeout: float | None,
+        model: str | None = None,
+        request_id: str | None = None,
+    ) -> Any:
+        try:
+            return method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise _error(exc, model, request_id) from exc
+
+    def is_live(self, timeout: float | None) -> bool:
+        return bool(self._call(self._stub.ServerLive, pb.ServerLiveRequest(), timeout).live)
+
+    def is_ready(self, timeout: float | None) -> bool:
+        return bool(self._call(self._stub.ServerReady, pb.ServerReadyRequest(), timeout).ready)
+
+    def is_model_ready(self, name: str, version: str | None, timeout: float | None) -> bool:
+        request = pb.ModelReadyRequest(name=name, version=version or "")
+        return bool(self._call(self._stub.ModelReady, request, timeout, name).ready)
+
+    def server_metadata(self, timeout: float | None) -> JSON:
+        request = pb.ServerMetadataRequest()
+        return _server_metadata(self._call(self._stub.ServerMetadata, request, timeout))
+
+    def model_metadata(self, name: str, version: str | None, timeout: float | None) -> JSON:
+        request = pb.ModelMetadataRequest(name=name, version=version or "")
+        return _to_json(self._call(self._stub.ModelMetadata, request, timeout, name))
+
+    def model_config(self, name: str, version: str | None, timeout: float | None) -> JSON:
+        request = pb.ModelConfigRequest(name=name, version=version or "")
+        return _to_json(self._call(self._stub.ModelConfig, request, timeout, name).config)
+
+    def repository_index(self, timeout: float | None) -> list[JSON]:
+        request = pb.RepositoryIndexRequest()
+        return _index(self._call(self._stub.RepositoryIndex, request, timeout))
+
+    def load_model(
+        self,
+        name: str,
+        config: str | None,
+        files: Mapping[str, bytes] | None,
+        timeout: float | None,
+    ) -> None:
+        request = _load_request(name, config, files)
+        self._call(self._stub.RepositoryModelLoad, request, timeout, name)
+
+    def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None:
+        request = _unload_request(name, unload_dependents)
+        self._call(self._stub.RepositoryModelUnload, request, timeout, name)
+
+    def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
+        message = build_infer_request(request)
+        response = self._call(
+            self._stub.ModelInfer, message, timeout, request.model, request.request_id or None
+        )
+        return decode_infer_response(response)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+class AsyncGrpcBackend:
+    """gRPC on asyncio. The channel is opened on first use, inside the running loop."""
+
+    def __init__(
+        self, endpoint: Endpoint, *, headers: Mapping[str, str], tls: TLSConfig | None
+    ) -> None:
+        self.endpoint = endpoint
+        self._tls = tls
+        self._metadata = _metadata(headers)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None
+
+    def _open(self) -> Any:
+        target = self.endpoint.authority
+        if self.endpoint.tls:
+            self._channel = grpc.aio.secure_channel(
+                target, _credentials(self._tls), options=channel_options(self._tls)
+            )
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=channel_options(self._tls))
+        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        return self._stub
+
+    async def _call(
+        self,
+        method_name: str,
+        request: Any,
+        timeout: float | None,
+        model: str | None = None,
+        request_id: str | None = None,
+    ) -> Any:
+        stub = self._stub or self._open()
+        try:
+            return await getattr(stub, method_name)(
+                request, timeout=timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise _error(exc, model, request_id) from exc
+
+    async def is_live(self, timeout: float | None) -> bool:
+        return bool((await self._call("ServerLive", pb.ServerLiveRequest(), timeout)).live)
+
+    async def is_ready(self, timeout: float | None) -> bool:
+        return bool((await self._call("ServerReady", pb.ServerReadyRequest(), timeout)).ready)
+
+    async def is_model_ready(self, name: str, version: str | None, timeout: float | None) -> bool:
+        request = pb.ModelReadyRequest(name=name, version=version or "")
+        return bool((await self._call("ModelReady", request, timeout, name)).ready)
+
+    async def server_metadata(self, timeout: float | None) -> JSON:
+        request = pb.ServerMetadataRequest()
+        return _server_metadata(await self._call("ServerMetadata", request, timeout))
+
+    async def model_metadata(self, name: str, version: str | None, timeout: float | None) -> JSON:
+        request = pb.ModelMetadataRequest(name=name, version=version or "")
+        return _to_json(await self._call("ModelMetadata", request, timeout, name))
+
+    async def model_config(self, name: str, version: str | None, timeout: float | None) -> JSON:
+        request = pb.ModelConfigRequest(name=name, version=version or "")
+        return _to_json((await self._call("ModelConfig", request, timeout, name)).config)
+
+    async def repository_index(self, timeout: float | None) -> list[JSON]:
+        request = pb.RepositoryIndexRequest()
+        return _index(await self._call("RepositoryIndex", request, timeout))
+
+    async def load_model(
+        self,
+        name: str,
+        config: str | None,
+        files: Mapping[str, bytes] | None,
+        timeout: float | None,
+    ) -> None:
+        request = _load_request(name, config, files)
+        await self._call("RepositoryModelLoad", request, timeout, name)
+
+    async def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None:
+        request = _unload_request(name, unload_dependents)
+        await self._call("RepositoryModelUnload", request, timeout, name)
+
+    async def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
+        message = build_infer_request(request)
+        response = await self._call(
+            "ModelInfer", message, timeout, request.model, request.request_id or None
+        )
+        return decode_infer_response(response)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+            self._stub = None

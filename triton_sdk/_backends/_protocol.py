@@ -1,0 +1,84 @@
+"""The interface both shells program against, once blocking and once asyncio."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from .._request import InferRequest
+from .._result import InferResult
+
+__all__ = ["JSON", "AsyncBackend", "SyncBackend"]
+
+JSON = dict[str, Any]
+"""A decoded JSON object (gRPC answers are converted to the same shape as HTTP's)."""
+
+
+class SyncBackend(Protocol):
+    """A blocking connection to one server. Every method may raise only TritonError."""
+
+    def is_live(self, timeout: float | None) -> bool: ...
+
+    def is_ready(self, timeout: float | None) -> bool: ...
+
+    def is_model_ready(self, name: str, version: str | None, timeout: float | None) -> bool: ...
+
+    def server_metadata(self, timeout: float | None) -> JSON: ...
+
+    def model_metadata(self, name: str, version: str | None, timeout: float | None) -> JSON: ...
+
+    def model_config(self, name: str, version: str | None, timeout: float | None) -> JSON: ...
+
+    def repository_index(self, timeout: float | None) -> list[JSON]: ...
+
+    def load_model(
+        self,
+        name: str,
+        config: str | None,
+        files: Mapping[str, bytes] | None,
+        timeout: float | None,
+    ) -> None: ...
+
+    def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None: ...
+
+    def infer(self, request: InferRequest, timeout: float | None) -> InferResult: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncBackend(Protocol):
+    """The asyncio twin of :class:`SyncBackend`: the same methods, as coroutines."""
+
+    async def is_live(self, timeout: float | None) -> bool: ...
+
+    async def is_ready(self, timeout: float | None) -> bool: ...
+
+    async def is_model_ready(
+        self, name: str, version: str | None, timeout: float | None
+    ) -> bool: ...
+
+    async def server_metadata(self, timeout: float | None) -> JSON: ...
+
+    async def model_metadata(
+        self, name: str, version: str | None, timeout: float | None
+    ) -> JSON: ...
+
+    async def model_config(self, name: str, version: str | None, timeout: float | None) -> JSON: ...
+
+    async def repository_index(self, timeout: float | None) -> list[JSON]: ...
+
+    async def load_model(
+        self,
+        name: str,
+        config: str | None,
+        files: Mapping[str, bytes] | None,
+        timeout: float | None,
+    ) -> None: ...
+
+    async def unload_model(
+        self, name: str, unload_dependents: bool, timeout: float | None
+    ) -> None: ...
+
+    async def infer(self, request: InferRequest, timeout: float | None) -> InferResult: ...
+
+    async def close(self) -> None: ...

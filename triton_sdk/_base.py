@@ -1,0 +1,145 @@
+"""What ``Client`` and ``AsyncClient`` (and their model handles) share: everything but I/O."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+import attrs
+
+from ._config import (
+    Endpoint,
+    NotGiven,
+    RetryPolicy,
+    TLSConfig,
+    parse_url,
+)
+from ._errors import InvalidInputError, TritonError
+from ._request import InferRequest, ParameterValue, check_outputs, check_parameters
+from ._shaping import InputValue, prepare_inputs, split_batch
+from ._spec import ModelSpec
+
+__all__ = ["ClientSettings", "ModelCore", "Timeout"]
+
+MAX_CHUNKS_IN_FLIGHT: Final = 8
+"""How many chunks of a split batch one call keeps in flight at once."""
+
+Timeout = float | None | NotGiven
+"""Seconds; ``None`` for no timeout; ``NOT_GIVEN`` for the client's default."""
+
+
+@attrs.frozen(kw_only=True)
+class ClientSettings:
+    """A client's configuration, resolved once at construction."""
+
+    endpoint: Endpoint
+    timeout: float | None
+    retry: RetryPolicy
+    headers: Mapping[str, str] = attrs.field(repr=False)
+    tls: TLSConfig | None
+
+    @classmethod
+    def create(
+        cls,
+        url: str,
+        *,
+        timeout: float | None,
+        retry: RetryPolicy | None,
+        headers: Mapping[str, str] | None,
+        tls: TLSConfig | None,
+    ) -> ClientSettings:
+        if timeout is not None and not timeout > 0:
+            raise InvalidInputError(f"timeout must be > 0 or None, got {timeout!r}")
+        return cls(
+            endpoint=parse_url(url),
+            timeout=timeout,
+            retry=RetryPolicy.none() if retry is None else retry,
+            headers=dict(headers or {}),
+            tls=tls,
+        )
+
+    def timeout_for(self, timeout: Timeout) -> float | None:
+        if isinstance(timeout, NotGiven):
+            return self.timeout
+        if timeout is not None and not timeout > 0:
+            raise InvalidInputError(f"timeout must be > 0 or None, got {timeout!r}")
+        return timeout
+
+    def retry_for(self, retry: RetryPolicy | NotGiven) -> RetryPolicy:
+        return self.retry if isinstance(retry, NotGiven) else retry
+
+
+def client_repr(kind: str, settings: ClientSettings) -> str:
+    # Headers are left out on purpose: they often carry credentials.
+    return f"<{kind} {settings.endpoint}>"
+
+
+def closed_error(kind: str) -> TritonError:
+    return TritonError(f"this {kind} is closed")
+
+
+def config_json(config: Mapping[str, object] | str | None) -> str | None:
+    """A load_model config override as the JSON text the server expects."""
+    if config is None or isinstance(config, str):
+        return config
+    return json.dumps(config)
+
+
+def merge_inputs(
+    inputs: Mapping[str, InputValue] | None, named: Mapping[str, InputValue]
+) -> Mapping[str, InputValue]:
+    if inputs is None:
+        return named
+    if not named:
+        return inputs
+    both = inputs.keys() & named.keys()
+    if both:
+        raise InvalidInputError(
+            f"input {', '.join(map(repr, sorted(both)))} given both in the mapping and by keyword"
+        )
+    return {**inputs, **named}
+
+
+class ModelCore:
+    """The half of a model handle that does no I/O: it turns a call into requests."""
+
+    __slots__ = ("name", "spec", "version")
+
+    def __init__(self, spec: ModelSpec, version: str | None) -> None:
+        self.name = spec.name
+        self.version = version
+        self.spec = spec
+
+    def __repr__(self) -> str:
+        version = "" if self.version is None else f" v{self.version}"
+        return f"<{type(self).__name__} {self.name!r}{version}>"
+
+    def _requests(
+        self,
+        inputs: Mapping[str, InputValue] | None,
+        named: Mapping[str, InputValue],
+        *,
+        outputs: Iterable[str] | None,
+        parameters: Mapping[str, ParameterValue] | None,
+        priority: int,
+        request_id: str,
+        sample: bool,
+    ) -> list[InferRequest]:
+        """The requests of one call: one, or one per chunk of an oversized batch."""
+        prepared = prepare_inputs(self.spec, merge_inputs(inputs, named), sample=sample)
+        request = InferRequest(
+            model=self.name,
+            version=self.version or "",
+            inputs=prepared.tensors,
+            outputs=None if outputs is None else check_outputs(self.spec, outputs),
+            request_id=request_id,
+            parameters=check_parameters(parameters, self.name),
+            priority=priority,
+        )
+        limit = self.spec.max_batch_size
+        if prepared.batch_size is None or prepared.batch_size <= limit:
+            return [request]
+        return [
+            attrs.evolve(request, inputs=chunk) for chunk in split_batch(prepared.tensors, limit)
+        ]

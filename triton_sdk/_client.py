@@ -1,0 +1,355 @@
+"""The blocking client and its model handle."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from types import TracebackType
+from typing import Final, TypeVar
+
+from ._backends._protocol import SyncBackend
+from ._base import (
+    MAX_CHUNKS_IN_FLIGHT,
+    ClientSettings,
+    ModelCore,
+    Timeout,
+    client_repr,
+    closed_error,
+    config_json,
+)
+from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
+from ._errors import TritonError, TritonTimeoutError
+from ._request import InferRequest, ParameterValue
+from ._result import InferResult
+from ._retry import call_sync
+from ._shaping import InputValue
+from ._spec import ModelSpec
+from ._status import ModelStatus, ServerMetadata
+
+__all__ = ["Client", "Model"]
+
+T = TypeVar("T")
+
+DEFAULT_RETRY: Final = RetryPolicy()
+_POLL_INTERVAL: Final = 0.1
+
+
+def _open_backend(settings: ClientSettings) -> SyncBackend:
+    endpoint = settings.endpoint
+    if endpoint.protocol == "grpc":
+        from ._backends._grpc import GrpcBackend
+
+        return GrpcBackend(endpoint, headers=settings.headers, tls=settings.tls)
+    from ._backends._http import HttpBackend
+
+    return HttpBackend(endpoint, headers=settings.headers, tls=settings.tls)
+
+
+class Client:
+    """A blocking client for one Triton server, over gRPC or HTTP.
+
+    ``Client("localhost:8001")`` and ``Client("grpc://...")`` speak gRPC,
+    ``Client("http://...")`` HTTP; ``grpcs://`` and ``https://`` add TLS. One client may
+    be shared by any number of threads, on both protocols, and may be called from code
+    running inside an event loop (it never starts one).
+
+    Args:
+        url: the server's address.
+        timeout: seconds each attempt of a call may take; ``None`` for no limit.
+            Calls may override it with their own ``timeout``.
+        retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
+        headers: sent with every request (gRPC metadata keys are lower-cased).
+        tls: certificate files for ``grpcs://`` and ``https://``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        headers: Mapping[str, str] | None = None,
+        tls: TLSConfig | None = None,
+    ) -> None:
+        self._settings = ClientSettings.create(
+            url, timeout=timeout, retry=retry, headers=headers, tls=tls
+        )
+        self._backend = _open_backend(self._settings)
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return client_repr("Client", self._settings)
+
+    @property
+    def url(self) -> str:
+        """The server's address, normalised (``grpc://host:port`` or ``http://host:port``)."""
+        return str(self._settings.endpoint)
+
+    def _call(
+        self,
+        what: str,
+        attempt: Callable[[float | None], T],
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        idempotent: bool = True,
+    ) -> T:
+        if self._closed:
+            raise closed_error("Client")
+        return call_sync(
+            attempt,
+            policy=self._settings.retry_for(retry),
+            timeout=self._settings.timeout_for(timeout),
+            idempotent=idempotent,
+            what=what,
+        )
+
+    # Health and server
+
+    def is_live(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+        """Whether the server answers as live; False (never an error) when unreachable."""
+        try:
+            return self._call("is_live", self._backend.is_live, timeout=timeout, retry=_ONCE)
+        except TritonError:
+            return False
+
+    def is_ready(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+        """Whether the server is ready for inference; False when unreachable."""
+        try:
+            return self._call("is_ready", self._backend.is_ready, timeout=timeout, retry=_ONCE)
+        except TritonError:
+            return False
+
+    def is_model_ready(
+        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+    ) -> bool:
+        """Whether a model (a given version, or the one the server's policy picks) is ready."""
+        attempt = partial(self._backend.is_model_ready, name, version)
+        try:
+            return self._call("is_model_ready", attempt, timeout=timeout, retry=_ONCE)
+        except TritonError:
+            return False
+
+    def wait_until_ready(self, timeout: float = 60.0, *, model: str | None = None) -> None:
+        """Poll until the server (and ``model``, if given) is ready.
+
+        Raises TritonTimeoutError when ``timeout`` seconds pass first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            each = max(min(remaining, 1.0), 0.01)
+            ready = self.is_ready(timeout=each) and (
+                model is None or self.is_model_ready(model, timeout=each)
+            )
+            if ready:
+                return
+            if time.monotonic() + _POLL_INTERVAL > deadline:
+                what = "the server" if model is None else f"model {model!r}"
+                raise TritonTimeoutError(f"{what} at {self.url} was not ready after {timeout}s")
+            time.sleep(_POLL_INTERVAL)
+
+    def server_metadata(self, *, timeout: Timeout = NOT_GIVEN) -> ServerMetadata:
+        """The server's name, version and protocol extensions."""
+        data = self._call("server_metadata", self._backend.server_metadata, timeout=timeout)
+        return ServerMetadata.from_json(data)
+
+    # Model repository
+
+    def models(self, *, timeout: Timeout = NOT_GIVEN) -> list[ModelStatus]:
+        """Every model in the repository, with its version and state."""
+        entries = self._call("models", self._backend.repository_index, timeout=timeout)
+        return [ModelStatus.from_json(entry) for entry in entries]
+
+    def load_model(
+        self,
+        name: str,
+        config: Mapping[str, object] | str | None = None,
+        *,
+        files: Mapping[str, bytes] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> None:
+        """Load (or reload) a model; needs ``--model-control-mode=explicit`` on the server.
+
+        ``config`` overrides the model's config.pbtxt (a mapping in the JSON form of the
+        config, or its JSON text); ``files`` maps ``"file:<path in model dir>"`` to bytes.
+        Not retried: a load with an override really reloads the model.
+        """
+        attempt = partial(self._backend.load_model, name, config_json(config), files)
+        self._call("load_model", attempt, timeout=timeout, idempotent=False)
+
+    def unload_model(
+        self, name: str, *, unload_dependents: bool = False, timeout: Timeout = NOT_GIVEN
+    ) -> None:
+        """Unload a model; needs ``--model-control-mode=explicit`` on the server."""
+        attempt = partial(self._backend.unload_model, name, unload_dependents)
+        self._call("unload_model", attempt, timeout=timeout)
+
+    def model_spec(
+        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+    ) -> ModelSpec:
+        """The typed description of a model, read from its metadata and config."""
+        metadata = self._call(
+            "model_metadata", partial(self._backend.model_metadata, name, version), timeout=timeout
+        )
+        config = self._call(
+            "model_config", partial(self._backend.model_config, name, version), timeout=timeout
+        )
+        return ModelSpec.from_metadata(metadata, config)
+
+    def model(
+        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+    ) -> Model:
+        """A typed handle on a model; reads its metadata and config once.
+
+        Raises ModelNotFoundError when the server has no such model (or version).
+        """
+        return Model(self, self.model_spec(name, version, timeout=timeout), version)
+
+    # Inference plumbing for Model
+
+    def _infer_one(
+        self, request: InferRequest, timeout: Timeout, retry: RetryPolicy | NotGiven
+    ) -> InferResult:
+        return self._call(
+            request.model,
+            partial(self._backend.infer, request),
+            timeout=timeout,
+            retry=retry,
+            idempotent=request.idempotent,
+        )
+
+    def _infer(
+        self, requests: list[InferRequest], timeout: Timeout, retry: RetryPolicy | NotGiven
+    ) -> InferResult:
+        if len(requests) == 1:
+            return self._infer_one(requests[0], timeout, retry)
+        executor = self._chunk_executor()
+        parts = executor.map(lambda request: self._infer_one(request, timeout, retry), requests)
+        return InferResult.concatenate(list(parts))
+
+    def _chunk_executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise closed_error("Client")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    MAX_CHUNKS_IN_FLIGHT, thread_name_prefix="triton_sdk"
+                )
+            return self._executor
+
+    # Lifetime
+
+    def close(self) -> None:
+        """Close the connections. The client cannot be used afterwards."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self._backend.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+_ONCE: Final = RetryPolicy.none()
+
+
+class Model(ModelCore):
+    """A typed handle on one model of a :class:`Client`.
+
+    Attributes:
+        name: the model's name.
+        version: the version asked for; ``None`` lets the server's version policy pick.
+        spec: the model's inputs, outputs and scheduling, as a :class:`ModelSpec`.
+    """
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client, spec: ModelSpec, version: str | None) -> None:
+        super().__init__(spec, version)
+        self._client = client
+
+    def infer(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        **named_inputs: InputValue,
+    ) -> InferResult:
+        """Run a batch (or, for models without a batch axis, one request) through the model.
+
+        Inputs are given by keyword or as one mapping, shaped and cast as the docs
+        describe, and checked before anything is sent. A batch larger than
+        ``max_batch_size`` is split into chunks, sent concurrently and joined in order.
+
+        Args:
+            outputs: the outputs to return; all of them when left out.
+            timeout: seconds each attempt may take (``None``: no limit).
+            parameters: request parameters for the model.
+            priority: the request's priority, for models with priority levels.
+            request_id: an id the server echoes in the result and in its errors.
+            retry: this call's retry policy, instead of the client's.
+        """
+        requests = self._requests(
+            inputs,
+            named_inputs,
+            outputs=outputs,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+            sample=False,
+        )
+        return self._client._infer(requests, timeout, retry)
+
+    def infer_sample(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        **named_inputs: InputValue,
+    ) -> InferResult:
+        """Run one sample: inputs and outputs carry no batch axis.
+
+        Each input is shaped like the model's sample shape; size-1 axes are added where
+        that is the only way to match (a ``str`` fits ``dims: [1]``).
+        """
+        requests = self._requests(
+            inputs,
+            named_inputs,
+            outputs=outputs,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+            sample=True,
+        )
+        result = self._client._infer(requests, timeout, retry)
+        return result.without_batch_axis() if self.spec.batched else result

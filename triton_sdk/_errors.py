@@ -1,0 +1,175 @@
+"""The exception tree, and the pure rules that classify server and transport failures.
+
+Every exception the SDK raises derives from :class:`TritonError`. The backends call the
+``classify_*`` functions below at the one place where a foreign exception is caught, and
+raise the result ``from`` the original, so the original stays reachable as ``__cause__``.
+
+Tree::
+
+    TritonError
+    ├── InvalidInputError (also ValueError)       found on the client; nothing was sent
+    ├── UnknownOutputError (also KeyError)        a result has no output of that name
+    ├── ModelNotFoundError                        the server has no model of that name/version
+    ├── ModelNotReadyError                        the model exists but cannot serve now
+    ├── TritonConnectionError (also ConnectionError)
+    ├── TritonTimeoutError (also TimeoutError)
+    └── InferenceError                            the server or the model failed the request
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+
+__all__ = [
+    "InferenceError",
+    "InvalidInputError",
+    "ModelNotFoundError",
+    "ModelNotReadyError",
+    "TritonConnectionError",
+    "TritonError",
+    "TritonTimeoutError",
+    "UnknownOutputError",
+]
+
+Status = str | int
+"""A gRPC status code name without prefix (``"UNAVAILABLE"``) or an HTTP status (``503``)."""
+
+
+class TritonError(Exception):
+    """Base class of every exception raised by triton_sdk.
+
+    Attributes:
+        message: the text of the error.
+        status: the gRPC code name (``"INTERNAL"``) or HTTP status (``500``) the server
+            answered with; ``None`` when the failure happened on the client or the network.
+        model: the model the call was about, when there was one.
+        request_id: the request id of the failed inference, when one was set.
+        retryable: whether the retry policy may repeat the call (for idempotent calls).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: Status | None = None,
+        model: str | None = None,
+        request_id: str | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.model = model
+        self.request_id = request_id
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, status={self.status!r})"
+
+
+class InvalidInputError(TritonError, ValueError):
+    """The inputs do not fit the model: found on the client, nothing was sent."""
+
+
+class UnknownOutputError(TritonError, KeyError):
+    """A result was asked for an output it does not hold."""
+
+
+class ModelNotFoundError(TritonError):
+    """The server has no model (or no version) of that name."""
+
+
+class ModelNotReadyError(TritonError):
+    """The model is known to the server but has no version ready to serve."""
+
+
+class TritonConnectionError(TritonError, ConnectionError):
+    """The server could not be reached, or the connection broke (after any retries)."""
+
+
+class TritonTimeoutError(TritonError, TimeoutError):
+    """A timeout or a retry deadline passed. The server may still run the request."""
+
+
+class InferenceError(TritonError):
+    """The server or the model failed the request; ``status`` tells how."""
+
+
+# Message fragments, lower-cased. Triton reuses status codes for unrelated situations
+# (UNAVAILABLE is "server down", "queue full", "TLS failed" and "restricted endpoint"),
+# so the message decides.
+_NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready")
+_NOT_FOUND_HINTS = ("unknown model", "is not found")
+_QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
+_TLS_HINTS = ("ssl", "tls", "handshake", "certificate")
+_RESTRICTED_HINTS = ("restricted",)
+_RETRYABLE_HTTP = frozenset({502, 503, 504})
+
+
+def _has(message: str, hints: tuple[str, ...]) -> bool:
+    return any(hint in message for hint in hints)
+
+
+def classify_status(
+    status: Status,
+    message: str,
+    *,
+    model: str | None = None,
+    request_id: str | None = None,
+) -> TritonError:
+    """Turn a server answer (gRPC code name or HTTP status, and its message) into an error.
+
+    This is the table documented in ``docs/errors.md``.
+    """
+    error_class, retryable = _status_class(status, message.lower())
+    return error_class(
+        message, status=status, model=model, request_id=request_id, retryable=retryable
+    )
+
+
+def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool]:
+    grpc_code = status if isinstance(status, str) else None
+    http_status = status if isinstance(status, int) else None
+    if grpc_code == "NOT_FOUND" or http_status == 404:
+        if _has(lowered, _NOT_READY_HINTS):
+            return ModelNotReadyError, False
+        if _has(lowered, _NOT_FOUND_HINTS):
+            return ModelNotFoundError, False
+        return InferenceError, False
+    if grpc_code == "DEADLINE_EXCEEDED":
+        return TritonTimeoutError, False
+    if grpc_code == "UNAVAILABLE":
+        if _has(lowered, _QUEUE_HINTS):
+            return InferenceError, True
+        if _has(lowered, _RESTRICTED_HINTS):
+            return InferenceError, False
+        if _has(lowered, _TLS_HINTS):
+            return TritonConnectionError, False
+        return TritonConnectionError, True
+    return InferenceError, http_status in _RETRYABLE_HTTP
+
+
+def classify_transport_error(
+    exc: BaseException,
+    *,
+    model: str | None = None,
+    request_id: str | None = None,
+) -> TritonError | None:
+    """Map a socket-level failure (stdlib exception types) to an error, or None if unknown.
+
+    TLS failures are not retried: a bad certificate does not heal by waiting.
+    """
+    detail = str(exc) or type(exc).__name__
+    if isinstance(exc, TimeoutError):  # socket.timeout and asyncio.TimeoutError too
+        return TritonTimeoutError(f"timed out: {detail}", model=model, request_id=request_id)
+    if isinstance(exc, ssl.SSLError):
+        return TritonConnectionError(f"TLS failure: {detail}", model=model, request_id=request_id)
+    if isinstance(exc, OSError | http.client.HTTPException):
+        return TritonConnectionError(
+            f"connection failed: {detail}", model=model, request_id=request_id, retryable=True
+        )
+    return None

@@ -1,0 +1,285 @@
+"""The KServe v2 HTTP/REST protocol with Triton's binary tensor extension, without I/O.
+
+Both HTTP backends (sync and asyncio) send what :func:`encode_infer` builds and read
+answers with :func:`decode_infer` and :func:`error_from_response`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Generic, TypeVar
+from urllib.parse import quote
+
+import attrs
+import numpy as np
+
+from ._dtypes import encode_bytes
+from ._errors import InferenceError, InvalidInputError, TritonError, classify_status
+from ._request import InferRequest
+from ._result import InferResult, decode_json_output, decode_output
+
+__all__ = [
+    "HEADER_LENGTH",
+    "HttpCall",
+    "Routes",
+    "decode_infer",
+    "encode_infer",
+    "error_from_response",
+    "raw_input_bytes",
+]
+
+T = TypeVar("T")
+
+HEADER_LENGTH: Final = "Inference-Header-Content-Length"
+_LITTLE_ENDIAN: Final = sys.byteorder == "little"
+
+
+def model_path(base: str, name: str, version: str | None, suffix: str = "") -> str:
+    """``{base}/v2/models/{name}[/versions/{version}]{suffix}``, with the name quoted."""
+    path = f"{base}/v2/models/{quote(name, safe='')}"
+    if version:
+        path += f"/versions/{quote(version, safe='')}"
+    return path + suffix
+
+
+def raw_input_bytes(array: np.ndarray[Any, Any], datatype: str, name: str) -> bytes | memoryview:
+    """The wire bytes of one input: little-endian raw data, or length-prefixed BYTES."""
+    if datatype == "BYTES":
+        try:
+            return encode_bytes(array.reshape(-1).tolist(), name)
+        except TypeError as exc:
+            raise InvalidInputError(str(exc)) from exc
+    if not _LITTLE_ENDIAN and array.dtype.itemsize > 1:
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+
+
+def _parameters(request: InferRequest) -> dict[str, Any]:
+    parameters: dict[str, Any] = dict(request.parameters or {})
+    if request.sequence_id:
+        parameters["sequence_id"] = request.sequence_id
+        parameters["sequence_start"] = request.sequence_start
+        parameters["sequence_end"] = request.sequence_end
+    if request.priority:
+        parameters["priority"] = request.priority
+    return parameters
+
+
+def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
+    """The body parts of an infer request and the length of its JSON header."""
+    parts: list[bytes | memoryview] = [b""]
+    inputs = []
+    for tensor in request.inputs:
+        raw = raw_input_bytes(tensor.array, tensor.datatype, tensor.name)
+        parts.append(raw)
+        inputs.append(
+            {
+                "name": tensor.name,
+                "shape": list(tensor.array.shape),
+                "datatype": tensor.datatype,
+                "parameters": {
+                    "binary_data_size": len(raw) if isinstance(raw, bytes) else raw.nbytes
+                },
+            }
+        )
+    header: dict[str, Any] = {"inputs": inputs}
+    if request.request_id:
+        header["id"] = request.request_id
+    parameters = _parameters(request)
+    if request.outputs is None:
+        parameters["binary_data_output"] = True
+    else:
+        header["outputs"] = [
+            {
+                "name": output.name,
+                "parameters": (
+                    {"binary_data": True, "classification": output.class_count}
+                    if output.class_count
+                    else {"binary_data": True}
+                ),
+            }
+            for output in request.outputs
+        ]
+    if parameters:
+        header["parameters"] = parameters
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    parts[0] = encoded
+    return parts, len(encoded)
+
+
+def decode_json(body: bytes, what: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
+
+
+def decode_infer(body: bytes, header_length: int | None) -> InferResult:
+    """Read an infer response: a JSON header, then the binary outputs it describes."""
+    json_end = len(body) if header_length is None else header_length
+    header = decode_json(body[:json_end], "infer")
+    if "error" in header:
+        raise InferenceError(str(header["error"]), status=200)
+    view = memoryview(body)
+    offset = json_end
+    outputs = {}
+    datatypes = {}
+    for output in header.get("outputs", ()):
+        name = output["name"]
+        datatype = output["datatype"]
+        shape = output["shape"]
+        size = (output.get("parameters") or {}).get("binary_data_size")
+        if size is None:
+            outputs[name] = decode_json_output(name, datatype, shape, output.get("data", []))
+        else:
+            outputs[name] = decode_output(name, datatype, shape, view[offset : offset + size])
+            offset += size
+        datatypes[name] = datatype
+    return InferResult(
+        outputs,
+        datatypes=datatypes,
+        model_name=str(header.get("model_name", "")),
+        model_version=str(header.get("model_version", "")),
+        id=str(header.get("id", "")),
+        parameters=header.get("parameters"),
+    )
+
+
+def error_from_response(
+    status: int, body: bytes, *, model: str | None = None, request_id: str | None = None
+) -> TritonError:
+    """The error of a non-200 answer, from its status and its ``{"error": ...}`` body."""
+    message = body.decode("utf-8", "replace").strip()
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict) and "error" in decoded:
+        message = str(decoded["error"])
+    return classify_status(status, message or f"HTTP {status}", model=model, request_id=request_id)
+
+
+def load_body(config: str | None, files: Mapping[str, bytes] | None) -> bytes:
+    """The body of a repository load request: an optional config and files (base64)."""
+    parameters: dict[str, Any] = {}
+    if config is not None:
+        parameters["config"] = config
+    for path, content in (files or {}).items():
+        parameters[path] = base64.b64encode(content).decode("ascii")
+    return json.dumps({"parameters": parameters} if parameters else {}).encode()
+
+
+@attrs.frozen
+class HttpCall(Generic[T]):
+    """One HTTP exchange, described without doing it: what to send, how to read the answer.
+
+    The sync and asyncio backends each have a single method that performs a call; every
+    endpoint is described once, here.
+    """
+
+    method: str
+    path: str
+    body: Sequence[bytes | memoryview] | None
+    headers: Mapping[str, str]
+    read: Callable[[int, int | None, bytes], T]
+    """(status, Inference-Header-Content-Length or None, body) -> value, or raise."""
+    model: str | None = None
+    request_id: str | None = None
+
+
+_NO_HEADERS: Final[Mapping[str, str]] = {}
+_JSON_HEADERS: Final = {"Content-Type": "application/json"}
+
+
+def _is_ok(status: int, header_length: int | None, body: bytes) -> bool:
+    return status == 200
+
+
+def _json_reader(what: str, model: str | None = None) -> Callable[[int, int | None, bytes], Any]:
+    def read(status: int, header_length: int | None, body: bytes) -> Any:
+        if status != 200:
+            raise error_from_response(status, body, model=model)
+        return decode_json(body, what)
+
+    return read
+
+
+def _checked(model: str | None) -> Callable[[int, int | None, bytes], None]:
+    def read(status: int, header_length: int | None, body: bytes) -> None:
+        if status != 200:
+            raise error_from_response(status, body, model=model)
+
+    return read
+
+
+def _infer_reader(request: InferRequest) -> Callable[[int, int | None, bytes], InferResult]:
+    def read(status: int, header_length: int | None, body: bytes) -> InferResult:
+        if status != 200:
+            raise error_from_response(
+                status, body, model=request.model, request_id=request.request_id or None
+            )
+        return decode_infer(body, header_length)
+
+    return read
+
+
+class Routes:
+    """The calls of the HTTP protocol for a server under ``base`` (a path prefix or "")."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def live(self) -> HttpCall[bool]:
+        return HttpCall("GET", f"{self.base}/v2/health/live", None, _NO_HEADERS, _is_ok)
+
+    def ready(self) -> HttpCall[bool]:
+        return HttpCall("GET", f"{self.base}/v2/health/ready", None, _NO_HEADERS, _is_ok)
+
+    def model_ready(self, name: str, version: str | None) -> HttpCall[bool]:
+        path = model_path(self.base, name, version, "/ready")
+        return HttpCall("GET", path, None, _NO_HEADERS, _is_ok, name)
+
+    def server_metadata(self) -> HttpCall[Any]:
+        return HttpCall(
+            "GET", f"{self.base}/v2", None, _NO_HEADERS, _json_reader("server metadata")
+        )
+
+    def model_metadata(self, name: str, version: str | None) -> HttpCall[Any]:
+        path = model_path(self.base, name, version)
+        return HttpCall("GET", path, None, _NO_HEADERS, _json_reader("model metadata", name), name)
+
+    def model_config(self, name: str, version: str | None) -> HttpCall[Any]:
+        path = model_path(self.base, name, version, "/config")
+        return HttpCall("GET", path, None, _NO_HEADERS, _json_reader("model config", name), name)
+
+    def repository_index(self) -> HttpCall[Any]:
+        path = f"{self.base}/v2/repository/index"
+        return HttpCall("POST", path, [b"{}"], _JSON_HEADERS, _json_reader("repository index"))
+
+    def load_model(
+        self, name: str, config: str | None, files: Mapping[str, bytes] | None
+    ) -> HttpCall[None]:
+        path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/load"
+        body = [load_body(config, files)]
+        return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name)
+
+    def unload_model(self, name: str, unload_dependents: bool) -> HttpCall[None]:
+        path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/unload"
+        body = [json.dumps({"parameters": {"unload_dependents": unload_dependents}}).encode()]
+        return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name)
+
+    def infer(self, request: InferRequest) -> HttpCall[InferResult]:
+        parts, json_length = encode_infer(request)
+        headers = {HEADER_LENGTH: str(json_length), "Content-Type": "application/octet-stream"}
+        return HttpCall(
+            "POST",
+            model_path(self.base, request.model, request.version, "/infer"),
+            parts,
+            headers,
+            _infer_reader(request),
+            request.model,
+            request.request_id or None,
+        )

@@ -1,0 +1,101 @@
+"""A protocol-neutral inference request, and the checks on its options."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final, TypeAlias
+
+import attrs
+
+from ._errors import InvalidInputError
+from ._shaping import Tensor
+from ._spec import ModelSpec
+
+__all__ = ["InferRequest", "ParameterValue", "RequestedOutput", "check_parameters"]
+
+ParameterValue: TypeAlias = bool | int | float | str
+"""A request parameter value, as the inference protocol allows it."""
+
+_RESERVED_PARAMETERS: Final = frozenset(
+    {
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "priority",
+        "timeout",
+        "binary_data",
+        "binary_data_size",
+        "binary_data_output",
+        "classification",
+        "headers",
+    }
+)
+
+
+@attrs.frozen
+class RequestedOutput:
+    """An output to return; ``class_count > 0`` asks for the top classes instead of scores."""
+
+    name: str
+    class_count: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class InferRequest:
+    """Everything one inference call sends, already validated."""
+
+    model: str
+    version: str = ""
+    inputs: Sequence[Tensor]
+    outputs: Sequence[RequestedOutput] | None = None
+    """None asks for every output."""
+    request_id: str = ""
+    parameters: Mapping[str, ParameterValue] | None = None
+    priority: int = 0
+    sequence_id: int | str = 0
+    sequence_start: bool = False
+    sequence_end: bool = False
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether running the request twice is harmless (not so inside a sequence)."""
+        return not self.sequence_id
+
+
+def check_outputs(spec: ModelSpec, names: Iterable[str]) -> tuple[RequestedOutput, ...]:
+    """Refuse output names the model does not have, before anything is sent."""
+    if isinstance(names, str):
+        names = (names,)
+    requested = tuple(RequestedOutput(name) for name in names)
+    unknown = [output.name for output in requested if output.name not in spec.outputs]
+    if unknown:
+        raise InvalidInputError(
+            f"model {spec.name!r} has no output named {', '.join(map(repr, unknown))}; "
+            f"its outputs are {', '.join(map(repr, spec.outputs))}",
+            model=spec.name,
+        )
+    return requested
+
+
+def check_parameters(
+    parameters: Mapping[str, ParameterValue] | None, model: str
+) -> Mapping[str, ParameterValue] | None:
+    """Refuse parameters the protocol reserves or cannot carry."""
+    if not parameters:
+        return None
+    for key, value in parameters.items():
+        name: object = key
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"parameter names must be non-empty str, got {key!r}")
+        if key in _RESERVED_PARAMETERS or key.startswith("triton_"):
+            raise InvalidInputError(
+                f"parameter {key!r} is reserved by the inference protocol; "
+                "use the call's own options instead",
+                model=model,
+            )
+        if not isinstance(value, bool | int | float | str):
+            raise InvalidInputError(
+                f"parameter {key!r} must be bool, int, float or str, got {type(value).__name__}",
+                model=model,
+            )
+    return parameters

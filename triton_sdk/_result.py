@@ -1,0 +1,175 @@
+"""Inference results, and decoding of output tensors from their wire form."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._dtypes import decode_bytes, wire_dtype
+from ._errors import InferenceError, InvalidInputError, UnknownOutputError
+
+__all__ = ["InferResult", "decode_json_output", "decode_output"]
+
+Array = np.ndarray[Any, Any]
+ResultParameter = bool | int | float | str
+
+
+class InferResult(Mapping[str, Array]):
+    """The outputs of one inference, as numpy arrays, with the response's metadata.
+
+    ``result["NAME"]`` and ``result.as_numpy("NAME")`` give the same array; an output the
+    result does not hold raises :class:`UnknownOutputError`. Arrays decoded straight from
+    a response are read-only views of it: copy one before changing it.
+
+    Attributes:
+        model_name: the model that answered.
+        model_version: the version that answered.
+        id: the request id echoed by the server (``""`` when none was set).
+        parameters: the response parameters the server sent.
+    """
+
+    __slots__ = ("_datatypes", "_outputs", "id", "model_name", "model_version", "parameters")
+
+    def __init__(
+        self,
+        outputs: Mapping[str, Array],
+        *,
+        datatypes: Mapping[str, str],
+        model_name: str,
+        model_version: str,
+        id: str = "",
+        parameters: Mapping[str, ResultParameter] | None = None,
+    ) -> None:
+        self._outputs = dict(outputs)
+        self._datatypes = dict(datatypes)
+        self.model_name = model_name
+        self.model_version = model_version
+        self.id = id
+        self.parameters: Mapping[str, ResultParameter] = dict(parameters or {})
+
+    def __getitem__(self, name: str) -> Array:
+        try:
+            return self._outputs[name]
+        except KeyError:
+            raise UnknownOutputError(
+                f"the result has no output {name!r}; it has {', '.join(map(repr, self._outputs))}",
+                model=self.model_name,
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._outputs)
+
+    def __len__(self) -> int:
+        return len(self._outputs)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{name}: {self._datatypes.get(name, '?')}{list(array.shape)}"
+            for name, array in self._outputs.items()
+        )
+        return f"<InferResult {self.model_name!r} v{self.model_version} {{{shown}}}>"
+
+    def as_numpy(self, name: str) -> Array:
+        """The output as a numpy array, batch axis first (``result[name]``)."""
+        return self[name]
+
+    def as_strings(self, name: str, encoding: str = "utf-8") -> npt.NDArray[np.object_]:
+        """A BYTES output decoded to ``str``: an object array of ``str``, same shape."""
+        array = self[name]
+        if array.dtype != np.object_:
+            raise InvalidInputError(
+                f"output {name!r} is {self.datatype(name)}, not BYTES: use as_numpy",
+                model=self.model_name,
+            )
+        decoded = np.empty(array.shape, dtype=np.object_)
+        flat = decoded.reshape(-1)
+        for index, item in enumerate(array.reshape(-1)):
+            flat[index] = item.decode(encoding) if isinstance(item, bytes) else str(item)
+        return decoded
+
+    def datatype(self, name: str) -> str:
+        """The Triton datatype of an output, e.g. ``"FP32"``."""
+        self[name]
+        return self._datatypes[name]
+
+    def to_dict(self) -> dict[str, Array]:
+        """Every output, name -> array."""
+        return dict(self._outputs)
+
+    def _map_arrays(self, change: Any) -> InferResult:
+        return InferResult(
+            {name: change(array) for name, array in self._outputs.items()},
+            datatypes=self._datatypes,
+            model_name=self.model_name,
+            model_version=self.model_version,
+            id=self.id,
+            parameters=self.parameters,
+        )
+
+    def without_batch_axis(self) -> InferResult:
+        """The result of a one-sample batch, with axis 0 removed from every output."""
+        return self._map_arrays(lambda array: array[0])
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[InferResult]) -> InferResult:
+        """Join the results of consecutive batch chunks along axis 0, in order."""
+        first = parts[0]
+        if len(parts) == 1:
+            return first
+        return InferResult(
+            {name: np.concatenate([part[name] for part in parts]) for name in first},
+            datatypes=first._datatypes,
+            model_name=first.model_name,
+            model_version=first.model_version,
+            id=first.id,
+            parameters=first.parameters,
+        )
+
+
+def _count(shape: Sequence[int], name: str) -> int:
+    if any(dim < 0 for dim in shape):
+        raise InferenceError(f"the server sent output {name!r} with a negative shape {shape}")
+    return math.prod(shape)
+
+
+def decode_output(
+    name: str, datatype: str, shape: Sequence[int], buffer: bytes | memoryview
+) -> Array:
+    """Decode one output from its raw bytes (gRPC raw contents or the HTTP binary part)."""
+    count = _count(shape, name)
+    if datatype == "BYTES":
+        try:
+            return decode_bytes(buffer, count).reshape(shape)
+        except ValueError as exc:
+            raise InferenceError(f"output {name!r}: {exc}") from exc
+    try:
+        dtype = wire_dtype(datatype)
+    except KeyError:
+        raise InferenceError(f"output {name!r} has unknown datatype {datatype!r}") from None
+    if len(buffer) != count * dtype.itemsize:
+        raise InferenceError(
+            f"output {name!r}: {len(buffer)} bytes do not hold {datatype} of shape {list(shape)}"
+        )
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: object) -> Array:
+    """Decode one output sent as JSON ``data`` (an HTTP response without binary parts)."""
+    count = _count(shape, name)
+    if datatype == "BYTES":
+        items = data if isinstance(data, list) else [data]
+        array = np.empty(len(items), dtype=np.object_)
+        for index, item in enumerate(items):
+            array[index] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+    else:
+        try:
+            array = np.asarray(data, dtype=wire_dtype(datatype)).reshape(-1)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise InferenceError(f"output {name!r}: cannot read {datatype} JSON data") from exc
+    if array.size != count:
+        raise InferenceError(f"output {name!r}: {array.size} values for shape {list(shape)}")
+    return array.reshape(shape)

@@ -1,0 +1,272 @@
+"""Turning what the caller passes into tensors the model accepts, or refusing it.
+
+Everything here is pure and runs before anything is sent: a request that leaves the
+client always declares the shape and datatype of the data it carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NamedTuple, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import InvalidInputError
+from ._spec import ModelSpec, TensorSpec
+
+__all__ = ["InputValue", "PreparedInputs", "Tensor", "prepare_inputs", "split_batch"]
+
+InputValue: TypeAlias = npt.ArrayLike
+"""What an input accepts: numpy arrays, Python scalars, ``str``/``bytes``, nested lists."""
+
+Shape: TypeAlias = tuple[int, ...]
+
+
+class Tensor(NamedTuple):
+    """An input ready to send: its data already has the model's dtype and final shape."""
+
+    name: str
+    datatype: str
+    array: np.ndarray[Any, Any]
+
+
+class PreparedInputs(NamedTuple):
+    tensors: list[Tensor]
+    batch_size: int | None
+    """The size of axis 0 for batched models; None for models without a batch axis."""
+
+
+_TEXT_KINDS: Final = frozenset("USO")
+_INTEGER_KINDS: Final = frozenset("iu")
+_MISSING: Final = object()
+
+
+def prepare_inputs(
+    spec: ModelSpec, values: Mapping[str, object], *, sample: bool = False
+) -> PreparedInputs:
+    """Check, cast and shape every input of a call, following the rules of the docs.
+
+    ``sample=True`` reads each value as one sample (``infer_sample``): the batch axis is
+    added here for batched models.
+    """
+    specs = spec.inputs
+    if not values.keys() <= specs.keys():
+        unknown = sorted(set(values) - set(specs))
+        raise InvalidInputError(
+            f"model {spec.name!r} has no input named {', '.join(map(repr, unknown))}; "
+            f"its inputs are {_names(specs)}",
+            model=spec.name,
+        )
+    batched = spec.max_batch_size > 0
+    tensors: list[Tensor] = []
+    missing: list[str] = []
+    batch_size: int | None = None
+    batch_owner = ""
+    for name, tensor_spec in specs.items():
+        value = values.get(name, _MISSING)
+        if value is _MISSING:
+            if not tensor_spec.optional:
+                missing.append(name)
+            continue
+        array = to_array(value, tensor_spec, spec.name)
+        if not batched:
+            array = _reshape_sample(array, tensor_spec, spec.name)
+        elif sample:
+            array = _reshape_sample(array, tensor_spec, spec.name)[np.newaxis]
+        else:
+            array = _reshape_batch(array, tensor_spec, spec.name)
+        if batched:
+            size = array.shape[0]
+            if batch_size is None:
+                batch_size, batch_owner = size, name
+            elif size != batch_size:
+                raise InvalidInputError(
+                    f"inputs of one call must have the same batch size: {batch_owner!r} has "
+                    f"{batch_size}, {name!r} has {size}",
+                    model=spec.name,
+                )
+        tensors.append(Tensor(name, tensor_spec.datatype, array))
+    if missing:
+        raise InvalidInputError(
+            f"model {spec.name!r} needs input {', '.join(map(repr, missing))}; "
+            f"its inputs are {_names(specs)}",
+            model=spec.name,
+        )
+    if batch_size == 0:
+        raise InvalidInputError(f"an empty batch cannot be sent to {spec.name!r}", model=spec.name)
+    return PreparedInputs(tensors, batch_size)
+
+
+def split_batch(tensors: Sequence[Tensor], max_batch_size: int) -> list[list[Tensor]]:
+    """Cut batched tensors along axis 0 into chunks of at most ``max_batch_size``."""
+    total = tensors[0].array.shape[0]
+    return [
+        [
+            Tensor(tensor.name, tensor.datatype, tensor.array[start : start + max_batch_size])
+            for tensor in tensors
+        ]
+        for start in range(0, total, max_batch_size)
+    ]
+
+
+def _names(specs: Mapping[str, TensorSpec]) -> str:
+    return ", ".join(
+        f"{name!r}{' (optional)' if spec.optional else ''}" for name, spec in specs.items()
+    )
+
+
+def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:
+    """Convert a value to an array of the input's dtype, refusing lossy or senseless casts."""
+    if spec.datatype == "BYTES":
+        return _to_bytes_array(value, spec, model)
+    target = spec.dtype
+    if isinstance(value, np.ndarray):
+        array: np.ndarray[Any, Any] = value
+    elif isinstance(value, str | bytes):
+        raise InvalidInputError(
+            f"input {spec.name!r} is {spec.datatype}: a {type(value).__name__} does not fit it",
+            model=model,
+        )
+    else:
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError) as exc:
+            raise InvalidInputError(
+                f"input {spec.name!r}: cannot make an array of the value given ({exc})",
+                model=model,
+            ) from exc
+    if array.dtype == target:
+        return array
+    return _cast(array, target, spec, model)
+
+
+def _cast(
+    array: np.ndarray[Any, Any], target: np.dtype[Any], spec: TensorSpec, model: str
+) -> np.ndarray[Any, Any]:
+    source = array.dtype
+    # Signed and unsigned integers count as one kind here: the range check below is what
+    # keeps the cast safe, and it lets [0, 255] (int64 to numpy) feed a UINT8 input.
+    integers = source.kind in _INTEGER_KINDS and target.kind in _INTEGER_KINDS
+    if source.kind in _TEXT_KINDS or not (
+        integers or np.can_cast(source, target, casting="same_kind")
+    ):
+        raise InvalidInputError(
+            f"input {spec.name!r} is {spec.datatype} ({target}): values of dtype {source} "
+            "cannot be cast to it without loss",
+            model=model,
+        )
+    if target.kind in _INTEGER_KINDS and source.kind in _INTEGER_KINDS and array.size:
+        info = np.iinfo(target)
+        low, high = int(array.min()), int(array.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise InvalidInputError(
+                f"input {spec.name!r} is {spec.datatype}: value {bad} is outside "
+                f"[{info.min}, {info.max}]",
+                model=model,
+            )
+    return array.astype(target)
+
+
+def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:
+    if isinstance(value, np.ndarray):
+        kind = value.dtype.kind
+        if kind == "O":
+            return value
+        if kind in "US":
+            return value.astype(np.object_)
+        raise InvalidInputError(
+            f"input {spec.name!r} is BYTES: it takes str or bytes, got an array of {value.dtype}",
+            model=model,
+        )
+    if isinstance(value, str | bytes):
+        array = np.empty((), dtype=np.object_)
+        array[()] = value
+        return array
+    try:
+        array = np.array(value, dtype=np.object_)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInputError(
+            f"input {spec.name!r}: cannot make an array of the value given ({exc})", model=model
+        ) from exc
+    return array
+
+
+def _matches(shape: Shape, dims: Shape) -> bool:
+    if len(shape) != len(dims):
+        return False
+    return all(dim == -1 or dim == size for size, dim in zip(shape, dims, strict=True))
+
+
+def _pattern(dims: Shape) -> str:
+    return "[" + ", ".join(str(dim) for dim in dims) + "]"
+
+
+def _sample_readings(shape: Shape, dims: Shape) -> list[Shape]:
+    """Shapes one sample can take: as given, or with size-1 axes of ``dims`` added around it."""
+    if _matches(shape, dims):
+        return [shape]
+    missing = len(dims) - len(shape)
+    if missing <= 0:
+        return []
+    readings: list[Shape] = []
+    for leading in range(missing + 1):
+        candidate = (1,) * leading + shape + (1,) * (missing - leading)
+        added = [*range(leading), *range(leading + len(shape), len(dims))]
+        if all(dims[axis] == 1 for axis in added) and _matches(candidate, dims):
+            readings.append(candidate)
+    return list(dict.fromkeys(readings))
+
+
+def _reshape_sample(
+    array: np.ndarray[Any, Any], spec: TensorSpec, model: str
+) -> np.ndarray[Any, Any]:
+    readings = _sample_readings(array.shape, spec.shape)
+    if len(readings) == 1:
+        return array if readings[0] == array.shape else array.reshape(readings[0])
+    if not readings:
+        raise InvalidInputError(
+            f"input {spec.name!r} expects shape {_pattern(spec.shape)}, got {array.shape}",
+            model=model,
+        )
+    raise InvalidInputError(
+        f"input {spec.name!r}: shape {array.shape} is ambiguous for {_pattern(spec.shape)}: "
+        f"it could be {' or '.join(map(str, readings))}; pass exactly {_pattern(spec.shape)}",
+        model=model,
+    )
+
+
+def _reshape_batch(
+    array: np.ndarray[Any, Any], spec: TensorSpec, model: str
+) -> np.ndarray[Any, Any]:
+    shape: Shape = array.shape
+    dims = spec.shape
+    rank = len(shape)
+    # Reading 1: batched as given. It excludes the other two, which need a lower rank.
+    if rank == len(dims) + 1 and _matches(shape[1:], dims):
+        return array
+    readings: dict[Shape, str] = {}
+    # Reading 2: batched, with trailing size-1 axes of the sample shape left out.
+    if 1 <= rank <= len(dims):
+        candidate = shape + (1,) * (len(dims) + 1 - rank)
+        if all(dim == 1 for dim in dims[rank - 1 :]) and _matches(candidate[1:], dims):
+            readings[candidate] = f"a batch of {shape[0]}"
+    # Reading 3: a single sample; a batch axis of 1 is added.
+    if rank == len(dims) and _matches(shape, dims):
+        readings.setdefault((1, *shape), "one sample")
+    if len(readings) == 1:
+        return array.reshape(next(iter(readings)))
+    expected = f"(n, {_pattern(dims)[1:-1]})" if dims else "(n,)"
+    if not readings:
+        raise InvalidInputError(
+            f"input {spec.name!r} expects a batch of shape {expected} "
+            f"(sample shape {_pattern(dims)}), got {shape}",
+            model=model,
+        )
+    described = " or ".join(f"{how} {reading}" for reading, how in readings.items())
+    raise InvalidInputError(
+        f"input {spec.name!r}: shape {shape} is ambiguous for sample shape {_pattern(dims)}: "
+        f"it reads as {described}; use infer_sample or pass shape {expected}",
+        model=model,
+    )

@@ -1,0 +1,149 @@
+"""Typed descriptions of a model, built from the server's model metadata and config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ._dtypes import config_type_to_datatype, numpy_dtype
+
+__all__ = ["ModelSpec", "TensorSpec"]
+
+JSON = Mapping[str, Any]
+"""A decoded JSON object, as the server sends metadata and config (or gRPC's equivalent)."""
+
+
+@attrs.frozen(kw_only=True)
+class TensorSpec:
+    """One input or output of a model.
+
+    Attributes:
+        name: the tensor's name.
+        datatype: the Triton datatype, e.g. ``"FP32"`` or ``"BYTES"``.
+        shape: the shape of one sample; never includes the batch axis. ``-1`` marks an
+            axis of any size.
+        optional: (inputs) the model runs without this input.
+        label_filename: (outputs) the label file the config names for classification.
+    """
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    optional: bool = False
+    label_filename: str | None = None
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The numpy dtype of this tensor (``np.object_`` for BYTES)."""
+        return numpy_dtype(self.datatype)
+
+
+def _freeze(specs: Mapping[str, TensorSpec]) -> Mapping[str, TensorSpec]:
+    return MappingProxyType({spec.name: spec for spec in specs.values()})
+
+
+def _same_specs(left: Mapping[str, TensorSpec], right: Mapping[str, TensorSpec]) -> bool:
+    return dict(left) == dict(right)
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """What a model takes and returns, and how the server schedules it.
+
+    Attributes:
+        name: the model's name.
+        versions: the versions the server reported as available.
+        platform: the model's platform (``"ensemble"``, ``"python"``, ``"onnxruntime_onnx"``...).
+        backend: the backend that runs it, or ``None`` (ensembles have none).
+        max_batch_size: the largest batch the model accepts; 0 means it takes no batch axis.
+        inputs: input name -> spec, in the model's order.
+        outputs: output name -> spec, in the model's order.
+        decoupled: the model may send any number of responses per request.
+        sequence: the model is stateful (sequence batching).
+        dynamic_batching: the server gathers requests into batches.
+        preferred_batch_sizes: the batch sizes the dynamic batcher prefers.
+    """
+
+    name: str
+    versions: tuple[str, ...] = ()
+    platform: str = ""
+    backend: str | None = None
+    max_batch_size: int = 0
+    inputs: Mapping[str, TensorSpec] = attrs.field(
+        factory=dict, converter=_freeze, eq=attrs.cmp_using(eq=_same_specs), hash=False
+    )
+    outputs: Mapping[str, TensorSpec] = attrs.field(
+        factory=dict, converter=_freeze, eq=attrs.cmp_using(eq=_same_specs), hash=False
+    )
+    decoupled: bool = False
+    sequence: bool = False
+    dynamic_batching: bool = False
+    preferred_batch_sizes: tuple[int, ...] = ()
+
+    @property
+    def batched(self) -> bool:
+        """The model takes a batch axis (``max_batch_size > 0``)."""
+        return self.max_batch_size > 0
+
+    @classmethod
+    def from_metadata(cls, metadata: JSON, config: JSON) -> ModelSpec:
+        """Build a spec from the server's model metadata and model config.
+
+        Shapes and datatypes come from the metadata (what the server checks requests
+        against), with the batch axis removed; the rest comes from the config.
+        """
+        max_batch_size = _int(config.get("max_batch_size", 0))
+        input_configs = {item["name"]: item for item in config.get("input", ())}
+        output_configs = {item["name"]: item for item in config.get("output", ())}
+        inputs = [
+            _tensor_spec(item, input_configs.get(item["name"], {}), max_batch_size)
+            for item in metadata.get("inputs", ())
+        ]
+        outputs = [
+            _tensor_spec(item, output_configs.get(item["name"], {}), max_batch_size)
+            for item in metadata.get("outputs", ())
+        ]
+        dynamic = config.get("dynamic_batching")
+        policy = config.get("model_transaction_policy") or {}
+        backend = str(config.get("backend") or "") or None
+        return cls(
+            name=str(metadata.get("name") or config.get("name") or ""),
+            versions=tuple(str(version) for version in metadata.get("versions", ())),
+            platform=str(config.get("platform") or metadata.get("platform") or backend or ""),
+            backend=backend,
+            max_batch_size=max_batch_size,
+            inputs={spec.name: spec for spec in inputs},
+            outputs={spec.name: spec for spec in outputs},
+            decoupled=bool(policy.get("decoupled", False)),
+            sequence="sequence_batching" in config,
+            dynamic_batching=dynamic is not None,
+            preferred_batch_sizes=tuple(
+                _int(size) for size in (dynamic or {}).get("preferred_batch_size", ())
+            ),
+        )
+
+
+def _int(value: Any) -> int:
+    # gRPC's JSON form writes int64 fields as strings.
+    return int(value)
+
+
+def _tensor_spec(metadata: JSON, config: JSON, max_batch_size: int) -> TensorSpec:
+    shape = tuple(_int(dim) for dim in metadata.get("shape", ()))
+    if max_batch_size > 0 and shape:
+        shape = shape[1:]
+    datatype = str(metadata.get("datatype") or "")
+    if not datatype and "data_type" in config:
+        datatype = config_type_to_datatype(str(config["data_type"]))
+    label_filename = str(config.get("label_filename") or "") or None
+    return TensorSpec(
+        name=str(metadata["name"]),
+        datatype=datatype,
+        shape=shape,
+        optional=bool(config.get("optional", False)),
+        label_filename=label_filename,
+    )

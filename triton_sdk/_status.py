@@ -1,0 +1,55 @@
+"""Typed answers of the server-level calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+__all__ = ["ModelStatus", "ServerMetadata"]
+
+
+@attrs.frozen(kw_only=True)
+class ServerMetadata:
+    """Who the server is: its name, version and the protocol extensions it supports."""
+
+    name: str
+    version: str
+    extensions: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ServerMetadata:
+        return cls(
+            name=str(data.get("name", "")),
+            version=str(data.get("version", "")),
+            extensions=tuple(str(item) for item in data.get("extensions", ())),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ModelStatus:
+    """One entry of the model repository index.
+
+    Attributes:
+        name: the model's name.
+        version: the version this entry is about; ``None`` when the server names none
+            (a model that was never loaded).
+        state: the state as the server names it: ``"READY"``, ``"UNAVAILABLE"``,
+            ``"LOADING"``, ``"UNLOADING"``, or ``""`` when it has none.
+        reason: why the model is in that state; ``""`` when none is given.
+    """
+
+    name: str
+    version: str | None = None
+    state: str = ""
+    reason: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelStatus:
+        return cls(
+            name=str(data.get("name", "")),
+            version=str(data["version"]) if data.get("version") else None,
+            state=str(data.get("state") or ""),
+            reason=str(data.get("reason") or ""),
+        )

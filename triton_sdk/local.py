@@ -1,0 +1,416 @@
+"""A real Triton server on this machine, for notebooks, demos and tests.
+
+>>> from triton_sdk.local import LocalServer
+>>> with LocalServer("model_repository") as server:            # doctest: +SKIP
+...     client = ts.Client(server.grpc_url)
+
+The server is the ``tritonserver`` binary shipped in the ``nvidia-pytriton`` wheel
+(``pip install "triton-sdk[server]"``), or the binary ``TRITONSERVER_PATH`` names. It
+listens on free loopback ports only. Python-backend models run in the environment of
+the running interpreter unless ``python_env`` (or ``TRITON_SDK_PYTHON_ENV``) names
+another; that environment needs numpy 1.x, because the backend utilities shipped with
+the server mis-decode BYTES tensors under numpy 2.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import http.client
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Literal
+
+import attrs
+
+from ._errors import TritonError
+
+__all__ = ["LocalServer", "ServerStartError", "TritonInstallation", "find_tritonserver"]
+
+StrPath = str | os.PathLike[str]
+
+_EXIT_TIMEOUT_SECONDS: Final = 5
+_PORT_ATTEMPTS: Final = 3
+
+
+class ServerStartError(TritonError, RuntimeError):
+    """The server could not be found or did not become ready; the message ends with its log."""
+
+
+@attrs.frozen(kw_only=True)
+class TritonInstallation:
+    """Where the server's files are.
+
+    Attributes:
+        binary: the ``tritonserver`` executable.
+        backends: the backend directory that comes with it.
+        python_stub: the Python-backend stub for the running Python, when it has to be
+            put in place (the wheel ships one stub per Python version).
+        library_dirs: shared-library directories the binary needs.
+    """
+
+    binary: Path
+    backends: Path
+    python_stub: Path | None = None
+    library_dirs: tuple[Path, ...] = ()
+
+
+def find_tritonserver() -> TritonInstallation:
+    """Locate the server: ``TRITONSERVER_PATH``, else the nvidia-pytriton wheel."""
+    explicit = os.environ.get("TRITONSERVER_PATH")
+    if explicit:
+        binary = Path(explicit)
+        if binary.is_dir():
+            binary = binary / "bin" / "tritonserver"
+        if not binary.is_file():
+            raise ServerStartError(f"TRITONSERVER_PATH names no tritonserver binary: {explicit}")
+        return TritonInstallation(binary=binary, backends=binary.parent.parent / "backends")
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServerStartError(
+            "no tritonserver found: install the server extra "
+            '(pip install "triton-sdk[server]") or set TRITONSERVER_PATH'
+        )
+    package = Path(next(iter(spec.submodule_search_locations)))
+    root = package / "tritonserver"
+    binary = root / "bin" / "tritonserver"
+    if not binary.is_file():
+        raise ServerStartError(f"the nvidia-pytriton package has no server binary at {binary}")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    libs = package.parent / "nvidia_pytriton.libs"
+    return TritonInstallation(
+        binary=binary,
+        backends=root / "backends",
+        python_stub=stub if stub.is_file() else None,
+        library_dirs=(libs,) if libs.is_dir() else (),
+    )
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _backend_directory(installation: TritonInstallation, into: Path) -> Path:
+    """A backend directory whose Python backend has the stub for the running Python.
+
+    The installed files are linked, not copied: the wheel's own tree may be read-only.
+    """
+    if installation.python_stub is None:
+        return installation.backends
+    target = into / "backends"
+    for backend in installation.backends.iterdir():
+        if backend.is_dir():
+            (target / backend.name).mkdir(parents=True)
+            for item in backend.iterdir():
+                (target / backend.name / item.name).symlink_to(item)
+    python = target / "python"
+    python.mkdir(exist_ok=True)
+    (python / installation.python_stub.name).symlink_to(installation.python_stub)
+    return target
+
+
+def _server_environment(
+    installation: TritonInstallation, python_env: Path | None
+) -> dict[str, str]:
+    """The environment traps of running the wheel's server, handled.
+
+    - The Python stub links libpython: the running interpreter's library directory goes
+      first on LD_LIBRARY_PATH, or the stub picks up the system's libpython.
+    - The stub finds its Python environment (and numpy) through ``python3`` on PATH.
+    """
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    library_path = [str(path) for path in (libdir, *installation.library_dirs) if path]
+    if env.get("LD_LIBRARY_PATH"):
+        library_path.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(library_path)
+    if python_env is not None:
+        bin_dir = python_env / "bin"
+        env["VIRTUAL_ENV"] = str(python_env)
+    else:
+        bin_dir = Path(sys.executable).parent
+        if sys.prefix != sys.base_prefix:
+            env["VIRTUAL_ENV"] = sys.prefix
+    env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def _ready(port: int) -> bool:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
+    try:
+        connection.request("GET", "/v2/health/ready")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+_running: weakref.WeakSet[LocalServer] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_running):
+        server.stop()
+
+
+class LocalServer:
+    """A ``tritonserver`` process on free loopback ports, serving a model repository.
+
+    Use it as a context manager (or call :meth:`start` and :meth:`stop`). It waits until
+    the server reports ready, writes the server's log to ``log_path`` and raises
+    :class:`ServerStartError`, with the log's tail, when the server cannot start.
+
+    Args:
+        repository: the model repository (``REPO/MODEL/config.pbtxt``, ``REPO/MODEL/1/...``).
+        model_control: the server's ``--model-control-mode``. ``"explicit"`` (the default)
+            loads every model at start and allows ``load_model``/``unload_model``.
+        startup_timeout: seconds to wait for the server to become ready.
+        log_path: where the server log goes; a temporary file when not given.
+        python_env: the environment Python-backend models run in (a virtualenv or
+            installation prefix); default: ``TRITON_SDK_PYTHON_ENV`` or the running one.
+        log_verbose: the server's ``--log-verbose`` level.
+        extra_args: more ``tritonserver`` arguments.
+    """
+
+    def __init__(
+        self,
+        repository: StrPath,
+        *,
+        model_control: Literal["explicit", "none", "poll"] = "explicit",
+        startup_timeout: float = 120.0,
+        log_path: StrPath | None = None,
+        python_env: StrPath | None = None,
+        log_verbose: int = 0,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.repository = Path(repository).resolve()
+        self.model_control = model_control
+        self.startup_timeout = startup_timeout
+        self._log_path = Path(log_path) if log_path is not None else None
+        env_default = os.environ.get("TRITON_SDK_PYTHON_ENV")
+        chosen = python_env if python_env is not None else env_default or None
+        self.python_env = Path(chosen) if chosen else None
+        self.log_verbose = log_verbose
+        self.extra_args = tuple(extra_args)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: Path | None = None
+        self._ports: tuple[int, int, int] | None = None
+
+    # Addresses
+
+    def _port(self, index: int) -> int:
+        if self._ports is None:
+            raise ServerStartError("the server has not been started")
+        return self._ports[index]
+
+    @property
+    def http_port(self) -> int:
+        return self._port(0)
+
+    @property
+    def grpc_port(self) -> int:
+        return self._port(1)
+
+    @property
+    def metrics_port(self) -> int:
+        return self._port(2)
+
+    @property
+    def grpc_url(self) -> str:
+        """``grpc://127.0.0.1:PORT``."""
+        return f"grpc://127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """``http://127.0.0.1:PORT/metrics`` (Prometheus text format)."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def log_path(self) -> Path:
+        """The file the server's output goes to."""
+        if self._log_path is None:
+            raise ServerStartError("the server has not been started")
+        return self._log_path
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the server log."""
+        return _tail(self.log_path, lines)
+
+    def __repr__(self) -> str:
+        where = f" grpc={self._ports[1]} http={self._ports[0]}" if self._ports else ""
+        return f"<LocalServer {str(self.repository)!r}{where}>"
+
+    # Lifetime
+
+    def start(self) -> LocalServer:
+        """Start the server and wait until it is ready. Returns the server."""
+        if self._process is not None:
+            return self
+        if not self.repository.is_dir():
+            raise ServerStartError(f"model repository {self.repository} is not a directory")
+        installation = find_tritonserver()
+        self._workdir = Path(tempfile.mkdtemp(prefix="triton_sdk-"))
+        if self._log_path is None:
+            self._log_path = self._workdir / "tritonserver.log"
+        backends = _backend_directory(installation, self._workdir)
+        env = _server_environment(installation, self.python_env)
+        keep_ports = self._ports
+        for attempt in range(_PORT_ATTEMPTS):
+            ports = keep_ports or tuple(_free_ports(3))
+            self._ports = (ports[0], ports[1], ports[2])
+            try:
+                self._launch(installation, backends, env)
+                return self
+            except ServerStartError:
+                log = _tail(self.log_path, 200)
+                port_clash = "address already in use" in log.lower()
+                self._cleanup_process()
+                if keep_ports is not None or not port_clash or attempt == _PORT_ATTEMPTS - 1:
+                    self._remove_workdir()
+                    raise
+        raise AssertionError("unreachable")
+
+    def _command(self, installation: TritonInstallation, backends: Path) -> list[str]:
+        command = [
+            str(installation.binary),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={backends}",
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            f"--exit-timeout-secs={_EXIT_TIMEOUT_SECONDS}",
+            f"--model-control-mode={self.model_control}",
+            f"--log-verbose={self.log_verbose}",
+        ]
+        if self.model_control == "explicit":
+            command.append("--load-model=*")
+        return [*command, *self.extra_args]
+
+    def _launch(
+        self, installation: TritonInstallation, backends: Path, env: dict[str, str]
+    ) -> None:
+        with open(self.log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                self._command(installation, backends),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        _running.add(self)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            code = self._process.poll()
+            if code is not None:
+                raise ServerStartError(
+                    f"tritonserver exited with code {code} while starting; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if _ready(self.http_port):
+                return
+            time.sleep(0.1)
+        raise ServerStartError(
+            f"tritonserver was not ready after {self.startup_timeout}s; "
+            f"log {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def _cleanup_process(self) -> None:
+        process, self._process = self._process, None
+        _running.discard(self)
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=_EXIT_TIMEOUT_SECONDS + 10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        # Python-backend stubs share the server's process group; take any stragglers.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+    def _remove_workdir(self) -> None:
+        workdir, self._workdir = self._workdir, None
+        if workdir is not None:
+            if self._log_path is not None and self._log_path.is_relative_to(workdir):
+                self._log_path = None
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after the exit timeout) and clean up."""
+        self._cleanup_process()
+        self._remove_workdir()
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would; ports stay reserved for restart."""
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
+            self._process = None
+            _running.discard(self)
+
+    def restart(self) -> LocalServer:
+        """Stop the server if it runs and start it again on the same ports."""
+        self._cleanup_process()
+        self._remove_workdir()
+        return self.start()
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
