@@ -1,0 +1,126 @@
+"""A real tritonserver for the whole session, and clients on all four transports.
+
+The model repository joins the models under tests/models with the examples the
+package ships. The server listens on free loopback ports and stops with the session.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import triton_sdk as ts
+from triton_sdk.local import LocalServer
+
+from ._blocking import Blocking, LoopThread
+
+TESTS = Path(__file__).resolve().parent.parent
+FIXTURE_MODELS = TESTS / "models"
+EXAMPLE_MODELS = TESTS.parent / "triton_sdk" / "examples" / "models"
+
+PROTOCOLS = ["grpc", "http"]
+MODES = ["sync", "async"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.integration)
+
+
+def build_repository(target: Path) -> Path:
+    """A model repository of links to every fixture and example model."""
+    target.mkdir(parents=True, exist_ok=True)
+    for source in (FIXTURE_MODELS, EXAMPLE_MODELS):
+        for model in sorted(source.iterdir()):
+            if (model / "config.pbtxt").is_file():
+                (target / model.name).symlink_to(model, target_is_directory=True)
+    return target
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_repository(tmp_path_factory.mktemp("model_repository"))
+
+
+@pytest.fixture(scope="session")
+def server(repository: Path) -> Iterator[LocalServer]:
+    with LocalServer(repository) as running:
+        yield running
+
+
+@pytest.fixture(params=PROTOCOLS)
+def protocol(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def url(server: LocalServer, protocol: str) -> str:
+    return server.grpc_url if protocol == "grpc" else server.http_url
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    loop = LoopThread()
+    yield loop
+    loop.close()
+
+
+def open_client(url: str, mode: str, loop: LoopThread, **options: Any) -> Any:
+    """A Client, or a blocking view of an AsyncClient: the same calls work on both."""
+    if mode == "sync":
+        return ts.Client(url, **options)
+    return Blocking(ts.AsyncClient(url, **options), loop)
+
+
+def close_client(client: Any, loop: LoopThread) -> None:
+    if isinstance(client, Blocking):
+        loop.run(client.target.aclose())
+    else:
+        client.close()
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_client(url: str, mode: str, loop_thread: LoopThread) -> Iterator[Any]:
+    """Open clients on this test's transport (closed at teardown): make_client(**options)."""
+    opened: list[Any] = []
+
+    def make(**options: Any) -> Any:
+        client = open_client(url, mode, loop_thread, **options)
+        opened.append(client)
+        return client
+
+    yield make
+    for client in opened:
+        close_client(client, loop_thread)
+
+
+@pytest.fixture
+def client(make_client: Any) -> Any:
+    """A client on each of grpc/http x sync/async."""
+    return make_client()
+
+
+def server_statistics(server: LocalServer, model: str) -> dict[str, Any]:
+    """The server's own counters for a model (read over plain HTTP, not through the SDK)."""
+    with urllib.request.urlopen(f"{server.http_url}/v2/models/{model}/stats", timeout=10) as reply:
+        stats = json.load(reply)["model_stats"]
+    return stats[0] if stats else {}
+
+
+def inference_count(server: LocalServer, model: str) -> int:
+    """How many requests (successful or failed) of this model the server received."""
+    stats = server_statistics(server, model).get("inference_stats", {})
+    return int(stats.get("success", {}).get("count", 0)) + int(
+        stats.get("fail", {}).get("count", 0)
+    )

@@ -1,0 +1,38 @@
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.threads = []
+
+    def execute(self, requests):
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            delay = pb_utils.get_input_tensor_by_name(request, "DELAY_MS")
+            delay_s = float(delay.as_numpy()[0]) / 1000.0 if delay is not None else 0.0
+            sender = request.get_response_sender()
+            thread = threading.Thread(target=self.respond, args=(sender, values, delay_s))
+            thread.start()
+            self.threads.append(thread)
+        return None
+
+    def respond(self, sender, values, delay_s):
+        for index, value in enumerate(values):
+            if sender.is_cancelled():
+                break
+            outputs = [
+                pb_utils.Tensor("OUT", np.array([value], dtype=np.int32)),
+                pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32)),
+            ]
+            sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
+            if delay_s:
+                time.sleep(delay_s)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def finalize(self):
+        for thread in self.threads:
+            thread.join()
