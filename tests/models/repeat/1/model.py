@@ -18,7 +18,7 @@ class TritonPythonModel:
             thread = threading.Thread(target=self.respond, args=(sender, values, delay_s))
             thread.start()
             self.threads.append(thread)
-        return None
+        return
 
     def respond(self, sender, values, delay_s):
         for index, value in enumerate(values):

@@ -1,0 +1,59 @@
+"""Sessions: tests (unit + integration against a real tritonserver), lint, typecheck.
+
+`python3 -m nox` runs them all; `python3 -m nox -s tests -- -k shaping` runs a subset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests", "tests_numpy2"]
+nox.options.error_on_external_run = True
+nox.options.reuse_venv = "yes"
+
+TEST_REQUIREMENTS = ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.2"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit and integration tests; the server comes from the `server` extra."""
+    session.install(".[server]", *TEST_REQUIREMENTS)
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def tests_numpy2(session: nox.Session) -> None:
+    """The same tests with numpy 2 on the client side.
+
+    The server's Python models need numpy 1 (the backend utilities shipped with the
+    server mis-decode BYTES tensors under numpy 2), so they run in a small environment
+    of their own, handed to LocalServer through TRITON_SDK_PYTHON_ENV.
+    """
+    model_env = Path(session.virtualenv.location) / "model-env"
+    if not (model_env / "bin" / "python").exists():
+        session.run("python", "-m", "venv", str(model_env))
+    session.run(
+        str(model_env / "bin" / "python"), "-m", "pip", "install", "-q", "numpy<2", external=True
+    )
+    session.install(".", "numpy>=2", *TEST_REQUIREMENTS)
+    # Only the server binary is needed from this package; its own pins would pull numpy 1.
+    session.install("--no-deps", "nvidia-pytriton")
+    session.run("python", "-c", "import numpy; assert numpy.__version__.startswith('2.')")
+    session.run("pytest", *session.posargs, env={"TRITON_SDK_PYTHON_ENV": str(model_env)})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the package and on the usage examples in tests/typing."""
+    session.install(".", "mypy>=1.10")
+    session.run("mypy", "--strict", "triton_sdk", "tests/typing")

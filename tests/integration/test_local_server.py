@@ -1,0 +1,120 @@
+"""LocalServer: a real tritonserver on free loopback ports, started and stopped cleanly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import triton_sdk as ts
+from triton_sdk.local import LocalServer, ServerStartError, find_tritonserver
+
+from .conftest import EXAMPLE_MODELS, FIXTURE_MODELS
+
+
+def _process_group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_two_servers_side_by_side_then_stopped(tmp_path: Path) -> None:
+    first = LocalServer(EXAMPLE_MODELS, log_path=tmp_path / "first.log")
+    second = LocalServer(str(EXAMPLE_MODELS))
+    with first, second:
+        ports = {first.http_port, first.grpc_port, first.metrics_port}
+        ports |= {second.http_port, second.grpc_port, second.metrics_port}
+        assert len(ports) == 6
+        assert first.grpc_url == f"grpc://127.0.0.1:{first.grpc_port}"
+        assert first.http_url == f"http://127.0.0.1:{first.http_port}"
+        assert first.metrics_url == f"http://127.0.0.1:{first.metrics_port}/metrics"
+        for server in (first, second):
+            with ts.Client(server.grpc_url) as client:
+                assert client.model("add_sub").infer_sample(
+                    INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1]
+                )["OUTPUT0"].tolist() == [2, 3, 4, 5]
+        pids = [first.pid, second.pid]
+        assert all(pids)
+        assert (tmp_path / "first.log").read_text().count("Started GRPCInferenceService") == 1
+    for pid in pids:
+        assert pid is not None
+        assert not _process_group_alive(pid)
+    assert first.pid is None
+    # A log the caller asked for outlives the server.
+    assert (tmp_path / "first.log").exists()
+
+
+def test_broken_model_fails_with_the_log_tail(tmp_path: Path) -> None:
+    repository = tmp_path / "repository"
+    (repository / "broken" / "1").mkdir(parents=True)
+    (repository / "broken" / "config.pbtxt").write_text('backend: "python"\nmax_batch_size: [\n')
+    (repository / "broken" / "1" / "model.py").write_text("")
+    server = LocalServer(repository, startup_timeout=60)
+    with pytest.raises(ServerStartError, match="broken") as caught:
+        server.start()
+    assert "tritonserver" in str(caught.value)
+    assert server.pid is None
+
+
+def test_model_that_cannot_load_fails_with_its_error(tmp_path: Path) -> None:
+    repository = tmp_path / "repository"
+    (repository / "crashes" / "1").mkdir(parents=True)
+    (repository / "crashes" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    (repository / "crashes" / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        raise RuntimeError('weights are missing')\n"
+    )
+    with pytest.raises(ServerStartError, match="weights are missing"):
+        LocalServer(repository, startup_timeout=60).start()
+
+
+def test_missing_repository_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ServerStartError, match="not a directory"):
+        LocalServer(tmp_path / "nowhere").start()
+
+
+def test_tritonserver_path_must_name_a_binary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRITONSERVER_PATH", str(tmp_path / "no-binary"))
+    with pytest.raises(ServerStartError, match="TRITONSERVER_PATH"):
+        find_tritonserver()
+    monkeypatch.delenv("TRITONSERVER_PATH")
+    installation = find_tritonserver()
+    assert installation.binary.name == "tritonserver"
+    assert installation.python_stub is not None
+
+
+def test_unstarted_server_has_no_addresses() -> None:
+    server = LocalServer(FIXTURE_MODELS)
+    with pytest.raises(ServerStartError, match="not been started"):
+        _ = server.grpc_url
+
+
+def test_demo_runs_against_a_real_server() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "triton_sdk", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    output = completed.stdout
+    assert "is ready at grpc://127.0.0.1:" in output
+    assert "input   TEXT     BYTES  [1]" in output
+    assert "output  OUTPUT   FP32   [768]" in output
+    for label in ("gRPC", "HTTP", "gRPC asyncio", "HTTP asyncio"):
+        assert f"[{label:<12}] text_embed" in output
+        assert f"[{label:<12}] add_sub" in output
+    assert output.count("-> OUTPUT0 [11. 22. 33. 44.]") == 4
