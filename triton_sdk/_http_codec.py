@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Generic, TypeVar
 from urllib.parse import quote
 
 import attrs
-import numpy as np
 
-from ._dtypes import encode_bytes
-from ._errors import InferenceError, InvalidInputError, TritonError, classify_status
+from ._errors import InferenceError, TritonError, classify_status
 from ._request import InferRequest
 from ._result import InferResult, decode_json_output, decode_output
+from ._wire import tensor_payload
 
 __all__ = [
     "HEADER_LENGTH",
@@ -28,13 +26,11 @@ __all__ = [
     "decode_infer",
     "encode_infer",
     "error_from_response",
-    "raw_input_bytes",
 ]
 
 T = TypeVar("T")
 
 HEADER_LENGTH: Final = "Inference-Header-Content-Length"
-_LITTLE_ENDIAN: Final = sys.byteorder == "little"
 
 
 def model_path(base: str, name: str, version: str | None, suffix: str = "") -> str:
@@ -43,18 +39,6 @@ def model_path(base: str, name: str, version: str | None, suffix: str = "") -> s
     if version:
         path += f"/versions/{quote(version, safe='')}"
     return path + suffix
-
-
-def raw_input_bytes(array: np.ndarray[Any, Any], datatype: str, name: str) -> bytes | memoryview:
-    """The wire bytes of one input: little-endian raw data, or length-prefixed BYTES."""
-    if datatype == "BYTES":
-        try:
-            return encode_bytes(array.reshape(-1).tolist(), name)
-        except TypeError as exc:
-            raise InvalidInputError(str(exc)) from exc
-    if not _LITTLE_ENDIAN and array.dtype.itemsize > 1:
-        array = array.astype(array.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
 def _parameters(request: InferRequest) -> dict[str, Any]:
@@ -73,7 +57,7 @@ def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
     parts: list[bytes | memoryview] = [b""]
     inputs = []
     for tensor in request.inputs:
-        raw = raw_input_bytes(tensor.array, tensor.datatype, tensor.name)
+        raw = tensor_payload(tensor)
         parts.append(raw)
         inputs.append(
             {

@@ -7,6 +7,7 @@ package ships. The server listens on free loopback ports and stops with the sess
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path

@@ -20,9 +20,9 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from .._config import Endpoint, TLSConfig
 from .._errors import TritonConnectionError, TritonError, classify_status
-from .._http_codec import raw_input_bytes
 from .._request import InferRequest, ParameterValue
 from .._result import InferResult, decode_json_output, decode_output
+from .._wire import tensor_payload
 from ._protocol import JSON
 
 __all__ = ["AsyncGrpcBackend", "GrpcBackend", "channel_options"]
@@ -104,7 +104,7 @@ def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
     inputs = []
     contents = []
     for tensor in request.inputs:
-        raw = raw_input_bytes(tensor.array, tensor.datatype, tensor.name)
+        raw = tensor_payload(tensor)
         contents.append(raw if isinstance(raw, bytes) else raw.tobytes())
         inputs.append(
             _InputTensor(name=tensor.name, datatype=tensor.datatype, shape=tensor.array.shape)
