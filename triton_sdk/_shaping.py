@@ -172,24 +172,34 @@ def _cast(
 def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:
     if isinstance(value, np.ndarray):
         kind = value.dtype.kind
-        if kind == "O":
-            return value
         if kind in "US":
             return value.astype(np.object_)
-        raise InvalidInputError(
-            f"input {spec.name!r} is BYTES: it takes str or bytes, got an array of {value.dtype}",
-            model=model,
-        )
-    if isinstance(value, str | bytes):
+        if kind != "O":
+            raise InvalidInputError(
+                f"input {spec.name!r} is BYTES: it takes str or bytes, "
+                f"got an array of {value.dtype}",
+                model=model,
+            )
+        array: np.ndarray[Any, Any] = value
+    elif isinstance(value, str | bytes):
         array = np.empty((), dtype=np.object_)
         array[()] = value
         return array
-    try:
-        array = np.array(value, dtype=np.object_)
-    except (ValueError, TypeError) as exc:
-        raise InvalidInputError(
-            f"input {spec.name!r}: cannot make an array of the value given ({exc})", model=model
-        ) from exc
+    else:
+        try:
+            array = np.array(value, dtype=np.object_)
+        except (ValueError, TypeError) as exc:
+            raise InvalidInputError(
+                f"input {spec.name!r}: cannot make an array of the value given ({exc})",
+                model=model,
+            ) from exc
+    for index, item in enumerate(array.flat):
+        if not isinstance(item, str | bytes):
+            raise InvalidInputError(
+                f"input {spec.name!r} is BYTES: its elements must be str or bytes, "
+                f"got {type(item).__name__} at flat index {index}",
+                model=model,
+            )
     return array
 
 

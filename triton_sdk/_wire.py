@@ -7,7 +7,6 @@ measured against its shape here, with overflow-checked arithmetic, on both proto
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Final
 
@@ -20,7 +19,6 @@ from ._shaping import Tensor
 __all__ = ["declared_count", "tensor_payload"]
 
 MAX_ELEMENTS: Final = 2**63 - 1
-_LITTLE_ENDIAN: Final = sys.byteorder == "little"
 
 
 def declared_count(shape: Sequence[int], name: str) -> int:
@@ -55,8 +53,9 @@ def tensor_payload(tensor: Tensor) -> bytes | memoryview:
         raise InvalidInputError(
             f"input {tensor.name!r} is {tensor.datatype} but its data is {array.dtype}"
         )
-    if not _LITTLE_ENDIAN and array.dtype.itemsize > 1:
-        array = array.astype(array.dtype.newbyteorder("<"))
+    little_endian = array.dtype.newbyteorder("<")
+    if array.dtype != little_endian:
+        array = array.astype(little_endian)
     payload = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
     if payload.nbytes != count * dtype.itemsize:
         raise InvalidInputError(

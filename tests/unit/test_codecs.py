@@ -1,0 +1,672 @@
+"""Wire formats without I/O: the HTTP codec and routes, and the gRPC request/response helpers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.utils import serialize_byte_tensor
+
+import triton_sdk as ts
+from triton_sdk._backends._grpc import (
+    build_infer_request,
+    channel_options,
+    decode_infer_response,
+)
+from triton_sdk._http_codec import (
+    HEADER_LENGTH,
+    Routes,
+    decode_infer,
+    encode_infer,
+    error_from_response,
+)
+from triton_sdk._request import InferRequest, RequestedOutput
+from triton_sdk._shaping import Tensor
+from triton_sdk._wire import declared_count, tensor_payload
+
+FLOATS = np.array([[1.5, -2.0, 3.25]], dtype=np.float32)
+TEXTS = np.array([["안녕"], [""], ["a\x00b"]], dtype=np.object_)
+RAW = np.array([[b"\x00\xff"]], dtype=np.object_)
+
+
+def serialized(items: list[Any]) -> bytes:
+    return bytes(serialize_byte_tensor(np.array(items, dtype=np.object_)).item())
+
+
+def request(**overrides: Any) -> InferRequest:
+    kwargs: dict[str, Any] = {
+        "model": "m",
+        "inputs": [Tensor("F", "FP32", FLOATS), Tensor("T", "BYTES", TEXTS)],
+    }
+    kwargs.update(overrides)
+    return InferRequest(**kwargs)
+
+
+def header_of(parts: list[bytes | memoryview], length: int) -> dict[str, Any]:
+    assert length == len(parts[0])
+    decoded: dict[str, Any] = json.loads(bytes(parts[0]))
+    return decoded
+
+
+# HTTP: encode_infer
+
+
+def test_encode_infer_inputs() -> None:
+    parts, length = encode_infer(request())
+    header = header_of(parts, length)
+    text_bytes = serialized(["안녕", "", "a\x00b"])
+    assert header["inputs"] == [
+        {
+            "name": "F",
+            "shape": [1, 3],
+            "datatype": "FP32",
+            "parameters": {"binary_data_size": 12},
+        },
+        {
+            "name": "T",
+            "shape": [3, 1],
+            "datatype": "BYTES",
+            "parameters": {"binary_data_size": len(text_bytes)},
+        },
+    ]
+    assert len(parts) == 3
+    assert bytes(parts[1]) == FLOATS.astype("<f4").tobytes()
+    assert bytes(parts[2]) == text_bytes
+
+
+def test_encode_infer_without_outputs_asks_for_all_as_binary() -> None:
+    header = header_of(*encode_infer(request()))
+    assert "outputs" not in header
+    assert "id" not in header
+    assert header["parameters"] == {"binary_data_output": True}
+
+
+def test_encode_infer_with_outputs_and_classification() -> None:
+    outputs = (RequestedOutput("SCORES"), RequestedOutput("LABELS", class_count=3))
+    header = header_of(*encode_infer(request(outputs=outputs)))
+    assert header["outputs"] == [
+        {"name": "SCORES", "parameters": {"binary_data": True}},
+        {"name": "LABELS", "parameters": {"binary_data": True, "classification": 3}},
+    ]
+    assert "binary_data_output" not in header.get("parameters", {})
+
+
+def test_encode_infer_id_parameters_sequence_and_priority() -> None:
+    header = header_of(
+        *encode_infer(
+            request(
+                request_id="r1",
+                parameters={"flag": True, "count": 2, "ratio": 0.5, "mode": "fast"},
+                priority=3,
+                sequence_id=42,
+                sequence_start=True,
+                outputs=(),
+            )
+        )
+    )
+    assert header["id"] == "r1"
+    assert header["parameters"] == {
+        "flag": True,
+        "count": 2,
+        "ratio": 0.5,
+        "mode": "fast",
+        "sequence_id": 42,
+        "sequence_start": True,
+        "sequence_end": False,
+        "priority": 3,
+    }
+
+
+def test_encode_infer_string_sequence_id() -> None:
+    header = header_of(*encode_infer(request(sequence_id="abc", sequence_end=True, outputs=())))
+    assert header["parameters"]["sequence_id"] == "abc"
+    assert header["parameters"]["sequence_end"] is True
+
+
+def test_body_is_header_then_inputs_in_order() -> None:
+    parts, length = encode_infer(request())
+    body = b"".join(bytes(part) for part in parts)
+    header = json.loads(body[:length])
+    offset = length
+    sizes = [item["parameters"]["binary_data_size"] for item in header["inputs"]]
+    assert np.frombuffer(body[offset : offset + sizes[0]], "<f4").tolist() == [1.5, -2.0, 3.25]
+    offset += sizes[0]
+    assert body[offset:] == serialized(["안녕", "", "a\x00b"])
+
+
+@pytest.mark.parametrize(
+    ("array", "datatype"),
+    [
+        (np.array([1, -2, 300], dtype=np.int32), "INT32"),
+        (np.array([1, 2], dtype=np.uint64), "UINT64"),
+        (np.array([True, False]), "BOOL"),
+        (np.array([0.5, 1.0], dtype=np.float16), "FP16"),
+        (np.arange(6, dtype=np.float64).reshape(2, 3)[:, ::2], "FP64"),  # not contiguous
+        (np.array([[1.5, 2.0]], dtype=">f4"), "FP32"),  # big-endian data
+        (np.array([1, 258], dtype=">i8"), "INT64"),
+    ],
+    ids=["int32", "uint64", "bool", "fp16", "strided", "big-endian-fp32", "big-endian-int64"],
+)
+def test_payload_is_little_endian_row_major(array: np.ndarray[Any, Any], datatype: str) -> None:
+    expected = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+    assert bytes(tensor_payload(Tensor("X", datatype, array))) == expected
+
+
+def test_payload_refuses_non_text_in_bytes_input() -> None:
+    with pytest.raises(ts.InvalidInputError, match="'X'"):
+        tensor_payload(Tensor("X", "BYTES", np.array([b"a", 3], dtype=np.object_)))
+
+
+def test_payload_refuses_data_of_another_dtype() -> None:
+    with pytest.raises(ts.InvalidInputError, match="'X'"):
+        tensor_payload(Tensor("X", "FP32", np.array([1.0, 2.0], dtype=np.float64)))
+
+
+@pytest.mark.parametrize(
+    ("shape", "count"), [((), 1), ((0, 5), 0), ((2, 3, 4), 24), ((2**31, 2**31), 2**62)]
+)
+def test_declared_count(shape: tuple[int, ...], count: int) -> None:
+    assert declared_count(shape, "X") == count
+
+
+@pytest.mark.parametrize("shape", [(-1, 3), (3, -2), (2**32, 2**32), (2**63,)])
+def test_declared_count_refuses_negative_and_overflowing_shapes(
+    shape: tuple[int, ...],
+) -> None:
+    with pytest.raises(ts.InvalidInputError, match="'X'"):
+        declared_count(shape, "X")
+
+
+# HTTP: decode_infer
+
+
+def binary_response(
+    outputs: list[tuple[dict[str, Any], bytes]], **fields: Any
+) -> tuple[bytes, int]:
+    """A response body (JSON header, then binary outputs) and its header length."""
+    header = {**fields, "outputs": [description for description, _ in outputs]}
+    encoded = json.dumps(header).encode()
+    return encoded + b"".join(data for _, data in outputs), len(encoded)
+
+
+def test_decode_infer_binary_outputs() -> None:
+    scores = np.array([[0.5, 1.5], [2.5, -1.0]], dtype="<f4")
+    labels = serialized([b"cat", "chat\u00e9"])
+    body, length = binary_response(
+        [
+            (
+                {
+                    "name": "SCORES",
+                    "datatype": "FP32",
+                    "shape": [2, 2],
+                    "parameters": {"binary_data_size": scores.nbytes},
+                },
+                scores.tobytes(),
+            ),
+            (
+                {
+                    "name": "LABELS",
+                    "datatype": "BYTES",
+                    "shape": [2, 1],
+                    "parameters": {"binary_data_size": len(labels)},
+                },
+                labels,
+            ),
+        ],
+        model_name="m",
+        model_version="1",
+        id="r1",
+        parameters={"sequence_end": False, "count": 2},
+    )
+    result = decode_infer(body, length)
+    assert list(result) == ["SCORES", "LABELS"]
+    np.testing.assert_array_equal(result["SCORES"], scores)
+    assert result["SCORES"].dtype == np.float32
+    assert result["LABELS"].shape == (2, 1)
+    assert result["LABELS"].tolist() == [[b"cat"], ["chat\u00e9".encode()]]
+    assert result.as_strings("LABELS").tolist() == [["cat"], ["chat\u00e9"]]
+    assert result.datatype("LABELS") == "BYTES"
+    assert result.model_name == "m"
+    assert result.model_version == "1"
+    assert result.id == "r1"
+    assert result.parameters == {"sequence_end": False, "count": 2}
+
+
+def test_decode_infer_json_data_outputs() -> None:
+    header = {
+        "model_name": "m",
+        "model_version": "2",
+        "outputs": [
+            {"name": "I", "datatype": "INT32", "shape": [2, 2], "data": [1, 2, 3, 4]},
+            {"name": "B", "datatype": "BOOL", "shape": [2], "data": [True, False]},
+            {"name": "S", "datatype": "BYTES", "shape": [2], "data": ["안녕", "x"]},
+            {"name": "F", "datatype": "FP64", "shape": [1], "data": [0.25]},
+        ],
+    }
+    result = decode_infer(json.dumps(header).encode(), None)
+    assert result["I"].tolist() == [[1, 2], [3, 4]]
+    assert result["I"].dtype == np.int32
+    assert result["B"].tolist() == [True, False]
+    assert result["S"].tolist() == ["안녕".encode(), b"x"]
+    assert result.as_strings("S").tolist() == ["안녕", "x"]
+    assert result["F"].tolist() == [0.25]
+    assert result.model_version == "2"
+    assert result.id == ""
+
+
+def test_decode_infer_mixes_binary_and_json_outputs() -> None:
+    values = np.array([7, 8], dtype="<i8")
+    body, length = binary_response(
+        [
+            ({"name": "J", "datatype": "INT32", "shape": [1], "data": [5]}, b""),
+            (
+                {
+                    "name": "R",
+                    "datatype": "INT64",
+                    "shape": [2],
+                    "parameters": {"binary_data_size": 16},
+                },
+                values.tobytes(),
+            ),
+        ],
+        model_name="m",
+        model_version="1",
+    )
+    result = decode_infer(body, length)
+    assert result["J"].tolist() == [5]
+    assert result["R"].tolist() == [7, 8]
+
+
+def test_decode_infer_error_in_a_200_body() -> None:
+    body = json.dumps({"error": "Failed to process the request(s) for model 'm'"}).encode()
+    with pytest.raises(ts.InferenceError, match="Failed to process"):
+        decode_infer(body, None)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        json.dumps(
+            {"outputs": [{"name": "O", "datatype": "FP32", "shape": [4], "data": [1.0]}]}
+        ).encode(),
+    ],
+)
+def test_decode_infer_refuses_malformed_answers(body: bytes) -> None:
+    with pytest.raises(ts.InferenceError):
+        decode_infer(body, None)
+
+
+def test_decode_infer_refuses_a_short_binary_output() -> None:
+    body, length = binary_response(
+        [
+            (
+                {
+                    "name": "O",
+                    "datatype": "FP32",
+                    "shape": [4],
+                    "parameters": {"binary_data_size": 8},
+                },
+                b"\x00" * 8,
+            )
+        ]
+    )
+    with pytest.raises(ts.InferenceError, match="'O'"):
+        decode_infer(body, length)
+
+
+# HTTP: errors
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error_class", "message", "retryable"),
+    [
+        (
+            400,
+            b"{\"error\":\"unexpected shape for input 'IN' for model 'm'\"}",
+            ts.InferenceError,
+            "unexpected shape for input 'IN' for model 'm'",
+            False,
+        ),
+        (
+            404,
+            b'{"error":"Request for unknown model: \'nope\' is not found"}',
+            ts.ModelNotFoundError,
+            "Request for unknown model: 'nope' is not found",
+            False,
+        ),
+        (
+            404,
+            b'{"error":"Request for unknown model: \'m\' has no available versions"}',
+            ts.ModelNotReadyError,
+            "Request for unknown model: 'm' has no available versions",
+            False,
+        ),
+        (
+            503,
+            b'{"error":"Exceeds maximum queue size"}',
+            ts.InferenceError,
+            "Exceeds maximum queue size",
+            True,
+        ),
+        (
+            500,
+            b'{"error":"Failed to process the request(s) for model \'m\'"}',
+            ts.InferenceError,
+            "Failed to process the request(s) for model 'm'",
+            False,
+        ),
+        (
+            502,
+            b"<html>502 Bad Gateway</html>\n",
+            ts.InferenceError,
+            "<html>502 Bad Gateway</html>",
+            True,
+        ),
+        (503, b"", ts.InferenceError, "HTTP 503", True),
+    ],
+)
+def test_error_from_response(
+    status: int,
+    body: bytes,
+    error_class: type[ts.TritonError],
+    message: str,
+    retryable: bool,
+) -> None:
+    error = error_from_response(status, body, model="m", request_id="r1")
+    assert type(error) is error_class
+    assert str(error) == message
+    assert error.status == status
+    assert error.retryable is retryable
+    assert error.model == "m"
+    assert error.request_id == "r1"
+
+
+def test_infer_route_reads_errors_with_model_and_request_id() -> None:
+    call = Routes("").infer(request(request_id="r9"))
+    with pytest.raises(ts.InferenceError) as info:
+        call.read(400, None, b'{"error":"bad input"}')
+    assert info.value.model == "m"
+    assert info.value.request_id == "r9"
+    assert info.value.status == 400
+
+
+def test_infer_route_reads_a_result() -> None:
+    call = Routes("").infer(request())
+    body = json.dumps(
+        {
+            "model_name": "m",
+            "model_version": "1",
+            "outputs": [{"name": "O", "datatype": "INT32", "shape": [1], "data": [3]}],
+        }
+    ).encode()
+    assert call.read(200, None, body)["O"].tolist() == [3]
+
+
+# HTTP: routes
+
+
+def test_infer_route() -> None:
+    call = Routes("").infer(request(version="2"))
+    assert call.method == "POST"
+    assert call.path == "/v2/models/m/versions/2/infer"
+    assert call.model == "m"
+    assert call.body is not None
+    parts = list(call.body)
+    assert call.headers[HEADER_LENGTH] == str(len(parts[0]))
+    assert json.loads(bytes(parts[0]))["inputs"][0]["name"] == "F"
+
+
+@pytest.mark.parametrize(
+    ("base", "model", "version", "expected"),
+    [
+        ("", "m", None, "/v2/models/m/infer"),
+        ("", "m", "", "/v2/models/m/infer"),
+        ("", "m", "3", "/v2/models/m/versions/3/infer"),
+        ("", "my model", None, "/v2/models/my%20model/infer"),
+        ("", "a/b", "1", "/v2/models/a%2Fb/versions/1/infer"),
+        ("", "ü?#", None, "/v2/models/%C3%BC%3F%23/infer"),
+        ("/triton", "m", "1", "/triton/v2/models/m/versions/1/infer"),
+    ],
+)
+def test_infer_paths(base: str, model: str, version: str | None, expected: str) -> None:
+    call = Routes(base).infer(request(model=model, version=version or ""))
+    assert call.path == expected
+
+
+@pytest.mark.parametrize(
+    ("make", "method", "path"),
+    [
+        (lambda r: r.live(), "GET", "/base/v2/health/live"),
+        (lambda r: r.ready(), "GET", "/base/v2/health/ready"),
+        (lambda r: r.model_ready("m x", "2"), "GET", "/base/v2/models/m%20x/versions/2/ready"),
+        (lambda r: r.model_ready("m", None), "GET", "/base/v2/models/m/ready"),
+        (lambda r: r.server_metadata(), "GET", "/base/v2"),
+        (lambda r: r.model_metadata("m", None), "GET", "/base/v2/models/m"),
+        (lambda r: r.model_metadata("m", "1"), "GET", "/base/v2/models/m/versions/1"),
+        (lambda r: r.model_config("m", None), "GET", "/base/v2/models/m/config"),
+        (lambda r: r.model_config("a/b", "1"), "GET", "/base/v2/models/a%2Fb/versions/1/config"),
+        (lambda r: r.repository_index(), "POST", "/base/v2/repository/index"),
+        (
+            lambda r: r.load_model("a/b", None, None),
+            "POST",
+            "/base/v2/repository/models/a%2Fb/load",
+        ),
+        (lambda r: r.unload_model("m", False), "POST", "/base/v2/repository/models/m/unload"),
+    ],
+)
+def test_routes(make: Any, method: str, path: str) -> None:
+    call = make(Routes("/base"))
+    assert call.method == method
+    assert call.path == path
+
+
+def test_load_and_unload_bodies() -> None:
+    load = Routes("").load_model("m", '{"max_batch_size": 4}', {"file:1/model.py": b"\x00x"})
+    assert load.body is not None
+    assert json.loads(bytes(load.body[0])) == {
+        "parameters": {"config": '{"max_batch_size": 4}', "file:1/model.py": "AHg="}
+    }
+    plain = Routes("").load_model("m", None, None)
+    assert plain.body is not None
+    assert json.loads(bytes(plain.body[0])) == {}
+    unload = Routes("").unload_model("m", True)
+    assert unload.body is not None
+    assert json.loads(bytes(unload.body[0])) == {"parameters": {"unload_dependents": True}}
+
+
+def test_health_routes_read_status_only() -> None:
+    assert Routes("").live().read(200, None, b"") is True
+    assert Routes("").ready().read(400, None, b"") is False
+
+
+def test_metadata_route_raises_on_unknown_model() -> None:
+    call = Routes("").model_metadata("nope", None)
+    with pytest.raises(ts.ModelNotFoundError) as info:
+        call.read(404, None, b'{"error":"Request for unknown model: \'nope\' is not found"}')
+    assert info.value.model == "nope"
+
+
+# gRPC: build_infer_request
+
+
+def test_build_infer_request_inputs() -> None:
+    message = build_infer_request(request(version="3", request_id="r1"))
+    assert message.model_name == "m"
+    assert message.model_version == "3"
+    assert message.id == "r1"
+    assert [(t.name, t.datatype, list(t.shape)) for t in message.inputs] == [
+        ("F", "FP32", [1, 3]),
+        ("T", "BYTES", [3, 1]),
+    ]
+    assert list(message.raw_input_contents) == [
+        FLOATS.astype("<f4").tobytes(),
+        serialized(["안녕", "", "a\x00b"]),
+    ]
+    assert len(message.outputs) == 0  # every output
+    assert not message.parameters
+
+
+def test_build_infer_request_raw_bytes_stay_bytes() -> None:
+    message = build_infer_request(request(inputs=[Tensor("R", "BYTES", RAW)]))
+    assert message.raw_input_contents[0] == b"\x02\x00\x00\x00\x00\xff"
+
+
+def test_build_infer_request_typed_parameters() -> None:
+    parameters = {"flag": True, "off": False, "count": 2**40, "ratio": 0.5, "mode": "fast"}
+    message = build_infer_request(request(parameters=parameters))
+    got = message.parameters
+    assert got["flag"].WhichOneof("parameter_choice") == "bool_param"
+    assert got["flag"].bool_param is True
+    assert got["off"].WhichOneof("parameter_choice") == "bool_param"
+    assert got["off"].bool_param is False
+    assert got["count"].WhichOneof("parameter_choice") == "int64_param"
+    assert got["count"].int64_param == 2**40
+    assert got["ratio"].WhichOneof("parameter_choice") == "double_param"
+    assert got["ratio"].double_param == 0.5
+    assert got["mode"].WhichOneof("parameter_choice") == "string_param"
+    assert got["mode"].string_param == "fast"
+    assert set(got) == set(parameters)
+
+
+def test_build_infer_request_sequence_and_priority() -> None:
+    message = build_infer_request(
+        request(sequence_id=42, sequence_start=True, sequence_end=False, priority=2)
+    )
+    got = message.parameters
+    assert got["sequence_id"].WhichOneof("parameter_choice") == "int64_param"
+    assert got["sequence_id"].int64_param == 42
+    assert got["sequence_start"].bool_param is True
+    assert got["sequence_end"].WhichOneof("parameter_choice") == "bool_param"
+    assert got["sequence_end"].bool_param is False
+    assert got["priority"].WhichOneof("parameter_choice") == "uint64_param"
+    assert got["priority"].uint64_param == 2
+
+
+def test_build_infer_request_string_sequence_id() -> None:
+    message = build_infer_request(request(sequence_id="session-7", sequence_end=True))
+    got = message.parameters
+    assert got["sequence_id"].WhichOneof("parameter_choice") == "string_param"
+    assert got["sequence_id"].string_param == "session-7"
+    assert got["sequence_end"].bool_param is True
+
+
+def test_build_infer_request_without_sequence_or_priority() -> None:
+    message = build_infer_request(request())
+    for name in ("sequence_id", "sequence_start", "sequence_end", "priority"):
+        assert name not in message.parameters
+
+
+def test_build_infer_request_outputs_with_class_count() -> None:
+    outputs = (RequestedOutput("SCORES"), RequestedOutput("LABELS", class_count=3))
+    message = build_infer_request(request(outputs=outputs))
+    assert [output.name for output in message.outputs] == ["SCORES", "LABELS"]
+    assert "classification" not in message.outputs[0].parameters
+    classification = message.outputs[1].parameters["classification"]
+    assert classification.WhichOneof("parameter_choice") == "int64_param"
+    assert classification.int64_param == 3
+
+
+def test_build_infer_request_round_trips_through_protobuf() -> None:
+    message = build_infer_request(request(parameters={"k": 1}, priority=1))
+    again = pb.ModelInferRequest.FromString(message.SerializeToString())
+    assert again == message
+
+
+# gRPC: decode_infer_response
+
+
+def test_decode_infer_response_raw_outputs() -> None:
+    scores = np.array([[0.5, 1.5, -1.0]], dtype="<f4")
+    response = pb.ModelInferResponse(model_name="m", model_version="1", id="r1")
+    response.outputs.add(name="SCORES", datatype="FP32", shape=[1, 3])
+    response.outputs.add(name="NAMES", datatype="BYTES", shape=[2])
+    response.outputs.add(name="FLAGS", datatype="BOOL", shape=[2, 1])
+    response.raw_output_contents.extend(
+        [scores.tobytes(), serialized(["안녕", b"\x00"]), b"\x01\x00"]
+    )
+    response.parameters["sequence_end"].bool_param = True
+    response.parameters["count"].int64_param = 3
+    response.parameters["note"].string_param = "x"
+    response.parameters["ratio"].double_param = 0.5
+    result = decode_infer_response(response)
+    assert list(result) == ["SCORES", "NAMES", "FLAGS"]
+    np.testing.assert_array_equal(result["SCORES"], scores)
+    assert result["SCORES"].dtype == np.float32
+    assert result["NAMES"].tolist() == ["안녕".encode(), b"\x00"]
+    assert result["FLAGS"].tolist() == [[True], [False]]
+    assert result.datatype("FLAGS") == "BOOL"
+    assert result.model_name == "m"
+    assert result.model_version == "1"
+    assert result.id == "r1"
+    assert result.parameters == {"sequence_end": True, "count": 3, "note": "x", "ratio": 0.5}
+
+
+def test_decode_infer_response_typed_contents() -> None:
+    response = pb.ModelInferResponse(model_name="m", model_version="1")
+    ints = response.outputs.add(name="I", datatype="INT32", shape=[2, 2])
+    ints.contents.int_contents.extend([1, 2, 3, 4])
+    texts = response.outputs.add(name="S", datatype="BYTES", shape=[2])
+    texts.contents.bytes_contents.extend([b"a", "é".encode()])
+    floats = response.outputs.add(name="F", datatype="FP32", shape=[1])
+    floats.contents.fp32_contents.extend([0.25])
+    result = decode_infer_response(response)
+    assert result["I"].tolist() == [[1, 2], [3, 4]]
+    assert result["I"].dtype == np.int32
+    assert result.as_strings("S").tolist() == ["a", "é"]
+    assert result["F"].tolist() == [0.25]
+
+
+def test_decode_infer_response_refuses_wrong_sizes() -> None:
+    response = pb.ModelInferResponse(model_name="m", model_version="1")
+    response.outputs.add(name="O", datatype="FP32", shape=[4])
+    response.raw_output_contents.append(b"\x00" * 12)
+    with pytest.raises(ts.InferenceError, match="'O'"):
+        decode_infer_response(response)
+
+
+def test_grpc_round_trip_of_request_data() -> None:
+    """What build_infer_request sends decodes back to the same arrays."""
+    message = build_infer_request(request())
+    response = pb.ModelInferResponse(model_name="m", model_version="1")
+    for tensor, raw in zip(message.inputs, message.raw_input_contents, strict=True):
+        response.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        response.raw_output_contents.append(raw)
+    result = decode_infer_response(response)
+    np.testing.assert_array_equal(result["F"], FLOATS)
+    assert result.as_strings("T").tolist() == TEXTS.tolist()
+
+
+# gRPC: channel options
+
+
+def test_channel_options() -> None:
+    options = dict(channel_options())
+    assert len(options) == len(channel_options())  # no argument given twice
+    assert options["grpc.max_send_message_length"] == 2**31 - 1
+    assert options["grpc.max_receive_message_length"] == 2**31 - 1
+    for key in (
+        "grpc.keepalive_time_ms",
+        "grpc.keepalive_timeout_ms",
+        "grpc.keepalive_permit_without_calls",
+        "grpc.http2.max_pings_without_data",
+    ):
+        assert key in options
+    for key in (
+        "grpc.initial_reconnect_backoff_ms",
+        "grpc.min_reconnect_backoff_ms",
+        "grpc.max_reconnect_backoff_ms",
+    ):
+        assert 0 < options[key] <= 1000
+    assert options["grpc.min_reconnect_backoff_ms"] <= options["grpc.max_reconnect_backoff_ms"]
+    assert "grpc.ssl_target_name_override" not in options
+
+
+def test_channel_options_with_tls_server_hostname() -> None:
+    options = dict(channel_options(ts.TLSConfig(server_hostname="triton.internal")))
+    assert options["grpc.ssl_target_name_override"] == "triton.internal"
+    assert options["grpc.max_receive_message_length"] == 2**31 - 1
+    assert "grpc.ssl_target_name_override" not in dict(channel_options(ts.TLSConfig()))

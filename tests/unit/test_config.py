@@ -1,0 +1,268 @@
+"""Client URLs, the retry policy, TLS files, the NOT_GIVEN sentinel and client settings."""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+import pytest
+
+import triton_sdk as ts
+from triton_sdk._base import ClientSettings
+from triton_sdk._config import NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig, parse_url
+
+
+@pytest.mark.parametrize(
+    ("url", "protocol", "tls", "host", "port", "base_path"),
+    [
+        ("localhost:8001", "grpc", False, "localhost", 8001, ""),
+        ("localhost", "grpc", False, "localhost", 8001, ""),
+        ("10.0.0.5:9001", "grpc", False, "10.0.0.5", 9001, ""),
+        ("grpc://triton", "grpc", False, "triton", 8001, ""),
+        ("grpc://triton:7001", "grpc", False, "triton", 7001, ""),
+        ("grpcs://triton", "grpc", True, "triton", 443, ""),
+        ("grpcs://triton:8443", "grpc", True, "triton", 8443, ""),
+        ("http://triton", "http", False, "triton", 80, ""),
+        ("http://localhost:8000", "http", False, "localhost", 8000, ""),
+        ("https://triton", "http", True, "triton", 443, ""),
+        ("https://triton:8443", "http", True, "triton", 8443, ""),
+        ("http://[::1]:8000", "http", False, "::1", 8000, ""),
+        ("grpc://[::1]:8001", "grpc", False, "::1", 8001, ""),
+        ("[::1]:8001", "grpc", False, "::1", 8001, ""),
+        ("http://proxy:8080/triton", "http", False, "proxy", 8080, "/triton"),
+        ("https://proxy/a/b/", "http", True, "proxy", 443, "/a/b"),
+        ("http://triton:8000/", "http", False, "triton", 8000, ""),
+        ("HTTP://Triton:8000", "http", False, "triton", 8000, ""),
+        ("  localhost:8001  ", "grpc", False, "localhost", 8001, ""),
+    ],
+)
+def test_parse_url(
+    url: str, protocol: str, tls: bool, host: str, port: int, base_path: str
+) -> None:
+    endpoint = parse_url(url)
+    assert endpoint.protocol == protocol
+    assert endpoint.tls is tls
+    assert endpoint.host == host
+    assert endpoint.port == port
+    assert endpoint.base_path == base_path
+
+
+@pytest.mark.parametrize(
+    ("url", "normalised", "authority"),
+    [
+        ("localhost:8001", "grpc://localhost:8001", "localhost:8001"),
+        ("grpcs://triton", "grpcs://triton:443", "triton:443"),
+        ("http://[::1]:8000", "http://[::1]:8000", "[::1]:8000"),
+        ("https://proxy/triton/", "https://proxy:443/triton", "proxy:443"),
+    ],
+)
+def test_endpoint_str_and_authority(url: str, normalised: str, authority: str) -> None:
+    endpoint = parse_url(url)
+    assert str(endpoint) == normalised
+    assert endpoint.authority == authority
+    assert parse_url(str(endpoint)) == endpoint
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://triton:21",
+        "unix:///tmp/triton.sock",
+        "ws://triton:8000",
+        "grpc://triton:8001/path",
+        "grpcs://triton/v2",
+        "http://triton:8000?model=x",
+        "http://triton:8000/base?x=1",
+        "http://triton:8000#frag",
+        "http://:8000",
+        "grpc://",
+        "http://triton:port",
+        "http://triton:70000",
+    ],
+)
+def test_invalid_urls(url: str) -> None:
+    with pytest.raises(ts.InvalidInputError):
+        parse_url(url)
+
+
+def test_invalid_scheme_message_names_the_choices() -> None:
+    with pytest.raises(ts.InvalidInputError, match="grpcs://") as info:
+        parse_url("ftp://triton")
+    assert "ftp" in str(info.value)
+
+
+# RetryPolicy
+
+
+def test_retry_policy_defaults() -> None:
+    policy = ts.RetryPolicy()
+    assert policy.max_attempts == 3
+    assert policy.initial_backoff == 0.1
+    assert policy.max_backoff == 5.0
+    assert policy.multiplier == 2.0
+    assert policy.jitter is True
+    assert policy.deadline is None
+
+
+def test_retry_policy_none() -> None:
+    policy = ts.RetryPolicy.none()
+    assert isinstance(policy, ts.RetryPolicy)
+    assert policy.max_attempts == 1
+
+
+def test_retry_policy_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        ts.RetryPolicy(5)  # type: ignore[call-arg]
+
+
+def test_retry_policy_is_comparable_and_evolvable() -> None:
+    assert ts.RetryPolicy(max_attempts=5) == ts.RetryPolicy(max_attempts=5)
+    assert attrs.evolve(ts.RetryPolicy(), deadline=2.0).deadline == 2.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_attempts": 0},
+        {"max_attempts": -1},
+        {"initial_backoff": -0.1},
+        {"max_backoff": -1.0},
+        {"multiplier": 0.5},
+        {"deadline": 0},
+        {"deadline": -1.0},
+    ],
+)
+def test_retry_policy_validation(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        ts.RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_attempts": 1},
+        {"initial_backoff": 0.0},
+        {"max_backoff": 0.0},
+        {"multiplier": 1.0},
+        {"deadline": 0.5},
+        {"jitter": False},
+    ],
+)
+def test_retry_policy_accepts_boundaries(kwargs: dict[str, float]) -> None:
+    ts.RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_backoff_without_jitter_is_exponential_and_capped() -> None:
+    policy = RetryPolicy(initial_backoff=0.1, multiplier=2.0, max_backoff=0.5, jitter=False)
+    waits = [policy.backoff(number) for number in range(1, 7)]
+    assert waits == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
+
+
+def test_backoff_with_multiplier_3() -> None:
+    policy = RetryPolicy(initial_backoff=1.0, multiplier=3.0, max_backoff=100.0, jitter=False)
+    assert [policy.backoff(n) for n in (1, 2, 3)] == pytest.approx([1.0, 3.0, 9.0])
+
+
+def test_backoff_with_jitter_is_between_half_and_all_of_the_base() -> None:
+    policy = RetryPolicy(initial_backoff=0.1, multiplier=2.0, max_backoff=0.5)
+    rand = random.Random(1234)
+    for number, base in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.5), (9, 0.5)]:
+        waits = [policy.backoff(number, rand) for _ in range(200)]
+        assert all(base / 2 <= wait <= base for wait in waits)
+        assert len(set(waits)) > 100  # it is random
+        assert min(waits) < base * 0.6
+        assert max(waits) > base * 0.9
+
+
+def test_backoff_with_jitter_uses_a_default_random_source() -> None:
+    policy = RetryPolicy(initial_backoff=0.2)
+    assert all(0.1 <= policy.backoff(1) <= 0.2 for _ in range(50))
+
+
+def test_backoff_with_seeded_random_is_reproducible() -> None:
+    policy = RetryPolicy()
+    first = [policy.backoff(n, random.Random(7)) for n in (1, 2, 3)]
+    again = [policy.backoff(n, random.Random(7)) for n in (1, 2, 3)]
+    assert first == again
+
+
+# TLSConfig
+
+
+def test_tls_config_defaults() -> None:
+    tls = ts.TLSConfig()
+    assert tls.ca_file is None
+    assert tls.cert_file is None
+    assert tls.key_file is None
+    assert tls.server_hostname is None
+
+
+def test_tls_config_with_client_certificate() -> None:
+    tls = ts.TLSConfig(ca_file="ca.pem", cert_file="client.pem", key_file="client.key")
+    assert (tls.cert_file, tls.key_file) == ("client.pem", "client.key")
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"cert_file": "client.pem"}, {"key_file": "client.key", "ca_file": "ca.pem"}]
+)
+def test_tls_config_needs_cert_and_key_together(kwargs: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="cert_file and key_file"):
+        TLSConfig(**kwargs)
+
+
+def test_tls_config_is_frozen() -> None:
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        ts.TLSConfig().ca_file = "x"  # type: ignore[misc]
+
+
+# NOT_GIVEN
+
+
+def test_not_given() -> None:
+    assert ts.NOT_GIVEN is NOT_GIVEN
+    assert ts.NOT_GIVEN is NotGiven.NOT_GIVEN
+    assert isinstance(ts.NOT_GIVEN, ts.NotGiven)
+    assert not ts.NOT_GIVEN
+    assert bool(ts.NOT_GIVEN) is False
+    assert repr(ts.NOT_GIVEN) == "NOT_GIVEN"
+    assert ts.NOT_GIVEN is not None
+    assert list(ts.NotGiven) == [ts.NOT_GIVEN]
+
+
+# Client settings: what Client(url, timeout=..., retry=...) resolves
+
+
+def settings(**overrides: object) -> ClientSettings:
+    kwargs: dict[str, object] = {"timeout": 30.0, "retry": None, "headers": None, "tls": None}
+    kwargs.update(overrides)
+    return ClientSettings.create("localhost:8001", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0])
+def test_client_timeout_must_be_positive(timeout: float) -> None:
+    with pytest.raises(ts.InvalidInputError):
+        settings(timeout=timeout)
+
+
+def test_client_settings() -> None:
+    resolved = settings(headers={"authorization": "Bearer x"}, retry=ts.RetryPolicy())
+    assert resolved.endpoint == parse_url("localhost:8001")
+    assert resolved.headers == {"authorization": "Bearer x"}
+    assert resolved.retry == ts.RetryPolicy()
+    assert settings(retry=None).retry == ts.RetryPolicy.none()
+    assert settings(timeout=None).timeout is None
+
+
+def test_call_timeout_overrides_the_client_default() -> None:
+    resolved = settings(timeout=30.0)
+    assert resolved.timeout_for(ts.NOT_GIVEN) == 30.0
+    assert resolved.timeout_for(5.0) == 5.0
+    assert resolved.timeout_for(None) is None
+    with pytest.raises(ts.InvalidInputError):
+        resolved.timeout_for(0.0)
+
+
+def test_call_retry_overrides_the_client_policy() -> None:
+    resolved = settings(retry=ts.RetryPolicy(max_attempts=7))
+    assert resolved.retry_for(ts.NOT_GIVEN).max_attempts == 7
+    assert resolved.retry_for(ts.RetryPolicy.none()).max_attempts == 1

@@ -1,0 +1,231 @@
+"""The exception tree and the classification of server answers and transport failures."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import ssl
+
+import pytest
+
+import triton_sdk as ts
+from triton_sdk._errors import classify_status, classify_transport_error
+
+UNKNOWN_MODEL = "Request for unknown model: 'nope' is not found"
+UNKNOWN_VERSION = "Request for unknown model: 'simple' version 3 is not found"
+NO_VERSIONS = "Request for unknown model: 'densenet_onnx' has no available versions"
+QUEUE_FULL = "Exceeds maximum queue size"
+REFUSED = (
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8001: "
+    "Failed to connect to remote host: Connection refused"
+)
+TLS_WRONG_VERSION = (
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8001: "
+    "Ssl handshake failed: SSL_ERROR_SSL: error:100000f7:SSL routines:"
+    "OPENSSL_internal:WRONG_VERSION_NUMBER"
+)
+TLS_BAD_CERT = (
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8443: "
+    "Ssl handshake failed: SSL_ERROR_SSL: error:1000007d:SSL routines:"
+    "OPENSSL_internal:CERTIFICATE_VERIFY_FAILED"
+)
+TLS_HANDSHAKE = "failed to connect to all addresses; last error: Handshake failed"
+RESTRICTED = "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'"
+SHAPE = "unexpected shape for input 'IN' for model 'm'. Expected [-1,3], got [2,4]."
+MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: ValueError: boom"
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "error_class", "retryable"),
+    [
+        # unknown model / version
+        ("NOT_FOUND", UNKNOWN_MODEL, ts.ModelNotFoundError, False),
+        (404, UNKNOWN_MODEL, ts.ModelNotFoundError, False),
+        ("NOT_FOUND", UNKNOWN_VERSION, ts.ModelNotFoundError, False),
+        (404, UNKNOWN_VERSION, ts.ModelNotFoundError, False),
+        # known, but nothing loaded
+        ("NOT_FOUND", NO_VERSIONS, ts.ModelNotReadyError, False),
+        (404, NO_VERSIONS, ts.ModelNotReadyError, False),
+        # queue full: the server is fine, the model is busy
+        ("UNAVAILABLE", QUEUE_FULL, ts.InferenceError, True),
+        (503, QUEUE_FULL, ts.InferenceError, True),
+        # server unreachable
+        ("UNAVAILABLE", REFUSED, ts.TritonConnectionError, True),
+        ("UNAVAILABLE", "Socket closed", ts.TritonConnectionError, True),
+        # TLS refusals do not heal by waiting
+        ("UNAVAILABLE", TLS_WRONG_VERSION, ts.TritonConnectionError, False),
+        ("UNAVAILABLE", TLS_BAD_CERT, ts.TritonConnectionError, False),
+        ("UNAVAILABLE", TLS_HANDSHAKE, ts.TritonConnectionError, False),
+        # restricted protocol: an authentication refusal
+        ("UNAVAILABLE", RESTRICTED, ts.InferenceError, False),
+        # timeouts
+        ("DEADLINE_EXCEEDED", "Deadline Exceeded", ts.TritonTimeoutError, False),
+        # request and model failures
+        ("INVALID_ARGUMENT", SHAPE, ts.InferenceError, False),
+        (400, SHAPE, ts.InferenceError, False),
+        ("INTERNAL", MODEL_FAILED, ts.InferenceError, False),
+        (500, MODEL_FAILED, ts.InferenceError, False),
+        ("UNIMPLEMENTED", "unsupported", ts.InferenceError, False),
+    ],
+)
+def test_classify_status(
+    status: str | int, message: str, error_class: type[ts.TritonError], retryable: bool
+) -> None:
+    error = classify_status(status, message, model="m", request_id="r1")
+    assert type(error) is error_class
+    assert error.retryable is retryable
+    assert error.status == status
+    assert error.model == "m"
+    assert error.request_id == "r1"
+    assert str(error) == message
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_gateway_statuses_are_retryable(status: int) -> None:
+    error = classify_status(status, "Bad Gateway")
+    assert isinstance(error, ts.TritonError)
+    assert error.retryable
+    assert error.status == status
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 409, 500, 501])
+def test_other_http_statuses_are_not_retryable(status: int) -> None:
+    error = classify_status(status, "some failure")
+    assert isinstance(error, ts.InferenceError)
+    assert not error.retryable
+
+
+def test_http_restricted_api_is_not_retryable() -> None:
+    error = classify_status(403, "This API is restricted, expecting header 'admin-key'")
+    assert not error.retryable
+
+
+def test_status_classification_is_case_insensitive() -> None:
+    assert isinstance(classify_status(404, UNKNOWN_MODEL.upper()), ts.ModelNotFoundError)
+    assert classify_status("UNAVAILABLE", QUEUE_FULL.lower()).retryable
+
+
+@pytest.mark.parametrize(
+    ("exc", "error_class", "retryable"),
+    [
+        (TimeoutError("timed out"), ts.TritonTimeoutError, False),
+        (asyncio.TimeoutError(), ts.TritonTimeoutError, False),
+        (ConnectionRefusedError(111, "Connection refused"), ts.TritonConnectionError, True),
+        (ConnectionResetError(104, "Connection reset by peer"), ts.TritonConnectionError, True),
+        (BrokenPipeError(32, "Broken pipe"), ts.TritonConnectionError, True),
+        (
+            http.client.RemoteDisconnected("Remote end closed connection without response"),
+            ts.TritonConnectionError,
+            True,
+        ),
+        (OSError(113, "No route to host"), ts.TritonConnectionError, True),
+        (
+            ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"),
+            ts.TritonConnectionError,
+            False,
+        ),
+        (
+            ssl.SSLCertVerificationError(1, "certificate verify failed"),
+            ts.TritonConnectionError,
+            False,
+        ),
+    ],
+)
+def test_classify_transport_error(
+    exc: BaseException, error_class: type[ts.TritonError], retryable: bool
+) -> None:
+    error = classify_transport_error(exc, model="m", request_id="r1")
+    assert type(error) is error_class
+    assert error.retryable is retryable
+    assert error.status is None
+    assert error.model == "m"
+    assert error.request_id == "r1"
+
+
+def test_transport_error_message_keeps_the_detail() -> None:
+    error = classify_transport_error(ConnectionRefusedError(111, "Connection refused"))
+    assert error is not None
+    assert "Connection refused" in str(error)
+    timeout = classify_transport_error(TimeoutError())
+    assert timeout is not None
+    assert str(timeout)  # never empty, even for an exception without a message
+
+
+@pytest.mark.parametrize("exc", [ValueError("x"), KeyError("k"), RuntimeError("r")])
+def test_unknown_transport_errors_are_not_classified(exc: BaseException) -> None:
+    assert classify_transport_error(exc) is None
+
+
+@pytest.mark.parametrize(
+    ("error_class", "builtin"),
+    [
+        (ts.InvalidInputError, ValueError),
+        (ts.TritonConnectionError, ConnectionError),
+        (ts.TritonTimeoutError, TimeoutError),
+        (ts.UnknownOutputError, KeyError),
+    ],
+)
+def test_errors_are_also_builtin_exceptions(
+    error_class: type[ts.TritonError], builtin: type[BaseException]
+) -> None:
+    assert issubclass(error_class, ts.TritonError)
+    assert issubclass(error_class, builtin)
+    with pytest.raises(builtin):
+        raise error_class("boom")
+
+
+@pytest.mark.parametrize(
+    "error_class",
+    [
+        ts.InvalidInputError,
+        ts.UnknownOutputError,
+        ts.ModelNotFoundError,
+        ts.ModelNotReadyError,
+        ts.TritonConnectionError,
+        ts.TritonTimeoutError,
+        ts.InferenceError,
+    ],
+)
+def test_every_error_is_a_triton_error(error_class: type[ts.TritonError]) -> None:
+    assert issubclass(error_class, ts.TritonError)
+    assert issubclass(ts.TritonError, Exception)
+
+
+def test_model_errors_are_not_builtin_lookup_errors() -> None:
+    assert not issubclass(ts.ModelNotFoundError, LookupError)
+    assert not issubclass(ts.InferenceError, ts.TritonConnectionError)
+
+
+def test_attributes_default_to_none() -> None:
+    error = ts.TritonError("boom")
+    assert error.message == "boom"
+    assert error.status is None
+    assert error.model is None
+    assert error.request_id is None
+    assert error.retryable is False
+
+
+def test_attributes() -> None:
+    error = ts.InferenceError("failed", status="INTERNAL", model="m", request_id="r1")
+    assert error.status == "INTERNAL"
+    assert error.model == "m"
+    assert error.request_id == "r1"
+    assert ts.InferenceError("x", status=500).status == 500
+
+
+@pytest.mark.parametrize(
+    "error_class",
+    [ts.TritonError, ts.InvalidInputError, ts.UnknownOutputError, ts.TritonTimeoutError],
+)
+def test_str_is_the_message(error_class: type[ts.TritonError]) -> None:
+    # KeyError's own str() would quote the message; the SDK's errors do not.
+    error = error_class("the result has no output 'X'", status=400)
+    assert str(error) == "the result has no output 'X'"
+    assert error.args == ("the result has no output 'X'",)
+
+
+def test_repr_names_class_message_and_status() -> None:
+    text = repr(ts.InferenceError("boom", status=503))
+    assert "InferenceError" in text
+    assert "boom" in text
+    assert "503" in text

@@ -1,0 +1,179 @@
+"""The public surface of ``import triton_sdk as ts``: names, sync/async parity, value types."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import attrs
+import pytest
+
+import triton_sdk as ts
+
+EXPORTED = [
+    "NOT_GIVEN",
+    "AsyncClient",
+    "AsyncModel",
+    "Client",
+    "InferResult",
+    "InferenceError",
+    "InputValue",
+    "InvalidInputError",
+    "Model",
+    "ModelNotFoundError",
+    "ModelNotReadyError",
+    "ModelSpec",
+    "ModelStatus",
+    "NotGiven",
+    "ParameterValue",
+    "RetryPolicy",
+    "ServerMetadata",
+    "TLSConfig",
+    "TensorSpec",
+    "TritonConnectionError",
+    "TritonError",
+    "TritonTimeoutError",
+    "UnknownOutputError",
+    "__version__",
+]
+
+
+def test_all_is_pinned() -> None:
+    # A change here is a change of the public API: update API.md and this list together.
+    assert sorted(ts.__all__) == sorted(EXPORTED)
+    assert len(set(ts.__all__)) == len(ts.__all__)
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_every_exported_name_exists(name: str) -> None:
+    assert getattr(ts, name) is not None
+
+
+def test_version() -> None:
+    assert isinstance(ts.__version__, str)
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", ts.__version__)
+
+
+def test_star_import_gives_exactly_all() -> None:
+    namespace: dict[str, Any] = {}
+    exec("from triton_sdk import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(EXPORTED)
+
+
+# Sync/async parity
+
+SYNC_ONLY = {"close"}
+ASYNC_ONLY = {"aclose"}
+
+
+def public_methods(cls: type) -> dict[str, Any]:
+    members = {name: inspect.getattr_static(cls, name) for name in dir(cls)}
+    return {
+        name: member
+        for name, member in members.items()
+        if not name.startswith("_") and inspect.isfunction(member)
+    }
+
+
+def public_properties(cls: type) -> set[str]:
+    return {
+        name
+        for name in dir(cls)
+        if not name.startswith("_") and isinstance(inspect.getattr_static(cls, name), property)
+    }
+
+
+def normalised(signature: inspect.Signature) -> inspect.Signature:
+    """The signature with AsyncClient/AsyncModel read as Client/Model in the return type."""
+    annotation = signature.return_annotation
+    if isinstance(annotation, str):
+        annotation = re.sub(r"\bAsync(Client|Model)\b", r"\1", annotation)
+    return signature.replace(return_annotation=annotation)
+
+
+PAIRS = [(ts.Client, ts.AsyncClient), (ts.Model, ts.AsyncModel)]
+
+
+@pytest.mark.parametrize(("sync", "asynchronous"), PAIRS, ids=["Client", "Model"])
+def test_same_public_methods(sync: type, asynchronous: type) -> None:
+    assert set(public_methods(sync)) - SYNC_ONLY == set(public_methods(asynchronous)) - ASYNC_ONLY
+    assert public_properties(sync) == public_properties(asynchronous)
+
+
+@pytest.mark.parametrize(("sync", "asynchronous"), PAIRS, ids=["Client", "Model"])
+def test_same_signatures(sync: type, asynchronous: type) -> None:
+    sync_methods = public_methods(sync)
+    async_methods = public_methods(asynchronous)
+    for name in sorted(set(sync_methods) - SYNC_ONLY):
+        sync_signature = normalised(inspect.signature(sync_methods[name]))
+        async_signature = normalised(inspect.signature(async_methods[name]))
+        assert sync_signature == async_signature, name
+
+
+def test_close_and_aclose_have_the_same_signature() -> None:
+    assert inspect.signature(ts.Client.close) == inspect.signature(ts.AsyncClient.aclose)
+
+
+def test_constructors_match() -> None:
+    assert inspect.signature(ts.Client) == inspect.signature(ts.AsyncClient)
+
+
+def test_context_managers() -> None:
+    assert hasattr(ts.Client, "__enter__")
+    assert hasattr(ts.Client, "__exit__")
+    assert not hasattr(ts.Client, "__aenter__")
+    assert hasattr(ts.AsyncClient, "__aenter__")
+    assert hasattr(ts.AsyncClient, "__aexit__")
+    assert not hasattr(ts.AsyncClient, "__enter__")
+    assert inspect.iscoroutinefunction(ts.AsyncClient.__aenter__)
+    assert inspect.iscoroutinefunction(ts.AsyncClient.__aexit__)
+
+
+@pytest.mark.parametrize("cls", [ts.AsyncClient, ts.AsyncModel])
+def test_async_methods_are_coroutine_functions(cls: type) -> None:
+    methods = public_methods(cls)
+    assert methods
+    for name, method in methods.items():
+        # API.md: "every network method is a coroutine"; streams are iterated with async for.
+        assert inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method), name
+
+
+@pytest.mark.parametrize("cls", [ts.Client, ts.Model])
+def test_sync_methods_are_plain_functions(cls: type) -> None:
+    for name, method in public_methods(cls).items():
+        assert not inspect.iscoroutinefunction(method), name
+        assert not inspect.isasyncgenfunction(method), name
+
+
+def test_model_handles_expose_name_version_spec() -> None:
+    for cls in (ts.Model, ts.AsyncModel):
+        for name in ("name", "version", "spec"):
+            assert hasattr(cls, name)
+
+
+# Frozen value types
+
+
+FROZEN = [
+    (ts.ModelSpec, {"name": "m"}, "name"),
+    (ts.TensorSpec, {"name": "x", "datatype": "FP32", "shape": (1,)}, "shape"),
+    (ts.RetryPolicy, {}, "max_attempts"),
+    (ts.ServerMetadata, {"name": "triton", "version": "2.50.0"}, "version"),
+    (ts.ModelStatus, {"name": "m"}, "state"),
+    (ts.TLSConfig, {}, "ca_file"),
+]
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "field"), FROZEN, ids=[cls.__name__ for cls, _, _ in FROZEN]
+)
+def test_value_types_are_frozen_attrs_classes(
+    cls: type, kwargs: dict[str, Any], field: str
+) -> None:
+    assert attrs.has(cls)
+    instance = cls(**kwargs)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(instance, field, "changed")
+    assert instance == cls(**kwargs)
+    hash(instance)  # usable as a dict key / in sets

@@ -1,0 +1,385 @@
+"""Running calls under a RetryPolicy: call_sync and call_async with fake attempts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import tenacity
+
+import triton_sdk as ts
+from triton_sdk._errors import classify_status, classify_transport_error
+from triton_sdk._retry import attempt_timeout, call_async, call_sync, should_retry
+
+MODES = ["sync", "async"]
+
+FAST = ts.RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002, jitter=False)
+
+
+def unavailable(number: int = 0) -> ts.TritonError:
+    return ts.TritonConnectionError(
+        f"connection refused #{number}", model="m", request_id="r1", retryable=True
+    )
+
+
+class FakeAttempt:
+    """Fails with the given errors in turn, then returns ``result``; records each timeout."""
+
+    def __init__(
+        self,
+        errors: list[BaseException] | Callable[[int], BaseException],
+        result: str = "ok",
+        sleep: float = 0.0,
+    ) -> None:
+        self.errors = errors
+        self.result = result
+        self.sleep = sleep
+        self.timeouts: list[float | None] = []
+        self.raised: list[BaseException] = []
+
+    def __call__(self, timeout: float | None) -> str:
+        self.timeouts.append(timeout)
+        if self.sleep:
+            time.sleep(self.sleep)
+        number = len(self.timeouts)
+        if callable(self.errors):
+            error = self.errors(number)
+        elif number <= len(self.errors):
+            error = self.errors[number - 1]
+        else:
+            return self.result
+        self.raised.append(error)
+        raise error
+
+    @property
+    def calls(self) -> int:
+        return len(self.timeouts)
+
+
+async def run(
+    mode: str,
+    attempt: FakeAttempt,
+    *,
+    policy: ts.RetryPolicy = FAST,
+    timeout: float | None = 5.0,
+    idempotent: bool = True,
+    what: str = "test_call",
+) -> Any:
+    if mode == "sync":
+        return call_sync(attempt, policy=policy, timeout=timeout, idempotent=idempotent, what=what)
+
+    async def async_attempt(each: float | None) -> str:
+        return attempt(each)
+
+    return await call_async(
+        async_attempt, policy=policy, timeout=timeout, idempotent=idempotent, what=what
+    )
+
+
+@pytest.fixture
+def no_tenacity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make building any retry machinery fail: the first attempt must not need it."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("retry machinery built for a call that needed no retry")
+
+    monkeypatch.setattr(tenacity, "Retrying", refuse)
+    monkeypatch.setattr(tenacity, "AsyncRetrying", refuse)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.usefixtures("no_tenacity")
+async def test_success_on_first_try_creates_no_retries(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="triton_sdk")
+    attempt = FakeAttempt([])
+    assert await run(mode, attempt) == "ok"
+    assert attempt.timeouts == [5.0]
+    assert not [record for record in caplog.records if record.name == "triton_sdk"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.usefixtures("no_tenacity")
+async def test_non_retryable_failure_creates_no_retries(mode: str) -> None:
+    error = ts.InferenceError("model failed", status="INTERNAL")
+    attempt = FakeAttempt([error])
+    with pytest.raises(ts.InferenceError) as info:
+        await run(mode, attempt)
+    assert info.value is error
+    assert attempt.calls == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_retryable_failure_then_success(mode: str) -> None:
+    attempt = FakeAttempt([unavailable(1), unavailable(2)], result="done")
+    assert await run(mode, attempt) == "done"
+    assert attempt.calls == 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("max_attempts", [2, 3, 5])
+async def test_retries_up_to_max_attempts_then_reraises_the_last_error(
+    mode: str, max_attempts: int
+) -> None:
+    policy = ts.RetryPolicy(
+        max_attempts=max_attempts, initial_backoff=0.001, max_backoff=0.002, jitter=False
+    )
+    attempt = FakeAttempt(unavailable)
+    with pytest.raises(ts.TritonConnectionError) as info:
+        await run(mode, attempt, policy=policy)
+    assert attempt.calls == max_attempts
+    assert info.value is attempt.raised[-1]
+    assert not isinstance(info.value, tenacity.RetryError)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_max_attempts_1_is_one_try(mode: str) -> None:
+    attempt = FakeAttempt(unavailable)
+    with pytest.raises(ts.TritonConnectionError):
+        await run(mode, attempt, policy=ts.RetryPolicy.none())
+    assert attempt.calls == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "error",
+    [
+        ts.InferenceError("model failed", status="INTERNAL"),
+        ts.InvalidInputError("bad input"),
+        ts.ModelNotFoundError("unknown model", status=404),
+        classify_status(400, "unexpected shape for input 'IN'"),
+        classify_status("UNAVAILABLE", "Ssl handshake failed: SSL_ERROR_SSL"),
+        classify_status("UNAVAILABLE", "This protocol is restricted, expecting header 'k'"),
+    ],
+    ids=["internal", "invalid-input", "not-found", "http-400", "tls", "restricted"],
+)
+async def test_non_retryable_errors_are_tried_once(mode: str, error: ts.TritonError) -> None:
+    attempt = FakeAttempt([error, error, error])
+    with pytest.raises(type(error)) as info:
+        await run(mode, attempt)
+    assert info.value is error
+    assert attempt.calls == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "error",
+    [
+        classify_status("DEADLINE_EXCEEDED", "Deadline Exceeded"),
+        classify_transport_error(TimeoutError("timed out")),
+    ],
+    ids=["grpc-deadline", "socket-timeout"],
+)
+async def test_timeouts_are_never_retried(mode: str, error: ts.TritonError) -> None:
+    assert isinstance(error, ts.TritonTimeoutError)
+    attempt = FakeAttempt([error, error, error])
+    with pytest.raises(ts.TritonTimeoutError) as info:
+        await run(mode, attempt)
+    assert info.value is error
+    assert attempt.calls == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "error",
+    [
+        classify_status("UNAVAILABLE", "failed to connect to all addresses"),
+        classify_status(503, "Exceeds maximum queue size"),
+    ],
+    ids=["unreachable", "queue-full"],
+)
+async def test_non_idempotent_calls_are_tried_once(mode: str, error: ts.TritonError) -> None:
+    assert error.retryable
+    attempt = FakeAttempt([error, error, error])
+    with pytest.raises(type(error)) as info:
+        await run(mode, attempt, idempotent=False)
+    assert info.value is error
+    assert attempt.calls == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_classified_unavailable_answers_are_retried(mode: str) -> None:
+    errors: list[BaseException] = [
+        classify_status("UNAVAILABLE", "failed to connect to all addresses"),
+        classify_status(503, "Exceeds maximum queue size"),
+    ]
+    attempt = FakeAttempt(errors)
+    assert await run(mode, attempt) == "ok"
+    assert attempt.calls == 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_other_exceptions_propagate_unchanged(mode: str) -> None:
+    bug = RuntimeError("a bug in the attempt")
+    attempt = FakeAttempt([unavailable(1), bug])
+    with pytest.raises(RuntimeError) as info:
+        await run(mode, attempt)
+    assert info.value is bug
+    assert attempt.calls == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_non_retryable_error_after_retries_ends_the_call(mode: str) -> None:
+    final = ts.InferenceError("model failed", status="INTERNAL")
+    attempt = FakeAttempt([unavailable(1), final, unavailable(3)])
+    with pytest.raises(ts.InferenceError) as info:
+        await run(mode, attempt, policy=ts.RetryPolicy(max_attempts=5, initial_backoff=0.001))
+    assert info.value is final
+    assert attempt.calls == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_backoff_is_waited_between_attempts(mode: str) -> None:
+    policy = ts.RetryPolicy(max_attempts=3, initial_backoff=0.05, multiplier=2.0, jitter=False)
+    attempt = FakeAttempt(unavailable)
+    start = time.monotonic()
+    with pytest.raises(ts.TritonConnectionError):
+        await run(mode, attempt, policy=policy)
+    assert time.monotonic() - start >= 0.05 + 0.1 - 0.01
+
+
+# The deadline
+
+
+DEADLINE = 0.3
+
+
+def deadline_policy(**overrides: Any) -> ts.RetryPolicy:
+    kwargs: dict[str, Any] = {
+        "max_attempts": 10_000,
+        "initial_backoff": 0.02,
+        "max_backoff": 0.02,
+        "jitter": False,
+        "deadline": DEADLINE,
+    }
+    kwargs.update(overrides)
+    return ts.RetryPolicy(**kwargs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_deadline_bounds_the_whole_call(mode: str) -> None:
+    attempt = FakeAttempt(unavailable, sleep=0.005)
+    start = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError) as info:
+        await run(mode, attempt, policy=deadline_policy())
+    elapsed = time.monotonic() - start
+    assert DEADLINE - 0.05 <= elapsed < DEADLINE + 2.0
+    assert 2 <= attempt.calls < 100
+    # The last failure is kept as the cause, and the error says what it is about.
+    assert info.value.__cause__ is attempt.raised[-1]
+    assert isinstance(info.value, TimeoutError)
+    assert info.value.model == "m"
+    assert info.value.request_id == "r1"
+    assert "connection refused" in str(info.value)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_deadline_cuts_each_attempt_timeout(mode: str) -> None:
+    attempt = FakeAttempt(unavailable, sleep=0.005)
+    with pytest.raises(ts.TritonTimeoutError):
+        await run(mode, attempt, policy=deadline_policy(), timeout=5.0)
+    timeouts = attempt.timeouts
+    assert all(each is not None for each in timeouts)
+    values = [each for each in timeouts if each is not None]
+    assert DEADLINE - 0.1 < values[0] <= DEADLINE
+    assert all(0 < each <= DEADLINE for each in values)
+    assert values == sorted(values, reverse=True)  # what is left only shrinks
+    assert values[-1] < values[0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_deadline_without_call_timeout_gives_the_remaining_time(mode: str) -> None:
+    attempt = FakeAttempt([unavailable(1)])
+    assert await run(mode, attempt, policy=deadline_policy(), timeout=None) == "ok"
+    first, second = attempt.timeouts
+    assert first is not None
+    assert second is not None
+    assert DEADLINE - 0.1 < first <= DEADLINE
+    assert second < first
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_shorter_call_timeout_is_kept_under_a_deadline(mode: str) -> None:
+    attempt = FakeAttempt([unavailable(1)])
+    assert await run(mode, attempt, policy=deadline_policy(deadline=30.0), timeout=2.0) == "ok"
+    assert attempt.timeouts == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("timeout", [5.0, None])
+async def test_without_deadline_each_attempt_gets_the_call_timeout(
+    mode: str, timeout: float | None
+) -> None:
+    attempt = FakeAttempt(unavailable)
+    with pytest.raises(ts.TritonConnectionError):
+        await run(mode, attempt, timeout=timeout)
+    assert attempt.timeouts == [timeout] * 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_max_attempts_before_the_deadline_reraises_the_last_error(mode: str) -> None:
+    policy = ts.RetryPolicy(max_attempts=3, initial_backoff=0.001, jitter=False, deadline=30.0)
+    attempt = FakeAttempt(unavailable)
+    with pytest.raises(ts.TritonConnectionError) as info:
+        await run(mode, attempt, policy=policy)
+    assert not isinstance(info.value, ts.TritonTimeoutError)
+    assert info.value is attempt.raised[-1]
+    assert attempt.calls == 3
+
+
+# Logging
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_retries_are_logged(mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    attempt = FakeAttempt([unavailable(1), unavailable(2)])
+    assert await run(mode, attempt, what="server_metadata") == "ok"
+    records = [record for record in caplog.records if record.name == "triton_sdk"]
+    assert len(records) == 2
+    for number, record in enumerate(records, start=1):
+        message = record.getMessage()
+        assert "server_metadata" in message
+        assert f"connection refused #{number}" in message
+        assert record.levelno >= logging.INFO
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_no_retry_log_for_errors_that_are_not_retried(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="triton_sdk")
+    attempt = FakeAttempt([ts.InferenceError("model failed")])
+    with pytest.raises(ts.InferenceError):
+        await run(mode, attempt)
+    assert not [record for record in caplog.records if record.name == "triton_sdk"]
+
+
+# The pure helpers
+
+
+@pytest.mark.parametrize(
+    ("error", "idempotent", "expected"),
+    [
+        (unavailable(), True, True),
+        (unavailable(), False, False),
+        (ts.InferenceError("x"), True, False),
+        (ConnectionRefusedError(), True, False),  # not yet classified: not the SDK's
+    ],
+)
+def test_should_retry(error: BaseException, idempotent: bool, expected: bool) -> None:
+    assert should_retry(error, idempotent=idempotent) is expected
+
+
+def test_attempt_timeout() -> None:
+    assert attempt_timeout(5.0, None, 100.0) == 5.0
+    assert attempt_timeout(None, None, 100.0) is None
+    assert attempt_timeout(5.0, 102.0, 100.0) == 2.0
+    assert attempt_timeout(1.0, 102.0, 100.0) == 1.0
+    assert attempt_timeout(None, 102.0, 100.0) == 2.0
+    with pytest.raises(ts.TritonTimeoutError):
+        attempt_timeout(5.0, 100.0, 100.0)

@@ -1,0 +1,596 @@
+"""Automatic shaping and dtype conversion of inputs (API.md "Automatic shaping"/"dtypes")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from triton_sdk import InvalidInputError, ModelSpec, TensorSpec
+from triton_sdk._base import ModelCore
+from triton_sdk._shaping import Tensor, prepare_inputs, split_batch
+
+Shape = tuple[int, ...]
+
+
+def make_spec(*inputs: TensorSpec, max_batch_size: int = 8, name: str = "m") -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        max_batch_size=max_batch_size,
+        inputs={tensor.name: tensor for tensor in inputs},
+        outputs={"OUT": TensorSpec(name="OUT", datatype="FP32", shape=(-1,))},
+    )
+
+
+def one_input(
+    datatype: str, dims: Shape, *, max_batch_size: int = 8, optional: bool = False
+) -> ModelSpec:
+    tensor = TensorSpec(name="X", datatype=datatype, shape=dims, optional=optional)
+    return make_spec(tensor, max_batch_size=max_batch_size)
+
+
+def shape_of(
+    value: Any,
+    dims: Shape,
+    *,
+    max_batch_size: int = 8,
+    sample: bool = False,
+    datatype: str = "FP32",
+) -> Shape:
+    spec = one_input(datatype, dims, max_batch_size=max_batch_size)
+    prepared = prepare_inputs(spec, {"X": value}, sample=sample)
+    return tuple(prepared.tensors[0].array.shape)
+
+
+def converted(value: Any, datatype: str, dims: Shape = (-1,)) -> np.ndarray[Any, Any]:
+    """The array sent for ``value``, on a model without a batch axis (dtype tests)."""
+    spec = one_input(datatype, dims, max_batch_size=0)
+    return prepare_inputs(spec, {"X": value}).tensors[0].array
+
+
+# Batched models: the three readings
+
+
+@pytest.mark.parametrize(
+    ("dims", "given", "expected"),
+    [
+        # 1. batched as given
+        ((3,), (2, 3), (2, 3)),
+        ((1,), (4, 1), (4, 1)),
+        ((-1,), (2, 5), (2, 5)),
+        ((-1, 3), (2, 7, 3), (2, 7, 3)),
+        ((), (5,), (5,)),
+        # 2. batched, trailing size-1 axes missing
+        ((1,), (4,), (4, 1)),
+        ((2, 1), (5, 2), (5, 2, 1)),
+        ((4, 1, 1), (6, 4), (6, 4, 1, 1)),
+        ((4, 1, 1), (6, 4, 1), (6, 4, 1, 1)),
+        ((1, 1), (3,), (3, 1, 1)),
+        # 3. a single sample: a batch axis of 1 is added
+        ((3,), (3,), (1, 3)),
+        ((-1,), (7,), (1, 7)),
+        ((2, 2), (2, 2), (1, 2, 2)),
+        ((-1, 3), (7, 3), (1, 7, 3)),
+        ((), (), (1,)),
+        # readings 2 and 3 agree on the same array: not ambiguous
+        ((1,), (1,), (1, 1)),
+    ],
+)
+def test_batched_readings(dims: Shape, given: Shape, expected: Shape) -> None:
+    value = np.arange(int(np.prod(given)), dtype=np.float32).reshape(given)
+    spec = one_input("FP32", dims)
+    prepared = prepare_inputs(spec, {"X": value})
+    array = prepared.tensors[0].array
+    assert array.shape == expected
+    assert prepared.batch_size == expected[0]
+    # Only axes are added: the data and its order are untouched.
+    np.testing.assert_array_equal(array.reshape(-1), value.reshape(-1))
+
+
+def test_list_of_strings_for_dims_1_is_a_batch() -> None:
+    spec = one_input("BYTES", (1,))
+    prepared = prepare_inputs(spec, {"X": ["안녕하세요", "hello", "x"]})
+    array = prepared.tensors[0].array
+    assert array.shape == (3, 1)
+    assert prepared.batch_size == 3
+    assert array.dtype == np.object_
+    assert array[:, 0].tolist() == ["안녕하세요", "hello", "x"]
+
+
+def test_python_list_for_vector_input_is_one_sample() -> None:
+    assert shape_of([1.0, 2.0, 3.0], (3,)) == (1, 3)
+    assert shape_of([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], (3,)) == (2, 3)
+
+
+def test_ambiguous_readings_are_refused() -> None:
+    # (3, 1) is a batch of 3 samples (1, 1)... or one sample (3, 1) of sample shape [-1, 1].
+    with pytest.raises(InvalidInputError) as info:
+        shape_of(np.zeros((3, 1), np.float32), (-1, 1))
+    message = str(info.value)
+    assert "ambiguous" in message
+    assert "'X'" in message
+    assert "infer_sample" in message
+    assert info.value.model == "m"
+
+
+def test_ambiguous_case_is_resolved_by_passing_the_batch_axis() -> None:
+    assert shape_of(np.zeros((1, 3, 1), np.float32), (-1, 1)) == (1, 3, 1)
+    assert shape_of(np.zeros((3, 1, 1), np.float32), (-1, 1)) == (3, 1, 1)
+
+
+def test_ambiguous_case_is_resolved_by_infer_sample() -> None:
+    assert shape_of(np.zeros((3, 1), np.float32), (-1, 1), sample=True) == (1, 3, 1)
+
+
+@pytest.mark.parametrize(
+    ("dims", "given"),
+    [
+        ((3,), (2, 4)),
+        ((3,), (4,)),
+        ((2, 3), (6,)),
+        ((4, 1), (5,)),  # only trailing size-1 axes may be missing
+        ((3,), (2, 3, 1)),
+        ((-1,), (2, 3, 4)),
+        ((1,), ()),  # a bare scalar is not a batch; infer_sample takes it
+    ],
+)
+def test_no_reading_matches(dims: Shape, given: Shape) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        shape_of(np.zeros(given, np.float32), dims)
+    message = str(info.value)
+    assert "'X'" in message  # the input
+    assert str(given) in message  # the shape given
+    pattern = ", ".join(map(str, dims))
+    assert f"[{pattern}]" in message or f"(n, {pattern})" in message  # the expected shape
+
+
+# Models without a batch axis
+
+
+@pytest.mark.parametrize(
+    ("dims", "given", "expected"),
+    [
+        ((3,), (3,), (3,)),
+        ((-1,), (7,), (7,)),
+        ((2, 3), (2, 3), (2, 3)),
+        ((1, 3), (3,), (1, 3)),  # a leading size-1 axis added
+        ((3, 1), (3,), (3, 1)),  # a trailing size-1 axis added
+        ((1, 3, 1), (3,), (1, 3, 1)),  # both
+        ((1, -1), (5,), (1, 5)),
+        ((1,), (), (1,)),
+        ((1, 1), (), (1, 1)),
+        ((), (), ()),
+    ],
+)
+def test_unbatched_model_shapes(dims: Shape, given: Shape, expected: Shape) -> None:
+    value = np.arange(int(np.prod(given)), dtype=np.float32).reshape(given)
+    spec = one_input("FP32", dims, max_batch_size=0)
+    prepared = prepare_inputs(spec, {"X": value})
+    assert prepared.tensors[0].array.shape == expected
+    assert prepared.batch_size is None
+
+
+@pytest.mark.parametrize(
+    ("dims", "given"),
+    [
+        ((3,), (1, 3)),  # no batch axis is added or accepted
+        ((3,), (2, 3)),
+        ((2, 3), (6,)),
+        ((2, 3), (3,)),  # the missing axis is not size 1
+        ((-1,), ()),  # a wildcard axis is never invented
+        ((3,), (4,)),
+    ],
+)
+def test_unbatched_model_refuses_mismatches(dims: Shape, given: Shape) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        shape_of(np.zeros(given, np.float32), dims, max_batch_size=0)
+    assert "'X'" in str(info.value)
+    assert str(given) in str(info.value)
+
+
+def test_unbatched_model_refuses_ambiguous_size_1_axes() -> None:
+    # (1, 5, 1) fits [1, -1, -1, 1] as (1, 1, 5, 1) and as (1, 5, 1, 1).
+    with pytest.raises(InvalidInputError, match="ambiguous"):
+        shape_of(np.zeros((1, 5, 1), np.float32), (1, -1, -1, 1), max_batch_size=0)
+
+
+def test_unbatched_model_takes_a_str_for_dims_1() -> None:
+    array = converted("hello", "BYTES", dims=(1,))
+    assert array.shape == (1,)
+    assert array[0] == "hello"
+
+
+# infer_sample: sample=True
+
+
+@pytest.mark.parametrize(
+    ("datatype", "dims", "value", "expected"),
+    [
+        ("BYTES", (1,), "hello", (1, 1)),
+        ("BYTES", (1,), b"hello", (1, 1)),
+        ("BYTES", (1,), ["hello"], (1, 1)),
+        ("FP32", (3,), [1.0, 2.0, 3.0], (1, 3)),
+        ("FP32", (1, 3), [1.0, 2.0, 3.0], (1, 1, 3)),
+        ("FP32", (3, 1), [1.0, 2.0, 3.0], (1, 3, 1)),
+        ("FP32", (-1,), [1.0, 2.0, 3.0, 4.0], (1, 4)),
+        ("FP32", (), 2.0, (1,)),
+        ("INT32", (1,), 7, (1, 1)),
+    ],
+)
+def test_infer_sample_adds_the_batch_axis(
+    datatype: str, dims: Shape, value: Any, expected: Shape
+) -> None:
+    spec = one_input(datatype, dims)
+    prepared = prepare_inputs(spec, {"X": value}, sample=True)
+    assert prepared.tensors[0].array.shape == expected
+    assert prepared.batch_size == 1
+
+
+def test_infer_sample_refuses_a_batch() -> None:
+    with pytest.raises(InvalidInputError, match="'X'"):
+        shape_of(np.zeros((2, 3), np.float32), (3,), sample=True)
+
+
+def test_infer_sample_on_unbatched_model_adds_no_batch_axis() -> None:
+    assert shape_of([1.0, 2.0, 3.0], (3,), max_batch_size=0, sample=True) == (3,)
+
+
+# Several inputs: batch agreement, missing, unknown, optional
+
+
+def two_inputs() -> ModelSpec:
+    return make_spec(
+        TensorSpec(name="A", datatype="FP32", shape=(3,)),
+        TensorSpec(name="B", datatype="INT32", shape=(1,)),
+    )
+
+
+def test_inputs_must_agree_on_batch_size() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        prepare_inputs(two_inputs(), {"A": np.zeros((2, 3), np.float32), "B": [1, 2, 3]})
+    message = str(info.value)
+    assert "'A'" in message
+    assert "'B'" in message
+    assert "batch" in message
+
+
+def test_inputs_with_the_same_batch_size() -> None:
+    prepared = prepare_inputs(two_inputs(), {"A": np.zeros((3, 3), np.float32), "B": [1, 2, 3]})
+    assert prepared.batch_size == 3
+    assert [tensor.name for tensor in prepared.tensors] == ["A", "B"]
+    assert [tensor.array.shape for tensor in prepared.tensors] == [(3, 3), (3, 1)]
+    assert [tensor.datatype for tensor in prepared.tensors] == ["FP32", "INT32"]
+
+
+def test_single_samples_of_several_inputs_agree() -> None:
+    prepared = prepare_inputs(two_inputs(), {"A": [1.0, 2.0, 3.0], "B": [5]})
+    assert prepared.batch_size == 1
+    assert [tensor.array.shape for tensor in prepared.tensors] == [(1, 3), (1, 1)]
+
+
+def three_inputs() -> ModelSpec:
+    return make_spec(
+        TensorSpec(name="A", datatype="FP32", shape=(3,)),
+        TensorSpec(name="B", datatype="FP32", shape=(3,), optional=True),
+        TensorSpec(name="C", datatype="INT32", shape=(1,)),
+    )
+
+
+def test_missing_required_input() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        prepare_inputs(three_inputs(), {"A": np.zeros((2, 3), np.float32)})
+    message = str(info.value)
+    assert "'C'" in message
+    for name in ("'A'", "'B'", "'C'"):
+        assert name in message  # the model's input names are listed
+    assert info.value.model == "m"
+
+
+def test_unknown_input_name() -> None:
+    values = {"A": np.zeros((2, 3), np.float32), "C": [1, 2], "TYPO": [1]}
+    with pytest.raises(InvalidInputError) as info:
+        prepare_inputs(three_inputs(), values)
+    message = str(info.value)
+    assert "'TYPO'" in message
+    for name in ("'A'", "'B'", "'C'"):
+        assert name in message
+
+
+def test_optional_input_may_be_left_out() -> None:
+    prepared = prepare_inputs(three_inputs(), {"A": np.zeros((2, 3), np.float32), "C": [1, 2]})
+    assert [tensor.name for tensor in prepared.tensors] == ["A", "C"]
+    assert prepared.batch_size == 2
+
+
+def test_optional_input_may_be_given() -> None:
+    values = {"A": np.zeros((2, 3)), "B": np.ones((2, 3)), "C": [1, 2]}
+    prepared = prepare_inputs(three_inputs(), values)
+    assert [tensor.name for tensor in prepared.tensors] == ["A", "B", "C"]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "dims", "value"),
+    [
+        ("FP32", (3,), np.zeros((0, 3), np.float32)),
+        ("BYTES", (1,), []),
+        ("INT32", (1,), np.zeros((0,), np.int32)),
+    ],
+)
+def test_empty_batch_is_refused(datatype: str, dims: Shape, value: Any) -> None:
+    with pytest.raises(InvalidInputError):
+        prepare_inputs(one_input(datatype, dims), {"X": value})
+
+
+# Splitting oversized batches
+
+
+def test_split_batch_chunks_in_order() -> None:
+    a = np.arange(30, dtype=np.float32).reshape(10, 3)
+    b = np.arange(10, dtype=np.int32).reshape(10, 1)
+    tensors = [Tensor("A", "FP32", a), Tensor("B", "INT32", b)]
+    chunks = split_batch(tensors, 4)
+    assert [[t.array.shape[0] for t in chunk] for chunk in chunks] == [[4, 4], [4, 4], [2, 2]]
+    for chunk in chunks:
+        assert [(t.name, t.datatype) for t in chunk] == [("A", "FP32"), ("B", "INT32")]
+    np.testing.assert_array_equal(np.concatenate([chunk[0].array for chunk in chunks]), a)
+    np.testing.assert_array_equal(np.concatenate([chunk[1].array for chunk in chunks]), b)
+
+
+@pytest.mark.parametrize(("total", "limit", "sizes"), [(4, 4, [4]), (3, 8, [3]), (9, 3, [3, 3, 3])])
+def test_split_batch_sizes(total: int, limit: int, sizes: list[int]) -> None:
+    tensors = [Tensor("A", "FP32", np.zeros((total, 2), np.float32))]
+    assert [chunk[0].array.shape[0] for chunk in split_batch(tensors, limit)] == sizes
+
+
+def test_oversized_batch_becomes_requests_of_at_most_max_batch_size() -> None:
+    spec = make_spec(TensorSpec(name="A", datatype="FP32", shape=(2,)), max_batch_size=4)
+    a = np.arange(20, dtype=np.float32).reshape(10, 2)
+    requests = ModelCore(spec, None)._requests(
+        {"A": a},
+        {},
+        outputs=None,
+        parameters={"k": 1},
+        priority=2,
+        request_id="r",
+        sample=False,
+    )
+    assert [request.inputs[0].array.shape[0] for request in requests] == [4, 4, 2]
+    assert all(request.parameters == {"k": 1} for request in requests)
+    assert all(request.priority == 2 and request.request_id == "r" for request in requests)
+    joined = np.concatenate([request.inputs[0].array for request in requests])
+    np.testing.assert_array_equal(joined, a)
+
+
+def test_batch_within_max_batch_size_is_one_request() -> None:
+    spec = make_spec(TensorSpec(name="A", datatype="FP32", shape=(2,)), max_batch_size=4)
+    requests = ModelCore(spec, None)._requests(
+        None,
+        {"A": np.zeros((4, 2))},
+        outputs=None,
+        parameters=None,
+        priority=0,
+        request_id="",
+        sample=False,
+    )
+    assert len(requests) == 1
+
+
+def test_same_input_given_by_mapping_and_keyword_is_refused() -> None:
+    spec = make_spec(TensorSpec(name="A", datatype="FP32", shape=(2,)))
+    with pytest.raises(InvalidInputError, match="'A'"):
+        ModelCore(spec, None)._requests(
+            {"A": [1.0, 2.0]},
+            {"A": [1.0, 2.0]},
+            outputs=None,
+            parameters=None,
+            priority=0,
+            request_id="",
+            sample=False,
+        )
+
+
+# Automatic dtypes
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["a", "é", ""],
+        np.array(["a", "é", ""]),
+        np.array(["a", "é", ""], dtype=object),
+    ],
+)
+def test_strings_go_to_bytes_and_stay_str(value: Any) -> None:
+    array = converted(value, "BYTES")
+    assert array.dtype == np.object_
+    assert array.tolist() == ["a", "é", ""]
+    assert all(type(item) is str for item in array.tolist())  # encoded as UTF-8 when sent
+
+
+@pytest.mark.parametrize(
+    "value", [[b"a", b"\x00\xff"], np.array([b"a", b"\x00\xff"], dtype=object)]
+)
+def test_bytes_go_to_bytes_unchanged(value: Any) -> None:
+    array = converted(value, "BYTES")
+    assert array.dtype == np.object_
+    assert array.tolist() == [b"a", b"\x00\xff"]
+
+
+def test_numpy_bytes_array_goes_to_bytes() -> None:
+    array = converted(np.array([b"ab", b"c"]), "BYTES")
+    assert array.dtype == np.object_
+    assert array.tolist() == [b"ab", b"c"]
+
+
+@pytest.mark.parametrize(
+    ("value", "dims"),
+    [
+        (np.array([1, 2]), (-1,)),
+        (np.array([1.5, 2.5], dtype=np.float32), (-1,)),
+        (np.array([True]), (-1,)),
+        ([1, 2], (-1,)),
+        ([1.5], (-1,)),
+        (3, (1,)),
+    ],
+    ids=["int-array", "float-array", "bool-array", "int-list", "float-list", "int-scalar"],
+)
+def test_numbers_into_bytes_are_refused(value: Any, dims: Shape) -> None:
+    with pytest.raises(InvalidInputError, match="'X'"):
+        converted(value, "BYTES", dims)
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype", "expected"),
+    [
+        ([1.5, 2.5], "FP32", np.array([1.5, 2.5], np.float32)),
+        ([1, 2], "FP32", np.array([1, 2], np.float32)),
+        ([1.0, 2.0], "FP16", np.array([1, 2], np.float16)),
+        ([1.0, 2.0], "FP64", np.array([1, 2], np.float64)),
+        ([1, 2], "INT32", np.array([1, 2], np.int32)),
+        ([-128, 127], "INT8", np.array([-128, 127], np.int8)),
+        ([0, 255], "UINT8", np.array([0, 255], np.uint8)),
+        ([0, 65535], "UINT16", np.array([0, 65535], np.uint16)),
+        ([True, False], "BOOL", np.array([True, False])),
+        ([True, False], "INT32", np.array([1, 0], np.int32)),
+        ([2**64 - 1], "UINT64", np.array([2**64 - 1], np.uint64)),
+    ],
+)
+def test_python_values_go_through_asarray(
+    value: Any, datatype: str, expected: np.ndarray[Any, Any]
+) -> None:
+    array = converted(value, datatype)
+    assert array.dtype == expected.dtype
+    np.testing.assert_array_equal(array, expected)
+
+
+@pytest.mark.parametrize(
+    ("source", "datatype"),
+    [
+        (np.float64, "FP32"),
+        (np.float32, "FP16"),
+        (np.float16, "FP64"),
+        (np.int32, "FP32"),
+        (np.int64, "INT32"),
+        (np.int8, "INT64"),
+        (np.uint8, "INT16"),
+        (np.int64, "UINT8"),  # signed to unsigned, in range
+        (np.uint64, "INT8"),
+    ],
+)
+def test_same_kind_casts_are_allowed(source: Any, datatype: str) -> None:
+    array = converted(np.array([0, 1, 2], dtype=source), datatype)
+    assert array.dtype == TensorSpec(name="X", datatype=datatype, shape=(-1,)).dtype
+    np.testing.assert_array_equal(array, [0, 1, 2])
+
+
+def test_array_of_the_right_dtype_is_passed_through() -> None:
+    value = np.array([1.0, 2.0], np.float32)
+    array = converted(value, "FP32")
+    assert array.dtype == np.float32
+    np.testing.assert_array_equal(array, value)
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype"),
+    [
+        (np.array([1.0, 2.0]), "INT32"),  # float to int, even when integral
+        (np.array([1.5], np.float32), "INT64"),
+        ([1.5], "INT32"),
+        ([1.0], "UINT8"),
+        (np.array([1.0]), "BOOL"),
+        (np.array([1, 0]), "BOOL"),
+        (np.array([1 + 2j]), "FP32"),
+        (np.array([1.0]), "BYTES"),
+    ],
+)
+def test_lossy_kind_casts_are_refused(value: Any, datatype: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        converted(value, datatype)
+    assert "'X'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype", "dims"),
+    [
+        ("1", "FP32", (1,)),
+        (b"1", "INT32", (1,)),
+        (["1", "2"], "FP32", (-1,)),
+        ([b"1"], "INT64", (-1,)),
+        (np.array(["1"]), "INT32", (-1,)),
+        (np.array([b"1"]), "FP64", (-1,)),
+        (np.array(["1.5"], dtype=object), "FP32", (-1,)),
+    ],
+)
+def test_strings_into_numeric_inputs_are_refused(value: Any, datatype: str, dims: Shape) -> None:
+    with pytest.raises(InvalidInputError, match="'X'"):
+        converted(value, datatype, dims)
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype"),
+    [
+        ([256], "UINT8"),
+        ([-1], "UINT8"),
+        ([-1], "UINT64"),
+        ([128], "INT8"),
+        ([-129], "INT8"),
+        ([2**31], "INT32"),
+        (np.array([2**32], np.int64), "UINT32"),
+        (np.array([2**63], np.uint64), "INT64"),
+        (np.array([0, 300], np.int16), "UINT8"),
+    ],
+)
+def test_out_of_range_integers_are_refused(value: Any, datatype: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        converted(value, datatype)
+    assert "'X'" in str(info.value)
+
+
+def test_integer_range_error_names_the_value() -> None:
+    with pytest.raises(InvalidInputError, match="300"):
+        converted(np.array([0, 300]), "UINT8")
+
+
+def test_in_range_int64_feeds_uint8() -> None:
+    # np.asarray([0, 255]) is int64; the range check, not the kind, keeps the cast safe.
+    array = converted(np.array([0, 7, 255], dtype=np.int64), "UINT8")
+    assert array.dtype == np.uint8
+    assert array.tolist() == [0, 7, 255]
+
+
+def test_ragged_list_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="'X'"):
+        converted([[1.0, 2.0], [3.0]], "FP32")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16),
+        np.array([1.5, -2.0], dtype=np.float32),
+        [1.5, -2.0],
+    ],
+)
+def test_bf16_uses_ml_dtypes_bfloat16(value: Any) -> None:
+    array = converted(value, "BF16")
+    assert array.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert array.astype(np.float32).tolist() == [1.5, -2.0]
+
+
+def test_strings_into_bf16_are_refused() -> None:
+    with pytest.raises(InvalidInputError):
+        converted(np.array(["1.0"]), "BF16")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "datatype"),
+    [(">f4", "FP32"), (">f8", "FP64"), (">i4", "INT32"), (">i8", "INT64"), (">u2", "UINT16")],
+)
+def test_non_native_byte_order_is_converted(dtype: str, datatype: str) -> None:
+    value = np.array([1, 2, 300], dtype=dtype)
+    array = converted(value, datatype)
+    assert array.dtype.isnative
+    assert array.dtype == np.dtype(dtype).newbyteorder("=")
+    assert array.tolist() == [1, 2, 300]
