@@ -6,8 +6,9 @@
 (2, 768)
 """
 
-from ._async_client import AsyncClient, AsyncModel
-from ._client import Client, Model
+from ._async_client import AsyncClient, AsyncModel, AsyncModelSequence
+from ._classify import Classification
+from ._client import Client, Model, ModelSequence
 from ._config import NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
 from ._errors import (
     InferenceError,
@@ -19,11 +20,14 @@ from ._errors import (
     TritonTimeoutError,
     UnknownOutputError,
 )
+from ._generate import JSONValue
 from ._request import ParameterValue
 from ._result import InferResult
+from ._sequence import SequenceNotEndedWarning
 from ._shaping import InputValue
 from ._spec import ModelSpec, TensorSpec
 from ._status import ModelStatus, ServerMetadata
+from ._streams import AsyncResponseStream, ResponseStream
 
 __version__ = "0.1.0"
 
@@ -31,19 +35,26 @@ __all__ = [
     "NOT_GIVEN",
     "AsyncClient",
     "AsyncModel",
+    "AsyncModelSequence",
+    "AsyncResponseStream",
+    "Classification",
     "Client",
     "InferResult",
     "InferenceError",
     "InputValue",
     "InvalidInputError",
+    "JSONValue",
     "Model",
     "ModelNotFoundError",
     "ModelNotReadyError",
+    "ModelSequence",
     "ModelSpec",
     "ModelStatus",
     "NotGiven",
     "ParameterValue",
+    "ResponseStream",
     "RetryPolicy",
+    "SequenceNotEndedWarning",
     "ServerMetadata",
     "TLSConfig",
     "TensorSpec",

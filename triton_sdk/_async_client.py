@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import Final, Literal, TypeVar, overload
 
 from ._backends._protocol import AsyncBackend
 from ._base import (
@@ -19,16 +20,21 @@ from ._base import (
     closed_error,
     config_json,
 )
+from ._classify import Classification, parse_classifications
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
-from ._errors import TritonError, TritonTimeoutError
+from ._errors import InvalidInputError, TritonError, TritonTimeoutError
+from ._generate import JSONValue
+from ._map import BatchBuilder, PreparedSample, batch_request, check_batch_size, progress_bar
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
 from ._retry import call_async
+from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._spec import ModelSpec
 from ._status import ModelStatus, ServerMetadata
+from ._streams import AsyncResponseStream
 
-__all__ = ["AsyncClient", "AsyncModel"]
+__all__ = ["AsyncClient", "AsyncModel", "AsyncModelSequence"]
 
 T = TypeVar("T")
 
@@ -242,6 +248,37 @@ class AsyncClient:
                 task.cancel()
         return InferResult.concatenate(parts)
 
+    def _stream(
+        self, request: InferRequest, spec: ModelSpec, timeout: Timeout
+    ) -> AsyncIterator[InferResult]:
+        if self._closed:
+            raise closed_error("AsyncClient")
+        return self._backend.stream(request, spec, self._settings.timeout_for(timeout))
+
+    async def _generate(
+        self,
+        model: AsyncModel,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+    ) -> dict[str, JSONValue]:
+        attempt = partial(self._backend.generate, model.spec, model.version, fields, parameters)
+        return await self._call(f"generate {model.name}", attempt, timeout=timeout, retry=retry)
+
+    def _generate_stream(
+        self,
+        model: AsyncModel,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: Timeout,
+    ) -> AsyncIterator[dict[str, JSONValue]]:
+        if self._closed:
+            raise closed_error("AsyncClient")
+        return self._backend.generate_stream(
+            model.spec, model.version, fields, parameters, self._settings.timeout_for(timeout)
+        )
+
     # Lifetime
 
     async def aclose(self) -> None:
@@ -331,3 +368,336 @@ class AsyncModel(ModelCore):
         )
         result = await self._client._infer(requests, timeout, retry)
         return result.without_batch_axis() if self.spec.batched else result
+
+    async def classify(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        top_k: int = 1,
+        output: str | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        **named_inputs: InputValue,
+    ) -> list[list[Classification]]:
+        """The ``top_k`` classes of each sample, best first. See :meth:`Model.classify`."""
+        name = self._classification_output(output, top_k)
+        requests = self._requests(
+            inputs,
+            named_inputs,
+            outputs=[name],
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+            sample=False,
+            class_count=top_k,
+        )
+        result = await self._client._infer(requests, timeout, retry)
+        return parse_classifications(result[name], batched=self.spec.batched)
+
+    def stream(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        request_id: str = "",
+        **named_inputs: InputValue,
+    ) -> AsyncResponseStream[InferResult]:
+        """Send one request; ``async for`` over the responses. See :meth:`Model.stream`."""
+        (request,) = self._requests(
+            inputs,
+            named_inputs,
+            outputs=outputs,
+            parameters=parameters,
+            priority=0,
+            request_id=request_id,
+            sample=False,
+            streaming=True,
+        )
+        return AsyncResponseStream(self._client._stream(request, self.spec, timeout))
+
+    async def generate(
+        self,
+        fields: Mapping[str, object] | None = None,
+        /,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        **named_fields: object,
+    ) -> dict[str, JSONValue]:
+        """JSON fields in, JSON fields out. See :meth:`Model.generate`."""
+        merged = {**(fields or {}), **named_fields}
+        return await self._client._generate(self, merged, parameters, timeout, retry)
+
+    def generate_stream(
+        self,
+        fields: Mapping[str, object] | None = None,
+        /,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        **named_fields: object,
+    ) -> AsyncResponseStream[dict[str, JSONValue]]:
+        """``async for`` over the fields of each response. See :meth:`Model.generate_stream`."""
+        merged = {**(fields or {}), **named_fields}
+        return AsyncResponseStream(self._client._generate_stream(self, merged, parameters, timeout))
+
+    def sequence(self, sequence_id: int | str | None = None) -> AsyncModelSequence:
+        """A sequence of requests: ``async with model.sequence() as seq:``.
+
+        See :meth:`Model.sequence`.
+        """
+        return AsyncModelSequence(self, sequence_id)
+
+    @overload
+    def map(
+        self,
+        samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
+        *,
+        batch_size: int | None = ...,
+        concurrency: int = ...,
+        progress: bool = ...,
+        errors: Literal["raise"] = ...,
+        outputs: Iterable[str] | None = ...,
+        timeout: Timeout = ...,
+        retry: RetryPolicy | NotGiven = ...,
+    ) -> AsyncIterator[InferResult]: ...
+
+    @overload
+    def map(
+        self,
+        samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
+        *,
+        batch_size: int | None = ...,
+        concurrency: int = ...,
+        progress: bool = ...,
+        errors: Literal["collect"],
+        outputs: Iterable[str] | None = ...,
+        timeout: Timeout = ...,
+        retry: RetryPolicy | NotGiven = ...,
+    ) -> AsyncIterator[InferResult | TritonError]: ...
+
+    def map(
+        self,
+        samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
+        *,
+        batch_size: int | None = None,
+        concurrency: int = 4,
+        progress: bool = False,
+        errors: Literal["raise", "collect"] = "raise",
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+    ) -> AsyncIterator[InferResult] | AsyncIterator[InferResult | TritonError]:
+        """``async for`` over one result per sample, in order. See :meth:`Model.map`.
+
+        ``samples`` may be a plain or an asynchronous iterable.
+        """
+        runner = _AsyncMapRunner(self, batch_size, concurrency, errors, outputs, timeout, retry)
+        return runner.run(samples, progress)
+
+
+class AsyncModelSequence:
+    """A sequence of requests to a stateful model; see :meth:`AsyncModel.sequence`."""
+
+    __slots__ = ("_model", "_state")
+
+    def __init__(self, model: AsyncModel, sequence_id: int | str | None = None) -> None:
+        self._model = model
+        self._state = SequenceState(model.spec, sequence_id)
+
+    @property
+    def sequence_id(self) -> int | str:
+        """The id every request of this sequence carries."""
+        return self._state.sequence_id
+
+    @property
+    def ended(self) -> bool:
+        """Whether the request marked ``end=True`` was sent."""
+        return self._state.ended
+
+    async def _send(
+        self,
+        inputs: Mapping[str, InputValue] | None,
+        named: Mapping[str, InputValue],
+        *,
+        sample: bool,
+        end: bool,
+        outputs: Iterable[str] | None,
+        timeout: Timeout,
+        parameters: Mapping[str, ParameterValue] | None,
+        priority: int,
+        request_id: str,
+    ) -> InferResult:
+        model = self._model
+        (request,) = model._requests(
+            inputs,
+            named,
+            outputs=outputs,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+            sample=sample,
+            sequence=self._state.flags(end),
+        )
+        try:
+            result = await model._client._infer_one(request, timeout, _ONCE)
+        finally:
+            self._state.sent_one(end)
+        return result.without_batch_axis() if sample and model.spec.batched else result
+
+    async def infer(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        end: bool = False,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        **named_inputs: InputValue,
+    ) -> InferResult:
+        """Send the next request of the sequence (batched inputs)."""
+        return await self._send(
+            inputs,
+            named_inputs,
+            sample=False,
+            end=end,
+            outputs=outputs,
+            timeout=timeout,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+        )
+
+    async def infer_sample(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        end: bool = False,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        **named_inputs: InputValue,
+    ) -> InferResult:
+        """Send the next request as one sample."""
+        return await self._send(
+            inputs,
+            named_inputs,
+            sample=True,
+            end=end,
+            outputs=outputs,
+            timeout=timeout,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+        )
+
+    async def __aenter__(self) -> AsyncModelSequence:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._state.leave()
+
+
+async def _each(
+    samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
+) -> AsyncIterator[Mapping[str, InputValue]]:
+    if isinstance(samples, AsyncIterable):
+        async for sample in samples:
+            yield sample
+    else:
+        for sample in samples:
+            yield sample
+
+
+class _AsyncMapRunner:
+    """The asyncio driver of :meth:`AsyncModel.map`: a window of batch tasks."""
+
+    def __init__(
+        self,
+        model: AsyncModel,
+        batch_size: int | None,
+        concurrency: int,
+        errors: Literal["raise", "collect"],
+        outputs: Iterable[str] | None,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
+        if errors not in ("raise", "collect"):
+            raise InvalidInputError(f"errors must be 'raise' or 'collect', got {errors!r}")
+        self.model = model
+        self.builder = BatchBuilder(
+            model.spec, check_batch_size(model.spec, batch_size), errors == "collect"
+        )
+        self.concurrency = concurrency
+        self.collect = errors == "collect"
+        self.outputs = None if outputs is None else list(outputs)
+        self.timeout = timeout
+        self.retry = retry
+
+    async def _run_batch(self, samples: list[PreparedSample]) -> list[InferResult | TritonError]:
+        if samples[0].error is not None:
+            return [samples[0].error]
+        model = self.model
+        request = batch_request(model.spec, model.version, samples, self.outputs)
+        try:
+            result = await model._client._infer_one(request, self.timeout, self.retry)
+        except TritonError as error:
+            if not self.collect:
+                raise
+            if len(samples) == 1:
+                return [error]
+            return [outcome for sample in samples for outcome in await self._run_batch([sample])]
+        if not model.spec.batched:
+            return [result]
+        return list(result.split_rows(len(samples)))
+
+    async def run(
+        self,
+        samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
+        progress: bool,
+    ) -> AsyncIterator[InferResult | TritonError]:
+        bar = progress_bar(samples) if progress else None
+        window: deque[asyncio.Task[list[InferResult | TritonError]]] = deque()
+        try:
+            async for sample in _each(samples):
+                for batch in self.builder.add(sample):
+                    window.append(asyncio.ensure_future(self._run_batch(batch)))
+                    while len(window) >= self.concurrency:
+                        for outcome in await window.popleft():
+                            if bar is not None:
+                                bar.update(1)
+                            yield outcome
+            for batch in self.builder.flush():
+                window.append(asyncio.ensure_future(self._run_batch(batch)))
+            while window:
+                for outcome in await window.popleft():
+                    if bar is not None:
+                        bar.update(1)
+                    yield outcome
+        finally:
+            for task in window:
+                task.cancel()
+            await asyncio.gather(*window, return_exceptions=True)
+            if bar is not None:
+                bar.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Final, NamedTuple
 
 import attrs
 
@@ -125,21 +125,65 @@ class ModelCore:
         priority: int,
         request_id: str,
         sample: bool,
+        class_count: int = 0,
+        sequence: SequenceFlags | None = None,
+        streaming: bool = False,
     ) -> list[InferRequest]:
-        """The requests of one call: one, or one per chunk of an oversized batch."""
+        """The requests of one call: one, or one per chunk of an oversized batch.
+
+        Requests of a sequence or a stream are never split: their order and flags
+        belong to one request.
+        """
+        if self.spec.decoupled and not streaming:
+            raise InvalidInputError(
+                f"model {self.name!r} is decoupled (it may answer with any number of "
+                "responses): use model.stream(...) or model.generate_stream(...)",
+                model=self.name,
+            )
         prepared = prepare_inputs(self.spec, merge_inputs(inputs, named), sample=sample)
         request = InferRequest(
             model=self.name,
             version=self.version or "",
             inputs=prepared.tensors,
-            outputs=None if outputs is None else check_outputs(self.spec, outputs),
+            outputs=None if outputs is None else check_outputs(self.spec, outputs, class_count),
             request_id=request_id,
             parameters=check_parameters(parameters, self.name),
             priority=priority,
+            sequence_id=sequence.sequence_id if sequence else 0,
+            sequence_start=sequence.start if sequence else False,
+            sequence_end=sequence.end if sequence else False,
         )
         limit = self.spec.max_batch_size
         if prepared.batch_size is None or prepared.batch_size <= limit:
             return [request]
+        if sequence is not None or streaming:
+            raise InvalidInputError(
+                f"a batch of {prepared.batch_size} is larger than {self.name!r} takes "
+                f"({limit}); requests of a {'sequence' if sequence else 'stream'} "
+                "cannot be split",
+                model=self.name,
+            )
         return [
             attrs.evolve(request, inputs=chunk) for chunk in split_batch(prepared.tensors, limit)
         ]
+
+    def _classification_output(self, output: str | None, top_k: int) -> str:
+        if top_k < 1:
+            raise InvalidInputError(f"top_k must be >= 1, got {top_k}", model=self.name)
+        if output is not None:
+            return output
+        if len(self.spec.outputs) == 1:
+            return next(iter(self.spec.outputs))
+        raise InvalidInputError(
+            f"model {self.name!r} has several outputs: name the one to classify with "
+            f"output=... (one of {', '.join(map(repr, self.spec.outputs))})",
+            model=self.name,
+        )
+
+
+class SequenceFlags(NamedTuple):
+    """The sequence fields of one request."""
+
+    sequence_id: int | str
+    start: bool
+    end: bool

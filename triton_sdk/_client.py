@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import Final, Literal, TypeVar, overload
 
 from ._backends._protocol import SyncBackend
 from ._base import (
@@ -20,16 +21,21 @@ from ._base import (
     closed_error,
     config_json,
 )
+from ._classify import Classification, parse_classifications
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
-from ._errors import TritonError, TritonTimeoutError
+from ._errors import InvalidInputError, TritonError, TritonTimeoutError
+from ._generate import JSONValue
+from ._map import BatchBuilder, PreparedSample, batch_request, check_batch_size, progress_bar
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
 from ._retry import call_sync
+from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._spec import ModelSpec
 from ._status import ModelStatus, ServerMetadata
+from ._streams import ResponseStream
 
-__all__ = ["Client", "Model"]
+__all__ = ["Client", "Model", "ModelSequence"]
 
 T = TypeVar("T")
 
@@ -243,6 +249,37 @@ class Client:
                 )
             return self._executor
 
+    def _stream(
+        self, request: InferRequest, spec: ModelSpec, timeout: Timeout
+    ) -> Iterator[InferResult]:
+        if self._closed:
+            raise closed_error("Client")
+        return self._backend.stream(request, spec, self._settings.timeout_for(timeout))
+
+    def _generate(
+        self,
+        model: Model,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+    ) -> dict[str, JSONValue]:
+        attempt = partial(self._backend.generate, model.spec, model.version, fields, parameters)
+        return self._call(f"generate {model.name}", attempt, timeout=timeout, retry=retry)
+
+    def _generate_stream(
+        self,
+        model: Model,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: Timeout,
+    ) -> Iterator[dict[str, JSONValue]]:
+        if self._closed:
+            raise closed_error("Client")
+        return self._backend.generate_stream(
+            model.spec, model.version, fields, parameters, self._settings.timeout_for(timeout)
+        )
+
     # Lifetime
 
     def close(self) -> None:
@@ -353,3 +390,355 @@ class Model(ModelCore):
         )
         result = self._client._infer(requests, timeout, retry)
         return result.without_batch_axis() if self.spec.batched else result
+
+    def classify(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        top_k: int = 1,
+        output: str | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        **named_inputs: InputValue,
+    ) -> list[list[Classification]]:
+        """The ``top_k`` classes of each sample, best first, from the server's classification.
+
+        Inputs are batched as in :meth:`infer`. ``output`` names the scores to classify
+        (optional when the model has one output); labels come from the output's label
+        file and are None without one.
+        """
+        name = self._classification_output(output, top_k)
+        requests = self._requests(
+            inputs,
+            named_inputs,
+            outputs=[name],
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+            sample=False,
+            class_count=top_k,
+        )
+        result = self._client._infer(requests, timeout, retry)
+        return parse_classifications(result[name], batched=self.spec.batched)
+
+    def stream(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        request_id: str = "",
+        **named_inputs: InputValue,
+    ) -> ResponseStream[InferResult]:
+        """Send one request and iterate over the model's responses (decoupled models).
+
+        Inputs are shaped as in :meth:`infer`. The iteration ends after the final
+        response (no responses at all is an empty iteration); ``timeout`` bounds the wait
+        for each response. Leaving the loop early cancels the request. Streams are never
+        retried. Over HTTP the request goes through the generate_stream extension, which
+        carries one sample of scalar or 1-D inputs; gRPC streams anything.
+        """
+        (request,) = self._requests(
+            inputs,
+            named_inputs,
+            outputs=outputs,
+            parameters=parameters,
+            priority=0,
+            request_id=request_id,
+            sample=False,
+            streaming=True,
+        )
+        return ResponseStream(self._client._stream(request, self.spec, timeout))
+
+    def generate(
+        self,
+        fields: Mapping[str, object] | None = None,
+        /,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        **named_fields: object,
+    ) -> dict[str, JSONValue]:
+        """Run the model through the generate extension: JSON fields in, JSON fields out.
+
+        Fields named like inputs are one sample of that input; other fields are request
+        parameters. Returns the response's outputs (a one-element output as its plain
+        value, BYTES as text). Works on gRPC too, through an inference or a stream.
+        """
+        merged = {**(fields or {}), **named_fields}
+        return self._client._generate(self, merged, parameters, timeout, retry)
+
+    def generate_stream(
+        self,
+        fields: Mapping[str, object] | None = None,
+        /,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        **named_fields: object,
+    ) -> ResponseStream[dict[str, JSONValue]]:
+        """Like :meth:`generate`, yielding the fields of each response as it arrives."""
+        merged = {**(fields or {}), **named_fields}
+        return ResponseStream(self._client._generate_stream(self, merged, parameters, timeout))
+
+    def sequence(self, sequence_id: int | str | None = None) -> ModelSequence:
+        """A sequence of requests to a stateful model: ``with model.sequence() as seq:``.
+
+        The id is allocated (a random int64, or a UUID string for models whose
+        sequence ids are strings) unless given. The first request carries START, the
+        one sent with ``end=True`` carries END. Requests of a sequence are never retried.
+        """
+        return ModelSequence(self, sequence_id)
+
+    @overload
+    def map(
+        self,
+        samples: Iterable[Mapping[str, InputValue]],
+        *,
+        batch_size: int | None = ...,
+        concurrency: int = ...,
+        progress: bool = ...,
+        errors: Literal["raise"] = ...,
+        outputs: Iterable[str] | None = ...,
+        timeout: Timeout = ...,
+        retry: RetryPolicy | NotGiven = ...,
+    ) -> Iterator[InferResult]: ...
+
+    @overload
+    def map(
+        self,
+        samples: Iterable[Mapping[str, InputValue]],
+        *,
+        batch_size: int | None = ...,
+        concurrency: int = ...,
+        progress: bool = ...,
+        errors: Literal["collect"],
+        outputs: Iterable[str] | None = ...,
+        timeout: Timeout = ...,
+        retry: RetryPolicy | NotGiven = ...,
+    ) -> Iterator[InferResult | TritonError]: ...
+
+    def map(
+        self,
+        samples: Iterable[Mapping[str, InputValue]],
+        *,
+        batch_size: int | None = None,
+        concurrency: int = 4,
+        progress: bool = False,
+        errors: Literal["raise", "collect"] = "raise",
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+    ) -> Iterator[InferResult] | Iterator[InferResult | TritonError]:
+        """Run many samples, batched, with ``concurrency`` batches in flight.
+
+        Each sample is a mapping of input name to one sample (as for
+        :meth:`infer_sample`); results come back one per sample, in input order, without
+        a batch axis. ``batch_size`` defaults to the model's preferred (or maximum) batch
+        size. Samples are read lazily, so endless iterables work in bounded memory. Each
+        batch is retried under the retry policy. ``errors="collect"`` yields a
+        :class:`TritonError` in place of each failed sample instead of raising; a batch
+        the server refuses is then retried sample by sample to find the culprits.
+        ``progress=True`` shows a tqdm progress bar.
+        """
+        runner = _MapRunner(self, batch_size, concurrency, errors, outputs, timeout, retry)
+        return runner.run(samples, progress)
+
+
+class ModelSequence:
+    """A sequence of requests to a stateful model; see :meth:`Model.sequence`.
+
+    Leaving the ``with`` block without a request sent with ``end=True`` sends nothing
+    more: it warns (:class:`SequenceNotEndedWarning`) that the server keeps the
+    sequence's slot until it idles out.
+    """
+
+    __slots__ = ("_model", "_state")
+
+    def __init__(self, model: Model, sequence_id: int | str | None = None) -> None:
+        self._model = model
+        self._state = SequenceState(model.spec, sequence_id)
+
+    @property
+    def sequence_id(self) -> int | str:
+        """The id every request of this sequence carries."""
+        return self._state.sequence_id
+
+    @property
+    def ended(self) -> bool:
+        """Whether the request marked ``end=True`` was sent."""
+        return self._state.ended
+
+    def _send(
+        self,
+        inputs: Mapping[str, InputValue] | None,
+        named: Mapping[str, InputValue],
+        *,
+        sample: bool,
+        end: bool,
+        outputs: Iterable[str] | None,
+        timeout: Timeout,
+        parameters: Mapping[str, ParameterValue] | None,
+        priority: int,
+        request_id: str,
+    ) -> InferResult:
+        model = self._model
+        (request,) = model._requests(
+            inputs,
+            named,
+            outputs=outputs,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+            sample=sample,
+            sequence=self._state.flags(end),
+        )
+        try:
+            result = model._client._infer_one(request, timeout, _ONCE)
+        finally:
+            self._state.sent_one(end)
+        return result.without_batch_axis() if sample and model.spec.batched else result
+
+    def infer(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        end: bool = False,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        **named_inputs: InputValue,
+    ) -> InferResult:
+        """Send the next request of the sequence (batched inputs, as :meth:`Model.infer`)."""
+        return self._send(
+            inputs,
+            named_inputs,
+            sample=False,
+            end=end,
+            outputs=outputs,
+            timeout=timeout,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+        )
+
+    def infer_sample(
+        self,
+        inputs: Mapping[str, InputValue] | None = None,
+        /,
+        *,
+        end: bool = False,
+        outputs: Iterable[str] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        request_id: str = "",
+        **named_inputs: InputValue,
+    ) -> InferResult:
+        """Send the next request as one sample (as :meth:`Model.infer_sample`)."""
+        return self._send(
+            inputs,
+            named_inputs,
+            sample=True,
+            end=end,
+            outputs=outputs,
+            timeout=timeout,
+            parameters=parameters,
+            priority=priority,
+            request_id=request_id,
+        )
+
+    def __enter__(self) -> ModelSequence:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._state.leave()
+
+
+class _MapRunner:
+    """The blocking driver of :meth:`Model.map`: a window of batches on a thread pool."""
+
+    def __init__(
+        self,
+        model: Model,
+        batch_size: int | None,
+        concurrency: int,
+        errors: Literal["raise", "collect"],
+        outputs: Iterable[str] | None,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
+        if errors not in ("raise", "collect"):
+            raise InvalidInputError(f"errors must be 'raise' or 'collect', got {errors!r}")
+        self.model = model
+        self.builder = BatchBuilder(
+            model.spec, check_batch_size(model.spec, batch_size), errors == "collect"
+        )
+        self.concurrency = concurrency
+        self.collect = errors == "collect"
+        self.outputs = None if outputs is None else list(outputs)
+        self.timeout = timeout
+        self.retry = retry
+
+    def _run_batch(self, samples: list[PreparedSample]) -> list[InferResult | TritonError]:
+        if samples[0].error is not None:
+            return [samples[0].error]
+        model = self.model
+        request = batch_request(model.spec, model.version, samples, self.outputs)
+        try:
+            result = model._client._infer_one(request, self.timeout, self.retry)
+        except TritonError as error:
+            if not self.collect:
+                raise
+            if len(samples) == 1:
+                return [error]
+            return [outcome for sample in samples for outcome in self._run_batch([sample])]
+        if not self.model.spec.batched:
+            return [result]
+        return list(result.split_rows(len(samples)))
+
+    def run(
+        self, samples: Iterable[Mapping[str, InputValue]], progress: bool
+    ) -> Iterator[InferResult | TritonError]:
+        bar = progress_bar(samples) if progress else None
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="triton_sdk-map")
+        window: deque[Future[list[InferResult | TritonError]]] = deque()
+
+        def drain(limit: int) -> Iterator[InferResult | TritonError]:
+            while len(window) > limit:
+                for outcome in window.popleft().result():
+                    if bar is not None:
+                        bar.update(1)
+                    yield outcome
+
+        try:
+            for sample in samples:
+                for batch in self.builder.add(sample):
+                    window.append(pool.submit(self._run_batch, batch))
+                    yield from drain(self.concurrency - 1)
+            for batch in self.builder.flush():
+                window.append(pool.submit(self._run_batch, batch))
+            yield from drain(0)
+        finally:
+            for future in window:
+                future.cancel()
+            pool.shutdown(wait=True)
+            if bar is not None:
+                bar.close()

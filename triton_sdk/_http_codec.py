@@ -15,6 +15,7 @@ from urllib.parse import quote
 import attrs
 
 from ._errors import InferenceError, TritonError, classify_status
+from ._generate import response_fields
 from ._request import InferRequest
 from ._result import InferResult, decode_json_output, decode_output
 from ._wire import tensor_payload
@@ -176,6 +177,7 @@ class HttpCall(Generic[T]):
 
 _NO_HEADERS: Final[Mapping[str, str]] = {}
 _JSON_HEADERS: Final = {"Content-Type": "application/json"}
+_STREAM_HEADERS: Final = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 
 
 def _is_ok(status: int, header_length: int | None, body: bytes) -> bool:
@@ -195,6 +197,15 @@ def _checked(model: str | None) -> Callable[[int, int | None, bytes], None]:
     def read(status: int, header_length: int | None, body: bytes) -> None:
         if status != 200:
             raise error_from_response(status, body, model=model)
+
+    return read
+
+
+def _generate_reader(model: str) -> Callable[[int, int | None, bytes], dict[str, Any]]:
+    def read(status: int, header_length: int | None, body: bytes) -> dict[str, Any]:
+        if status != 200:
+            raise error_from_response(status, body, model=model)
+        return response_fields(decode_json(body, "generate"), model)
 
     return read
 
@@ -254,6 +265,15 @@ class Routes:
         path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/unload"
         body = [json.dumps({"parameters": {"unload_dependents": unload_dependents}}).encode()]
         return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name)
+
+    def generate(self, name: str, version: str | None, body: bytes) -> HttpCall[dict[str, Any]]:
+        path = model_path(self.base, name, version, "/generate")
+        return HttpCall("POST", path, [body], _JSON_HEADERS, _generate_reader(name), name)
+
+    def generate_stream(self, name: str, version: str | None, body: bytes) -> HttpCall[None]:
+        """The request of a generate stream; ``read`` only checks the status."""
+        path = model_path(self.base, name, version, "/generate_stream")
+        return HttpCall("POST", path, [body], _STREAM_HEADERS, _checked(name), name)
 
     def infer(self, request: InferRequest) -> HttpCall[InferResult]:
         parts, json_length = encode_infer(request)

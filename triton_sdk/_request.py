@@ -62,11 +62,13 @@ class InferRequest:
         return not self.sequence_id
 
 
-def check_outputs(spec: ModelSpec, names: Iterable[str]) -> tuple[RequestedOutput, ...]:
+def check_outputs(
+    spec: ModelSpec, names: Iterable[str], class_count: int = 0
+) -> tuple[RequestedOutput, ...]:
     """Refuse output names the model does not have, before anything is sent."""
     if isinstance(names, str):
         names = (names,)
-    requested = tuple(RequestedOutput(name) for name in names)
+    requested = tuple(RequestedOutput(name, class_count) for name in names)
     unknown = [output.name for output in requested if output.name not in spec.outputs]
     if unknown:
         raise InvalidInputError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -113,6 +114,10 @@ class InferResult(Mapping[str, Array]):
     def without_batch_axis(self) -> InferResult:
         """The result of a one-sample batch, with axis 0 removed from every output."""
         return self._map_arrays(lambda array: array[0])
+
+    def split_rows(self, count: int) -> list[InferResult]:
+        """One result per sample of a batch of ``count``, axis 0 removed."""
+        return [self._map_arrays(operator.itemgetter(index)) for index in range(count)]
 
     @classmethod
     def concatenate(cls, parts: Sequence[InferResult]) -> InferResult:

@@ -64,6 +64,8 @@ class ModelSpec:
         outputs: output name -> spec, in the model's order.
         decoupled: the model may send any number of responses per request.
         sequence: the model is stateful (sequence batching).
+        string_sequence_ids: the sequence batcher takes string ids (its CORRID control
+            is TYPE_STRING); otherwise ids are integers.
         dynamic_batching: the server gathers requests into batches.
         preferred_batch_sizes: the batch sizes the dynamic batcher prefers.
     """
@@ -81,6 +83,7 @@ class ModelSpec:
     )
     decoupled: bool = False
     sequence: bool = False
+    string_sequence_ids: bool = False
     dynamic_batching: bool = False
     preferred_batch_sizes: tuple[int, ...] = ()
 
@@ -120,11 +123,20 @@ class ModelSpec:
             outputs={spec.name: spec for spec in outputs},
             decoupled=bool(policy.get("decoupled", False)),
             sequence="sequence_batching" in config,
+            string_sequence_ids=_string_sequence_ids(config.get("sequence_batching") or {}),
             dynamic_batching=dynamic is not None,
             preferred_batch_sizes=tuple(
                 _int(size) for size in (dynamic or {}).get("preferred_batch_size", ())
             ),
         )
+
+
+def _string_sequence_ids(sequence_batching: JSON) -> bool:
+    for control_input in sequence_batching.get("control_input", ()):
+        for control in control_input.get("control", ()):
+            if control.get("kind") == "CONTROL_SEQUENCE_CORRID":
+                return bool(control.get("data_type") == "TYPE_STRING")
+    return False
 
 
 def _int(value: Any) -> int:

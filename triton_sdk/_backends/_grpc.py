@@ -8,7 +8,10 @@ hot path skips tritonclient's per-call ``InferInput`` objects.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,9 +22,17 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from .._config import Endpoint, TLSConfig
-from .._errors import TritonConnectionError, TritonError, classify_status
+from .._errors import (
+    InferenceError,
+    TritonConnectionError,
+    TritonError,
+    TritonTimeoutError,
+    classify_status,
+)
+from .._generate import JSONValue, generate_request, result_fields, single_response
 from .._request import InferRequest, ParameterValue
 from .._result import InferResult, decode_json_output, decode_output
+from .._spec import ModelSpec
 from .._wire import tensor_payload
 from ._protocol import JSON
 
@@ -210,6 +221,40 @@ def _index(response: Any) -> list[JSON]:
     ]
 
 
+def _stream_message(request: InferRequest) -> pb.ModelInferRequest:
+    message = build_infer_request(request)
+    # Without it, a decoupled model's last response may carry no outputs and no flag,
+    # and the client cannot tell that the stream is over.
+    message.parameters["triton_enable_empty_final_response"].bool_param = True
+    return message
+
+
+def _stream_response(
+    response: pb.ModelStreamInferResponse, request: InferRequest
+) -> tuple[InferResult | None, bool]:
+    """The result a stream message carries (None for an empty one) and its final flag."""
+    if response.error_message:
+        raise InferenceError(
+            response.error_message, model=request.model, request_id=request.request_id or None
+        )
+    answer = response.infer_response
+    final = answer.parameters["triton_final_response"].bool_param
+    if not answer.outputs:
+        return None, final
+    return decode_infer_response(answer), final
+
+
+def _response_timeout(timeout: float | None, request: InferRequest) -> TritonTimeoutError:
+    return TritonTimeoutError(
+        f"no response from {request.model!r} within {timeout}s",
+        model=request.model,
+        request_id=request.request_id or None,
+    )
+
+
+_END: Final = object()
+
+
 class GrpcBackend:
     """Blocking gRPC. grpc's channel is thread-safe, so one backend serves all threads."""
 
@@ -286,6 +331,78 @@ class GrpcBackend:
             self._stub.ModelInfer, message, timeout, request.model, request.request_id or None
         )
         return decode_infer_response(response)
+
+    def generate(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> dict[str, JSONValue]:
+        request = generate_request(spec, version, fields, parameters)
+        if spec.decoupled:
+            result = single_response(list(self.stream(request, spec, timeout)), spec.name)
+        else:
+            result = self.infer(request, timeout)
+        return result_fields(result, batched=spec.batched)
+
+    def generate_stream(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> Iterator[dict[str, JSONValue]]:
+        request = generate_request(spec, version, fields, parameters)
+        if not spec.decoupled:
+            yield result_fields(self.infer(request, timeout), batched=spec.batched)
+            return
+        for result in self.stream(request, spec, timeout):
+            yield result_fields(result, batched=spec.batched)
+
+    def stream(
+        self, request: InferRequest, spec: ModelSpec, timeout: float | None
+    ) -> Iterator[InferResult]:
+        """The responses of one request on a bidirectional stream of its own.
+
+        gRPC's blocking stream iterator has no timeout, so a reader thread moves the
+        messages to a queue that is read with ``timeout`` per response. Closing the
+        generator (a ``break`` in the caller's loop) cancels the call, which stops the
+        request on the server.
+        """
+        call = self._stub.ModelStreamInfer(
+            iter((_stream_message(request),)), metadata=self._metadata
+        )
+        messages: queue.Queue[Any] = queue.Queue()
+
+        def read() -> None:
+            try:
+                for message in call:
+                    messages.put(message)
+            except grpc.RpcError as exc:
+                messages.put(exc)
+            messages.put(_END)
+
+        threading.Thread(target=read, name="triton_sdk-stream", daemon=True).start()
+        try:
+            while True:
+                try:
+                    message = messages.get(timeout=timeout)
+                except queue.Empty:
+                    raise _response_timeout(timeout, request) from None
+                if message is _END:
+                    return
+                if isinstance(message, grpc.RpcError):
+                    raise _error(message, request.model, request.request_id or None) from message
+                result, final = _stream_response(message, request)
+                if result is not None:
+                    yield result
+                if final:
+                    return
+        finally:
+            call.cancel()
 
     def close(self) -> None:
         self._channel.close()
@@ -376,6 +493,64 @@ class AsyncGrpcBackend:
             "ModelInfer", message, timeout, request.model, request.request_id or None
         )
         return decode_infer_response(response)
+
+    async def generate(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> dict[str, JSONValue]:
+        request = generate_request(spec, version, fields, parameters)
+        if spec.decoupled:
+            results = [result async for result in self.stream(request, spec, timeout)]
+            result = single_response(results, spec.name)
+        else:
+            result = await self.infer(request, timeout)
+        return result_fields(result, batched=spec.batched)
+
+    async def generate_stream(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> AsyncIterator[dict[str, JSONValue]]:
+        request = generate_request(spec, version, fields, parameters)
+        if not spec.decoupled:
+            yield result_fields(await self.infer(request, timeout), batched=spec.batched)
+            return
+        async for result in self.stream(request, spec, timeout):
+            yield result_fields(result, batched=spec.batched)
+
+    async def stream(
+        self, request: InferRequest, spec: ModelSpec, timeout: float | None
+    ) -> AsyncIterator[InferResult]:
+        """The responses of one request on a bidirectional stream of its own."""
+        stub = self._stub or self._open()
+        call = stub.ModelStreamInfer(metadata=self._metadata)
+        try:
+            try:
+                await call.write(_stream_message(request))
+                await call.done_writing()
+                while True:
+                    try:
+                        message = await asyncio.wait_for(call.read(), timeout)
+                    except asyncio.TimeoutError:
+                        raise _response_timeout(timeout, request) from None
+                    if message is grpc.aio.EOF:
+                        return
+                    result, final = _stream_response(message, request)
+                    if result is not None:
+                        yield result
+                    if final:
+                        return
+            except grpc.RpcError as exc:
+                raise _error(exc, request.model, request.request_id or None) from exc
+        finally:
+            call.cancel()
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -12,21 +12,31 @@ import asyncio
 import http.client
 import ssl
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import aiohttp
 
 from .._config import Endpoint, TLSConfig
 from .._errors import (
+    InferenceError,
     TritonConnectionError,
     TritonError,
     TritonTimeoutError,
     classify_transport_error,
 )
-from .._http_codec import HEADER_LENGTH, HttpCall, Routes
-from .._request import InferRequest
+from .._generate import (
+    JSONValue,
+    ServerSentEvents,
+    event_to_result,
+    generate_body,
+    response_fields,
+    tensors_to_fields,
+)
+from .._http_codec import HEADER_LENGTH, HttpCall, Routes, decode_json
+from .._request import InferRequest, ParameterValue
 from .._result import InferResult
+from .._spec import ModelSpec
 from ._protocol import JSON
 
 __all__ = ["AsyncHttpBackend", "HttpBackend"]
@@ -74,6 +84,68 @@ def _body(parts: Sequence[bytes | memoryview] | None) -> tuple[Any, int]:
     if size < _JOIN_BELOW or len(parts) == 1:
         return b"".join(parts), size
     return parts, size
+
+
+def _aiohttp_error(exc: BaseException, call: HttpCall[Any], timeout: float | None) -> TritonError:
+    model, request_id = call.model, call.request_id
+    if isinstance(exc, aiohttp.ClientSSLError | aiohttp.ClientConnectorCertificateError):
+        return TritonConnectionError(f"TLS failure: {exc}", model=model, request_id=request_id)
+    if isinstance(exc, asyncio.TimeoutError):
+        return TritonTimeoutError(f"timed out after {timeout}s", model=model, request_id=request_id)
+    return TritonConnectionError(
+        f"connection failed: {exc}", model=model, request_id=request_id, retryable=True
+    )
+
+
+_STREAM_HINT: Final = (
+    " (model.stream over HTTP goes through the generate_stream extension, which takes one "
+    "sample of scalar or 1-D inputs; a gRPC client streams any decoupled model)"
+)
+
+
+def _with_hint(error: TritonError) -> TritonError:
+    return type(error)(
+        error.message + _STREAM_HINT,
+        status=error.status,
+        model=error.model,
+        request_id=error.request_id,
+        retryable=error.retryable,
+    )
+
+
+def _explain_stream_refusal(lines: Iterator[bytes], model: str) -> Iterator[bytes]:
+    """Pass lines through; a refusal before the first one gets a hint about gRPC."""
+    try:
+        first = next(lines, None)
+    except InferenceError as error:
+        raise _with_hint(error) from error
+    if first is not None:
+        yield first
+        yield from lines
+
+
+async def _explain_async_stream_refusal(
+    lines: AsyncIterator[bytes], model: str
+) -> AsyncIterator[bytes]:
+    try:
+        first = await anext(lines, None)
+    except InferenceError as error:
+        raise _with_hint(error) from error
+    if first is not None:
+        yield first
+        async for line in lines:
+            yield line
+
+
+async def _async_events(lines: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    parser = ServerSentEvents()
+    async for line in lines:
+        data = parser.feed(line)
+        if data is not None:
+            yield data
+    last = parser.finish()
+    if last is not None:
+        yield last
 
 
 class _HTTPSConnection(http.client.HTTPSConnection):
@@ -163,6 +235,26 @@ class _ConnectionPool:
             self._idle.append(connection)
         return response.status, _header_length(response.getheader(HEADER_LENGTH)), data
 
+    def open_stream(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        headers: Mapping[str, str],
+        timeout: float | None,
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send a request on a connection of its own, for an answer read piece by piece.
+
+        The caller closes the connection when done; ``timeout`` bounds each read.
+        """
+        connection = self._connect(timeout)
+        try:
+            connection.request(method, path, body, dict(headers))
+            return connection, connection.getresponse()
+        except BaseException:
+            connection.close()
+            raise
+
     def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
@@ -228,6 +320,65 @@ class HttpBackend:
     def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
         return self._run(self._routes.infer(request), timeout)
 
+    def _lines(self, call: HttpCall[None], timeout: float | None) -> Iterator[bytes]:
+        body, size = _body(call.body)
+        headers = {**self._headers, **call.headers, "Content-Length": str(size)}
+        try:
+            connection, response = self._pool.open_stream(
+                call.method, call.path, body, headers, timeout
+            )
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise _transport_error(exc, call) from exc
+        try:
+            if response.status != 200:
+                call.read(response.status, None, response.read())
+            while True:
+                try:
+                    line = response.readline()
+                except (OSError, http.client.HTTPException, ValueError) as exc:
+                    raise _transport_error(exc, call) from exc
+                if not line:
+                    return
+                yield line
+        finally:
+            connection.close()
+
+    def generate(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> dict[str, JSONValue]:
+        body = generate_body(fields, parameters)
+        return self._run(self._routes.generate(spec.name, version, body), timeout)
+
+    def generate_stream(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> Iterator[dict[str, JSONValue]]:
+        body = generate_body(fields, parameters)
+        lines = self._lines(self._routes.generate_stream(spec.name, version, body), timeout)
+        for data in ServerSentEvents().events(lines):
+            yield response_fields(decode_json(data.encode(), "generate_stream"), spec.name)
+
+    def stream(
+        self, request: InferRequest, spec: ModelSpec, timeout: float | None
+    ) -> Iterator[InferResult]:
+        fields = tensors_to_fields(list(request.inputs), spec)
+        body = generate_body(fields, request.parameters)
+        lines = self._lines(self._routes.generate_stream(spec.name, request.version, body), timeout)
+        events = ServerSentEvents().events(_explain_stream_refusal(lines, spec.name))
+        for data in events:
+            event = decode_json(data.encode(), "generate_stream")
+            response_fields(event, spec.name)
+            yield event_to_result(event, spec)
+
     def close(self) -> None:
         self._pool.close()
 
@@ -276,21 +427,8 @@ class AsyncHttpBackend:
                 data = await response.read()
                 status = response.status
                 header_length = _header_length(response.headers.get(HEADER_LENGTH))
-        except (aiohttp.ClientSSLError, aiohttp.ClientConnectorCertificateError) as exc:
-            raise TritonConnectionError(
-                f"TLS failure: {exc}", model=call.model, request_id=call.request_id
-            ) from exc
-        except asyncio.TimeoutError as exc:
-            raise TritonTimeoutError(
-                f"timed out after {timeout}s", model=call.model, request_id=call.request_id
-            ) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise TritonConnectionError(
-                f"connection failed: {exc}",
-                model=call.model,
-                request_id=call.request_id,
-                retryable=True,
-            ) from exc
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise _aiohttp_error(exc, call, timeout) from exc
         return call.read(status, header_length, data)
 
     async def is_live(self, timeout: float | None) -> bool:
@@ -328,6 +466,65 @@ class AsyncHttpBackend:
 
     async def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
         return await self._run(self._routes.infer(request), timeout)
+
+    async def _lines(self, call: HttpCall[None], timeout: float | None) -> AsyncIterator[bytes]:
+        session = self._session or self._open()
+        body, _ = _body(call.body)
+        if body is not None and not isinstance(body, bytes):
+            body = b"".join(body)
+        try:
+            async with session.request(
+                call.method,
+                self._origin + call.path,
+                data=body,
+                headers=call.headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout),
+                server_hostname=self._tls.server_hostname if self._tls else None,
+            ) as response:
+                if response.status != 200:
+                    call.read(response.status, None, await response.read())
+                while True:
+                    line = await response.content.readline()
+                    if not line:
+                        return
+                    yield line
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise _aiohttp_error(exc, call, timeout) from exc
+
+    async def generate(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> dict[str, JSONValue]:
+        body = generate_body(fields, parameters)
+        return await self._run(self._routes.generate(spec.name, version, body), timeout)
+
+    async def generate_stream(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> AsyncIterator[dict[str, JSONValue]]:
+        body = generate_body(fields, parameters)
+        lines = self._lines(self._routes.generate_stream(spec.name, version, body), timeout)
+        async for data in _async_events(lines):
+            yield response_fields(decode_json(data.encode(), "generate_stream"), spec.name)
+
+    async def stream(
+        self, request: InferRequest, spec: ModelSpec, timeout: float | None
+    ) -> AsyncIterator[InferResult]:
+        fields = tensors_to_fields(list(request.inputs), spec)
+        body = generate_body(fields, request.parameters)
+        lines = self._lines(self._routes.generate_stream(spec.name, request.version, body), timeout)
+        async for data in _async_events(_explain_async_stream_refusal(lines, spec.name)):
+            event = decode_json(data.encode(), "generate_stream")
+            response_fields(event, spec.name)
+            yield event_to_result(event, spec)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Protocol
 
-from .._request import InferRequest
+from .._generate import JSONValue
+from .._request import InferRequest, ParameterValue
 from .._result import InferResult
+from .._spec import ModelSpec
 
 __all__ = ["JSON", "AsyncBackend", "SyncBackend"]
 
@@ -42,6 +44,30 @@ class SyncBackend(Protocol):
     def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None: ...
 
     def infer(self, request: InferRequest, timeout: float | None) -> InferResult: ...
+
+    def stream(
+        self, request: InferRequest, spec: ModelSpec, timeout: float | None
+    ) -> Iterator[InferResult]:
+        """Every response of a (decoupled) model; ``timeout`` bounds the wait for each."""
+        ...
+
+    def generate(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> dict[str, JSONValue]: ...
+
+    def generate_stream(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> Iterator[dict[str, JSONValue]]: ...
 
     def close(self) -> None: ...
 
@@ -80,5 +106,27 @@ class AsyncBackend(Protocol):
     ) -> None: ...
 
     async def infer(self, request: InferRequest, timeout: float | None) -> InferResult: ...
+
+    def stream(
+        self, request: InferRequest, spec: ModelSpec, timeout: float | None
+    ) -> AsyncIterator[InferResult]: ...
+
+    async def generate(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> dict[str, JSONValue]: ...
+
+    def generate_stream(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        fields: Mapping[str, object],
+        parameters: Mapping[str, ParameterValue] | None,
+        timeout: float | None,
+    ) -> AsyncIterator[dict[str, JSONValue]]: ...
 
     async def close(self) -> None: ...

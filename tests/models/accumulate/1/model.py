@@ -12,7 +12,8 @@ class TritonPythonModel:
             value = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().sum())
             start = int(pb_utils.get_input_tensor_by_name(request, "START").as_numpy().sum())
             end = int(pb_utils.get_input_tensor_by_name(request, "END").as_numpy().sum())
-            corrid = int(pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy().sum())
+            corrid_tensor = pb_utils.get_input_tensor_by_name(request, "CORRID")
+            corrid = int(corrid_tensor.as_numpy().sum()) if corrid_tensor is not None else 0
             total = (0 if start else self.sums.get(corrid, 0)) + value
             if end:
                 self.sums.pop(corrid, None)

@@ -1,0 +1,46 @@
+"""Classification results: Triton's ``"score:index:label"`` strings, typed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ._errors import InferenceError
+
+__all__ = ["Classification", "parse_classifications"]
+
+
+@attrs.frozen
+class Classification:
+    """One of a sample's top classes.
+
+    Attributes:
+        score: the class's score (the output value).
+        index: the class's position in the output.
+        label: its name from the output's label file; None when the model has none.
+    """
+
+    score: float
+    index: int
+    label: str | None = None
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> Classification:
+        """Parse ``"score:index"`` or ``"score:index:label"`` (labels may contain ':')."""
+        value = text.decode("utf-8") if isinstance(text, bytes) else text
+        parts = value.split(":", 2)
+        try:
+            score, index = float(parts[0]), int(parts[1])
+        except (ValueError, IndexError) as exc:
+            raise InferenceError(f"cannot read classification {value!r}") from exc
+        return cls(score, index, parts[2] if len(parts) == 3 else None)
+
+
+def parse_classifications(
+    array: np.ndarray[Any, Any], *, batched: bool
+) -> list[list[Classification]]:
+    """Per sample, the list of classes of a classification output (best first)."""
+    rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
+    return [[Classification.parse(item) for item in row] for row in rows]

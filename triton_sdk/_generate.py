@@ -1,0 +1,201 @@
+"""JSON forms for the generate extension, and conversions between them and tensors.
+
+``model.generate`` / ``generate_stream`` speak dicts of JSON values; over HTTP they go to
+``/v2/models/M/generate[_stream]``, over gRPC through a (streamed) inference whose outputs
+are turned into the same dicts here. Conversely, ``model.stream`` over HTTP travels as
+``generate_stream`` events that are turned back into results.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from ._errors import InferenceError, InvalidInputError
+from ._request import InferRequest, ParameterValue, check_parameters
+from ._result import InferResult, decode_json_output
+from ._shaping import Tensor, prepare_inputs
+from ._spec import ModelSpec
+
+__all__ = [
+    "JSONValue",
+    "ServerSentEvents",
+    "event_to_result",
+    "generate_body",
+    "generate_request",
+    "response_fields",
+    "result_fields",
+    "single_response",
+    "tensors_to_fields",
+]
+
+JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, "JSONValue"] | None
+"""A value of a decoded JSON document."""
+
+_RESPONSE_METADATA = frozenset({"model_name", "model_version", "id"})
+
+
+def _plain(value: Any) -> JSONValue:
+    """A JSON value for one output or input: bytes as text, one element as itself."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list):
+        items = [_plain(item) for item in value]
+        return items[0] if len(items) == 1 and not isinstance(items[0], list) else items
+    if isinstance(value, np.generic):
+        return _plain(value.item())
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    raise InvalidInputError(f"cannot send a {type(value).__name__} as JSON")
+
+
+def generate_body(fields: Mapping[str, object], parameters: Mapping[str, object] | None) -> bytes:
+    """The JSON body of a generate request."""
+    body = {name: _plain(value) for name, value in fields.items()}
+    if parameters:
+        body["parameters"] = {name: _plain(value) for name, value in parameters.items()}
+    return json.dumps(body).encode()
+
+
+def generate_request(
+    spec: ModelSpec,
+    version: str | None,
+    fields: Mapping[str, object],
+    parameters: Mapping[str, ParameterValue] | None,
+) -> InferRequest:
+    """An inference request for generate over gRPC, built the way the HTTP extension does:
+    fields named like inputs are one sample of that input, other fields are parameters."""
+    inputs = {name: value for name, value in fields.items() if name in spec.inputs}
+    extra = {name: value for name, value in fields.items() if name not in spec.inputs}
+    merged: dict[str, Any] = {**extra, **(parameters or {})}
+    prepared = prepare_inputs(spec, inputs, sample=True)
+    return InferRequest(
+        model=spec.name,
+        version=version or "",
+        inputs=prepared.tensors,
+        parameters=check_parameters(merged, spec.name),
+    )
+
+
+def single_response(results: list[InferResult], model: str) -> InferResult:
+    """The one response generate needs (as the HTTP extension requires)."""
+    if len(results) != 1:
+        raise InferenceError(
+            f"generate expects the model to answer with exactly one response, it sent "
+            f"{len(results)}; use generate_stream",
+            model=model,
+        )
+    return results[0]
+
+
+def response_fields(document: Any, model: str) -> dict[str, JSONValue]:
+    """The outputs of one generate answer or event; an ``error`` field raises."""
+    if not isinstance(document, dict):
+        raise InferenceError(f"generate answered with a non-object: {document!r}", model=model)
+    if "error" in document:
+        raise InferenceError(str(document["error"]), status=200, model=model)
+    return {
+        name: _plain(value) for name, value in document.items() if name not in _RESPONSE_METADATA
+    }
+
+
+def result_fields(result: InferResult, *, batched: bool) -> dict[str, JSONValue]:
+    """A generate-style dict from an inference result (gRPC path)."""
+    return {
+        name: _plain(array[0] if batched and array.ndim else array)
+        for name, array in result.items()
+    }
+
+
+def tensors_to_fields(tensors: list[Tensor], spec: ModelSpec) -> dict[str, JSONValue]:
+    """JSON fields for inputs sent through generate_stream (``model.stream`` over HTTP).
+
+    The extension carries one sample of scalars or 1-D values per input; anything else
+    needs the gRPC stream.
+    """
+    fields: dict[str, JSONValue] = {}
+    for tensor in tensors:
+        array = tensor.array
+        if spec.batched:
+            if array.shape[0] != 1:
+                raise InvalidInputError(
+                    f"streaming over HTTP sends one sample; input {tensor.name!r} has a batch "
+                    f"of {array.shape[0]}: use a gRPC client for batched streams",
+                    model=spec.name,
+                )
+            array = array[0]
+        if array.ndim > 1:
+            raise InvalidInputError(
+                f"streaming over HTTP (the generate extension) carries scalars and 1-D values "
+                f"only; input {tensor.name!r} has shape {array.shape}: use a gRPC client",
+                model=spec.name,
+            )
+        fields[tensor.name] = _plain(array)
+    return fields
+
+
+def event_to_result(event: Mapping[str, Any], spec: ModelSpec) -> InferResult:
+    """An InferResult from one generate_stream event, shaped by the model's output specs."""
+    outputs = {}
+    datatypes = {}
+    for name, value in event.items():
+        if name in _RESPONSE_METADATA or name not in spec.outputs:
+            continue
+        output = spec.outputs[name]
+        flat = value if isinstance(value, list) else [value]
+        shape: tuple[int, ...] = output.shape
+        if -1 in shape or int(np.prod(shape)) != len(flat):
+            shape = (len(flat),)
+        if spec.batched:
+            shape = (1, *shape)
+        outputs[name] = decode_json_output(name, output.datatype, shape, flat)
+        datatypes[name] = output.datatype
+    return InferResult(
+        outputs,
+        datatypes=datatypes,
+        model_name=str(event.get("model_name", spec.name)),
+        model_version=str(event.get("model_version", "")),
+        id=str(event.get("id", "")),
+    )
+
+
+class ServerSentEvents:
+    """An incremental parser of a ``text/event-stream``: feed lines, get ``data`` payloads."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def feed(self, line: bytes) -> str | None:
+        """Take one line (with or without its newline); return an event's data when one ends."""
+        text = line.decode("utf-8").rstrip("\r\n")
+        if not text:
+            if not self._data:
+                return None
+            data, self._data = "\n".join(self._data), []
+            return data
+        if text.startswith(":"):
+            return None
+        field, _, value = text.partition(":")
+        if field == "data":
+            self._data.append(value.removeprefix(" "))
+        return None
+
+    def finish(self) -> str | None:
+        """The last event, when the stream ended without a blank line after it."""
+        return self.feed(b"")
+
+    def events(self, lines: Iterator[bytes]) -> Iterator[str]:
+        for line in lines:
+            data = self.feed(line)
+            if data is not None:
+                yield data
+        last = self.finish()
+        if last is not None:
+            yield last

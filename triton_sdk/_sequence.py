@@ -1,0 +1,80 @@
+"""Sequences: the requests a stateful model sees as one conversation."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+import warnings
+from typing import Final
+
+from ._base import SequenceFlags
+from ._errors import InvalidInputError, TritonError
+from ._spec import ModelSpec
+
+__all__ = ["SequenceNotEndedWarning", "SequenceState", "new_sequence_id"]
+
+_MAX_INT_ID: Final = 2**63 - 1
+
+
+class SequenceNotEndedWarning(UserWarning):
+    """A sequence was left without a request marked ``end=True``.
+
+    The server keeps the sequence's slot until it idles out
+    (``max_sequence_idle_microseconds`` in the model's config).
+    """
+
+
+def new_sequence_id(spec: ModelSpec) -> int | str:
+    """A fresh id: a random positive int64, or a UUID for string-id models."""
+    if spec.string_sequence_ids:
+        return uuid.uuid4().hex
+    return secrets.randbelow(_MAX_INT_ID) + 1
+
+
+class SequenceState:
+    """Where a sequence is: the flags of its next request, and whether it has ended.
+
+    Shared by the blocking and the asyncio sequence handles; it does no I/O.
+    """
+
+    __slots__ = ("ended", "model", "sent", "sequence_id")
+
+    def __init__(self, spec: ModelSpec, sequence_id: int | str | None) -> None:
+        if not spec.sequence:
+            raise InvalidInputError(
+                f"model {spec.name!r} has no sequence batching: it is not stateful",
+                model=spec.name,
+            )
+        if sequence_id is None:
+            sequence_id = new_sequence_id(spec)
+        elif isinstance(sequence_id, bool) or not sequence_id:
+            raise InvalidInputError("a sequence id must be a non-zero int or non-empty str")
+        self.model = spec.name
+        self.sequence_id = sequence_id
+        self.sent = 0
+        self.ended = False
+
+    def flags(self, end: bool) -> SequenceFlags:
+        """The flags of the next request: START on the first, END when asked."""
+        if self.ended:
+            raise TritonError(
+                f"sequence {self.sequence_id!r} of {self.model!r} has ended", model=self.model
+            )
+        return SequenceFlags(self.sequence_id, self.sent == 0, end)
+
+    def sent_one(self, end: bool) -> None:
+        """Count a request that left the client (answered or not: a failed request may
+        still have reached the model, so START is not sent twice)."""
+        self.sent += 1
+        self.ended = self.ended or end
+
+    def leave(self) -> None:
+        """Warn when the block is left with the sequence still open on the server."""
+        if self.sent and not self.ended:
+            warnings.warn(
+                f"sequence {self.sequence_id!r} of {self.model!r} was left without a request "
+                "marked end=True; the server keeps its slot until it idles out. "
+                "Send the last request with infer(..., end=True).",
+                SequenceNotEndedWarning,
+                stacklevel=3,
+            )
