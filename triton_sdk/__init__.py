@@ -21,6 +21,16 @@ from ._errors import (
     UnknownOutputError,
 )
 from ._generate import JSONValue
+from ._operations import (
+    BatchStatistics,
+    DurationStatistics,
+    InferenceStatistics,
+    LogSettings,
+    ModelMetrics,
+    ModelStatistics,
+    ServerMetrics,
+    TraceSettings,
+)
 from ._request import ParameterValue
 from ._result import InferResult
 from ._sequence import SequenceNotEndedWarning
@@ -37,18 +47,24 @@ __all__ = [
     "AsyncModel",
     "AsyncModelSequence",
     "AsyncResponseStream",
+    "BatchStatistics",
     "Classification",
     "Client",
+    "DurationStatistics",
     "InferResult",
     "InferenceError",
+    "InferenceStatistics",
     "InputValue",
     "InvalidInputError",
     "JSONValue",
+    "LogSettings",
     "Model",
+    "ModelMetrics",
     "ModelNotFoundError",
     "ModelNotReadyError",
     "ModelSequence",
     "ModelSpec",
+    "ModelStatistics",
     "ModelStatus",
     "NotGiven",
     "ParameterValue",
@@ -56,8 +72,10 @@ __all__ = [
     "RetryPolicy",
     "SequenceNotEndedWarning",
     "ServerMetadata",
+    "ServerMetrics",
     "TLSConfig",
     "TensorSpec",
+    "TraceSettings",
     "TritonConnectionError",
     "TritonError",
     "TritonTimeoutError",

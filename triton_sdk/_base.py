@@ -38,6 +38,7 @@ class ClientSettings:
     retry: RetryPolicy
     headers: Mapping[str, str] = attrs.field(repr=False)
     tls: TLSConfig | None
+    metrics_url: str
 
     @classmethod
     def create(
@@ -48,15 +49,18 @@ class ClientSettings:
         retry: RetryPolicy | None,
         headers: Mapping[str, str] | None,
         tls: TLSConfig | None,
+        metrics_url: str | None,
     ) -> ClientSettings:
         if timeout is not None and not timeout > 0:
             raise InvalidInputError(f"timeout must be > 0 or None, got {timeout!r}")
+        endpoint = parse_url(url)
         return cls(
-            endpoint=parse_url(url),
+            endpoint=endpoint,
             timeout=timeout,
             retry=RetryPolicy.none() if retry is None else retry,
             headers=dict(headers or {}),
             tls=tls,
+            metrics_url=metrics_url or default_metrics_url(endpoint),
         )
 
     def timeout_for(self, timeout: Timeout) -> float | None:
@@ -68,6 +72,12 @@ class ClientSettings:
 
     def retry_for(self, retry: RetryPolicy | NotGiven) -> RetryPolicy:
         return self.retry if isinstance(retry, NotGiven) else retry
+
+
+def default_metrics_url(endpoint: Endpoint) -> str:
+    """Triton's default: the same host, port 8002."""
+    host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+    return f"{'https' if endpoint.tls else 'http'}://{host}:8002/metrics"
 
 
 def client_repr(kind: str, settings: ClientSettings) -> str:

@@ -11,6 +11,7 @@ from functools import partial
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
+from ._backends._metrics import fetch_metrics
 from ._backends._protocol import SyncBackend
 from ._base import (
     MAX_CHUNKS_IN_FLIGHT,
@@ -26,6 +27,14 @@ from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfi
 from ._errors import InvalidInputError, TritonError, TritonTimeoutError
 from ._generate import JSONValue
 from ._map import BatchBuilder, PreparedSample, batch_request, check_batch_size, progress_bar
+from ._operations import (
+    LogSettings,
+    ModelStatistics,
+    ServerMetrics,
+    TraceSettings,
+    log_updates,
+    trace_updates,
+)
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
 from ._retry import call_sync
@@ -69,6 +78,8 @@ class Client:
         retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
         headers: sent with every request (gRPC metadata keys are lower-cased).
         tls: certificate files for ``grpcs://`` and ``https://``.
+        metrics_url: the server's Prometheus endpoint, for :meth:`metrics`; by default
+            the same host on port 8002 (Triton's default).
     """
 
     def __init__(
@@ -79,9 +90,10 @@ class Client:
         retry: RetryPolicy = DEFAULT_RETRY,
         headers: Mapping[str, str] | None = None,
         tls: TLSConfig | None = None,
+        metrics_url: str | None = None,
     ) -> None:
         self._settings = ClientSettings.create(
-            url, timeout=timeout, retry=retry, headers=headers, tls=tls
+            url, timeout=timeout, retry=retry, headers=headers, tls=tls, metrics_url=metrics_url
         )
         self._backend = _open_backend(self._settings)
         self._executor: ThreadPoolExecutor | None = None
@@ -195,6 +207,84 @@ class Client:
         """Unload a model; needs ``--model-control-mode=explicit`` on the server."""
         attempt = partial(self._backend.unload_model, name, unload_dependents)
         self._call("unload_model", attempt, timeout=timeout)
+
+    # Statistics, metrics, trace and log settings
+
+    def model_statistics(
+        self, name: str | None = None, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+    ) -> list[ModelStatistics]:
+        """The server's statistics of one model (a version, or all its versions) or of all.
+
+        Counts and cumulative durations since each model version was loaded.
+        """
+        attempt = partial(self._backend.model_statistics, name, version)
+        entries = self._call("model_statistics", attempt, timeout=timeout)
+        return [ModelStatistics.from_json(entry) for entry in entries]
+
+    def metrics(self, *, url: str | None = None, timeout: Timeout = NOT_GIVEN) -> ServerMetrics:
+        """The server's Prometheus metrics, parsed: per-model figures and server gauges.
+
+        Read from ``url``, else the client's ``metrics_url`` (the server's metrics port,
+        8002 by default).
+        """
+        attempt = partial(fetch_metrics, url or self._settings.metrics_url)
+        return ServerMetrics.from_text(self._call("metrics", attempt, timeout=timeout))
+
+    def trace_settings(
+        self, model: str | None = None, *, timeout: Timeout = NOT_GIVEN
+    ) -> TraceSettings:
+        """The server's trace settings, or one model's (needs the trace extension)."""
+        attempt = partial(self._backend.trace_settings, model, None)
+        return TraceSettings.from_json(self._call("trace_settings", attempt, timeout=timeout))
+
+    def update_trace_settings(
+        self,
+        model: str | None = None,
+        *,
+        level: Iterable[str] | None = None,
+        rate: int | None = None,
+        count: int | None = None,
+        log_frequency: int | None = None,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> TraceSettings:
+        """Change trace settings (server-wide, or for one model); returns the new ones.
+
+        The server takes the trace file only at start (``--trace-config
+        triton,file=PATH``); turning tracing on (``level``) needs one.
+        """
+        updates = trace_updates(level=level, rate=rate, count=count, log_frequency=log_frequency)
+        attempt = partial(self._backend.trace_settings, model, updates)
+        return TraceSettings.from_json(self._call("trace_settings", attempt, timeout=timeout))
+
+    def log_settings(self, *, timeout: Timeout = NOT_GIVEN) -> LogSettings:
+        """The server's log settings (needs the logging extension)."""
+        attempt = partial(self._backend.log_settings, None)
+        return LogSettings.from_json(self._call("log_settings", attempt, timeout=timeout))
+
+    def update_log_settings(
+        self,
+        *,
+        file: str | None = None,
+        info: bool | None = None,
+        warning: bool | None = None,
+        error: bool | None = None,
+        verbose_level: int | None = None,
+        format: str | None = None,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> LogSettings:
+        """Change the server's log settings; returns the new ones."""
+        updates = log_updates(
+            file=file,
+            info=info,
+            warning=warning,
+            error=error,
+            verbose_level=verbose_level,
+            format=format,
+        )
+        attempt = partial(self._backend.log_settings, updates)
+        return LogSettings.from_json(self._call("log_settings", attempt, timeout=timeout))
+
+    # Model handles
 
     def model_spec(
         self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN

@@ -201,6 +201,24 @@ def _checked(model: str | None) -> Callable[[int, int | None, bytes], None]:
     return read
 
 
+def _field_reader(field: str, model: str | None) -> Callable[[int, int | None, bytes], Any]:
+    read_json = _json_reader(field, model)
+
+    def read(status: int, header_length: int | None, body: bytes) -> Any:
+        return read_json(status, header_length, body).get(field, [])
+
+    return read
+
+
+def _settings_call(
+    path: str, updates: Mapping[str, Any] | None, model: str | None
+) -> HttpCall[Any]:
+    reader = _json_reader("settings", model)
+    if updates is None:
+        return HttpCall("GET", path, None, _NO_HEADERS, reader, model)
+    return HttpCall("POST", path, [json.dumps(updates).encode()], _JSON_HEADERS, reader, model)
+
+
 def _generate_reader(model: str) -> Callable[[int, int | None, bytes], dict[str, Any]]:
     def read(status: int, header_length: int | None, body: bytes) -> dict[str, Any]:
         if status != 200:
@@ -265,6 +283,32 @@ class Routes:
         path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/unload"
         body = [json.dumps({"parameters": {"unload_dependents": unload_dependents}}).encode()]
         return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name)
+
+    def model_statistics(self, name: str | None, version: str | None) -> HttpCall[Any]:
+        if name is None:
+            path = f"{self.base}/v2/models/stats"
+        else:
+            path = model_path(self.base, name, version, "/stats")
+        return HttpCall("GET", path, None, _NO_HEADERS, _field_reader("model_stats", name), name)
+
+    def trace_settings(
+        self, model: str | None, updates: Mapping[str, list[str]] | None
+    ) -> HttpCall[Any]:
+        if model is None:
+            path = f"{self.base}/v2/trace/setting"
+        else:
+            path = model_path(self.base, model, None, "/trace/setting")
+        # Over HTTP only the level is a list; the other settings are plain strings.
+        http_updates: dict[str, list[str] | str] | None = None
+        if updates is not None:
+            http_updates = {
+                key: values if key == "trace_level" else values[0]
+                for key, values in updates.items()
+            }
+        return _settings_call(path, http_updates, model)
+
+    def log_settings(self, updates: Mapping[str, bool | int | str] | None) -> HttpCall[Any]:
+        return _settings_call(f"{self.base}/v2/logging", updates, None)
 
     def generate(self, name: str, version: str | None, body: bytes) -> HttpCall[dict[str, Any]]:
         path = model_path(self.base, name, version, "/generate")

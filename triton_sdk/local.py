@@ -31,11 +31,15 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
 from ._errors import TritonError
+
+if TYPE_CHECKING:
+    from ._async_client import AsyncClient
+    from ._client import Client
 
 __all__ = ["LocalServer", "ServerStartError", "TritonInstallation", "find_tritonserver"]
 
@@ -274,6 +278,22 @@ class LocalServer:
     def pid(self) -> int | None:
         """The server's process id while it runs."""
         return self._process.pid if self._process is not None else None
+
+    def client(self, protocol: Literal["grpc", "http"] = "grpc", **options: Any) -> Client:
+        """A :class:`~triton_sdk.Client` for this server, its metrics URL filled in."""
+        from ._client import Client
+
+        url = self.grpc_url if protocol == "grpc" else self.http_url
+        return Client(url, **{"metrics_url": self.metrics_url, **options})
+
+    def async_client(
+        self, protocol: Literal["grpc", "http"] = "grpc", **options: Any
+    ) -> AsyncClient:
+        """An :class:`~triton_sdk.AsyncClient` for this server, its metrics URL filled in."""
+        from ._async_client import AsyncClient
+
+        url = self.grpc_url if protocol == "grpc" else self.http_url
+        return AsyncClient(url, **{"metrics_url": self.metrics_url, **options})
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the server log."""

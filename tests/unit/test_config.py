@@ -233,7 +233,13 @@ def test_not_given() -> None:
 
 
 def settings(**overrides: object) -> ClientSettings:
-    kwargs: dict[str, object] = {"timeout": 30.0, "retry": None, "headers": None, "tls": None}
+    kwargs: dict[str, object] = {
+        "timeout": 30.0,
+        "retry": None,
+        "headers": None,
+        "tls": None,
+        "metrics_url": None,
+    }
     kwargs.update(overrides)
     return ClientSettings.create("localhost:8001", **kwargs)  # type: ignore[arg-type]
 
@@ -266,3 +272,23 @@ def test_call_retry_overrides_the_client_policy() -> None:
     resolved = settings(retry=ts.RetryPolicy(max_attempts=7))
     assert resolved.retry_for(ts.NOT_GIVEN).max_attempts == 7
     assert resolved.retry_for(ts.RetryPolicy.none()).max_attempts == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "metrics_url"),
+    [
+        ("localhost:8001", "http://localhost:8002/metrics"),
+        ("http://triton.internal:8000", "http://triton.internal:8002/metrics"),
+        ("grpcs://triton.example.com", "https://triton.example.com:8002/metrics"),
+        ("[::1]:8001", "http://[::1]:8002/metrics"),
+    ],
+)
+def test_metrics_url_defaults_to_port_8002_of_the_same_host(url: str, metrics_url: str) -> None:
+    resolved = ClientSettings.create(
+        url, timeout=None, retry=None, headers=None, tls=None, metrics_url=None
+    )
+    assert resolved.metrics_url == metrics_url
+
+
+def test_metrics_url_can_be_given() -> None:
+    assert settings(metrics_url="http://elsewhere:9000/m").metrics_url == "http://elsewhere:9000/m"

@@ -206,6 +206,47 @@ def _unload_request(name: str, unload_dependents: bool) -> pb.RepositoryModelUnl
     return request
 
 
+def _statistics_request(name: str | None, version: str | None) -> pb.ModelStatisticsRequest:
+    return pb.ModelStatisticsRequest(name=name or "", version=version or "")
+
+
+def _statistics(response: Any) -> list[JSON]:
+    return [_to_json(item) for item in response.model_stats]
+
+
+def _trace_request(
+    model: str | None, updates: Mapping[str, list[str]] | None
+) -> pb.TraceSettingRequest:
+    request = pb.TraceSettingRequest(model_name=model or "")
+    for key, values in (updates or {}).items():
+        request.settings[key].value.extend(values)
+    return request
+
+
+def _trace_settings(response: Any) -> JSON:
+    return {key: list(setting.value) for key, setting in response.settings.items()}
+
+
+def _log_request(updates: Mapping[str, bool | int | str] | None) -> pb.LogSettingsRequest:
+    request = pb.LogSettingsRequest()
+    for key, value in (updates or {}).items():
+        setting = request.settings[key]
+        if isinstance(value, bool):
+            setting.bool_param = value
+        elif isinstance(value, int):
+            setting.uint32_param = value
+        else:
+            setting.string_param = value
+    return request
+
+
+def _log_settings(response: Any) -> JSON:
+    return {
+        key: getattr(setting, setting.WhichOneof("parameter_choice") or "string_param")
+        for key, setting in response.settings.items()
+    }
+
+
 def _server_metadata(response: Any) -> JSON:
     return {
         "name": response.name,
@@ -324,6 +365,23 @@ class GrpcBackend:
     def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None:
         request = _unload_request(name, unload_dependents)
         self._call(self._stub.RepositoryModelUnload, request, timeout, name)
+
+    def model_statistics(
+        self, name: str | None, version: str | None, timeout: float | None
+    ) -> list[JSON]:
+        request = _statistics_request(name, version)
+        return _statistics(self._call(self._stub.ModelStatistics, request, timeout, name))
+
+    def trace_settings(
+        self, model: str | None, updates: Mapping[str, list[str]] | None, timeout: float | None
+    ) -> JSON:
+        request = _trace_request(model, updates)
+        return _trace_settings(self._call(self._stub.TraceSetting, request, timeout, model))
+
+    def log_settings(
+        self, updates: Mapping[str, bool | int | str] | None, timeout: float | None
+    ) -> JSON:
+        return _log_settings(self._call(self._stub.LogSettings, _log_request(updates), timeout))
 
     def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
         message = build_infer_request(request)
@@ -486,6 +544,23 @@ class AsyncGrpcBackend:
     async def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None:
         request = _unload_request(name, unload_dependents)
         await self._call("RepositoryModelUnload", request, timeout, name)
+
+    async def model_statistics(
+        self, name: str | None, version: str | None, timeout: float | None
+    ) -> list[JSON]:
+        request = _statistics_request(name, version)
+        return _statistics(await self._call("ModelStatistics", request, timeout, name))
+
+    async def trace_settings(
+        self, model: str | None, updates: Mapping[str, list[str]] | None, timeout: float | None
+    ) -> JSON:
+        request = _trace_request(model, updates)
+        return _trace_settings(await self._call("TraceSetting", request, timeout, model))
+
+    async def log_settings(
+        self, updates: Mapping[str, bool | int | str] | None, timeout: float | None
+    ) -> JSON:
+        return _log_settings(await self._call("LogSettings", _log_request(updates), timeout))
 
     async def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
         message = build_infer_request(request)

@@ -259,6 +259,10 @@ class _ConnectionPool:
         while self._idle:
             self._idle.pop().close()
 
+    def __del__(self) -> None:
+        # A client dropped without close() should not leave sockets to the collector.
+        self.close()
+
 
 class HttpBackend:
     """Blocking HTTP, safe to share between threads; each call takes its own timeout."""
@@ -316,6 +320,21 @@ class HttpBackend:
 
     def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None:
         self._run(self._routes.unload_model(name, unload_dependents), timeout)
+
+    def model_statistics(
+        self, name: str | None, version: str | None, timeout: float | None
+    ) -> list[JSON]:
+        return self._run(self._routes.model_statistics(name, version), timeout)
+
+    def trace_settings(
+        self, model: str | None, updates: Mapping[str, list[str]] | None, timeout: float | None
+    ) -> JSON:
+        return self._run(self._routes.trace_settings(model, updates), timeout)
+
+    def log_settings(
+        self, updates: Mapping[str, bool | int | str] | None, timeout: float | None
+    ) -> JSON:
+        return self._run(self._routes.log_settings(updates), timeout)
 
     def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
         return self._run(self._routes.infer(request), timeout)
@@ -463,6 +482,21 @@ class AsyncHttpBackend:
 
     async def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None:
         await self._run(self._routes.unload_model(name, unload_dependents), timeout)
+
+    async def model_statistics(
+        self, name: str | None, version: str | None, timeout: float | None
+    ) -> list[JSON]:
+        return await self._run(self._routes.model_statistics(name, version), timeout)
+
+    async def trace_settings(
+        self, model: str | None, updates: Mapping[str, list[str]] | None, timeout: float | None
+    ) -> JSON:
+        return await self._run(self._routes.trace_settings(model, updates), timeout)
+
+    async def log_settings(
+        self, updates: Mapping[str, bool | int | str] | None, timeout: float | None
+    ) -> JSON:
+        return await self._run(self._routes.log_settings(updates), timeout)
 
     async def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
         return await self._run(self._routes.infer(request), timeout)

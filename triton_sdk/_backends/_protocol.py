@@ -43,6 +43,20 @@ class SyncBackend(Protocol):
 
     def unload_model(self, name: str, unload_dependents: bool, timeout: float | None) -> None: ...
 
+    def model_statistics(
+        self, name: str | None, version: str | None, timeout: float | None
+    ) -> list[JSON]: ...
+
+    def trace_settings(
+        self, model: str | None, updates: Mapping[str, list[str]] | None, timeout: float | None
+    ) -> JSON:
+        """The trace settings after applying ``updates`` (None: just read them)."""
+        ...
+
+    def log_settings(
+        self, updates: Mapping[str, bool | int | str] | None, timeout: float | None
+    ) -> JSON: ...
+
     def infer(self, request: InferRequest, timeout: float | None) -> InferResult: ...
 
     def stream(
@@ -104,6 +118,18 @@ class AsyncBackend(Protocol):
     async def unload_model(
         self, name: str, unload_dependents: bool, timeout: float | None
     ) -> None: ...
+
+    async def model_statistics(
+        self, name: str | None, version: str | None, timeout: float | None
+    ) -> list[JSON]: ...
+
+    async def trace_settings(
+        self, model: str | None, updates: Mapping[str, list[str]] | None, timeout: float | None
+    ) -> JSON: ...
+
+    async def log_settings(
+        self, updates: Mapping[str, bool | int | str] | None, timeout: float | None
+    ) -> JSON: ...
 
     async def infer(self, request: InferRequest, timeout: float | None) -> InferResult: ...
 

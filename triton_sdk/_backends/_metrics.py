@@ -1,0 +1,66 @@
+"""Reading the server's Prometheus endpoint (its own port, 8002 by default)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import ssl
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from .._errors import (
+    TritonConnectionError,
+    TritonError,
+    TritonTimeoutError,
+    classify_transport_error,
+)
+from .._http_codec import error_from_response
+
+__all__ = ["fetch_metrics", "fetch_metrics_async"]
+
+
+def _failure(exc: BaseException, url: str) -> TritonError:
+    error = classify_transport_error(exc)
+    return error or TritonConnectionError(f"cannot read metrics from {url}: {exc!r}")
+
+
+def fetch_metrics(url: str, timeout: float | None) -> str:
+    """The metrics text at ``url``."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme == "https":
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+            host, parts.port, timeout=timeout, context=ssl.create_default_context()
+        )
+    else:
+        connection = http.client.HTTPConnection(host, parts.port, timeout=timeout)
+    try:
+        connection.request("GET", parts.path or "/metrics")
+        response = connection.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise _failure(exc, url) from exc
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise error_from_response(response.status, body)
+    return body.decode("utf-8")
+
+
+async def fetch_metrics_async(url: str, timeout: float | None) -> str:
+    """The metrics text at ``url``, without blocking the event loop."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+            session.get(url) as response,
+        ):
+            body = await response.read()
+            status = response.status
+    except asyncio.TimeoutError as exc:
+        raise TritonTimeoutError(f"no metrics from {url} within {timeout}s") from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise TritonConnectionError(f"cannot read metrics from {url}: {exc}") from exc
+    if status != 200:
+        raise error_from_response(status, body)
+    return body.decode("utf-8")

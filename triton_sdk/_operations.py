@@ -1,0 +1,338 @@
+"""Typed answers of the operator's calls: statistics, metrics, trace and log settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from ._errors import InferenceError, InvalidInputError
+
+__all__ = [
+    "BatchStatistics",
+    "DurationStatistics",
+    "InferenceStatistics",
+    "LogSettings",
+    "ModelMetrics",
+    "ModelStatistics",
+    "ServerMetrics",
+    "TraceSettings",
+    "log_updates",
+    "trace_updates",
+]
+
+
+def _int(value: Any) -> int:
+    # gRPC's JSON form writes 64-bit integers as strings.
+    return int(value or 0)
+
+
+@attrs.frozen(kw_only=True)
+class DurationStatistics:
+    """How many times something happened, and the time it took in all."""
+
+    count: int = 0
+    total_ns: int = 0
+
+    @property
+    def mean_ms(self) -> float:
+        """Mean duration in milliseconds (0 when it never happened)."""
+        return self.total_ns / self.count / 1e6 if self.count else 0.0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> DurationStatistics:
+        data = data or {}
+        return cls(count=_int(data.get("count")), total_ns=_int(data.get("ns")))
+
+
+@attrs.frozen(kw_only=True)
+class InferenceStatistics:
+    """Cumulative counts and durations of a model's requests, by phase.
+
+    ``success``/``fail`` cover whole requests; ``queue`` the time waiting for an
+    instance; ``compute_input``/``compute_infer``/``compute_output`` the model's work.
+    """
+
+    success: DurationStatistics = DurationStatistics()
+    fail: DurationStatistics = DurationStatistics()
+    queue: DurationStatistics = DurationStatistics()
+    compute_input: DurationStatistics = DurationStatistics()
+    compute_infer: DurationStatistics = DurationStatistics()
+    compute_output: DurationStatistics = DurationStatistics()
+    cache_hit: DurationStatistics = DurationStatistics()
+    cache_miss: DurationStatistics = DurationStatistics()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> InferenceStatistics:
+        data = data or {}
+        return cls(
+            **{
+                field.name: DurationStatistics.from_json(data.get(field.name))
+                for field in attrs.fields(cls)
+            }
+        )
+
+
+@attrs.frozen(kw_only=True)
+class BatchStatistics:
+    """How often the model ran with one batch size, and how long that took."""
+
+    batch_size: int
+    compute_input: DurationStatistics = DurationStatistics()
+    compute_infer: DurationStatistics = DurationStatistics()
+    compute_output: DurationStatistics = DurationStatistics()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BatchStatistics:
+        return cls(
+            batch_size=_int(data.get("batch_size")),
+            compute_input=DurationStatistics.from_json(data.get("compute_input")),
+            compute_infer=DurationStatistics.from_json(data.get("compute_infer")),
+            compute_output=DurationStatistics.from_json(data.get("compute_output")),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ModelStatistics:
+    """The server's statistics of one model version since it was loaded.
+
+    Attributes:
+        name: the model.
+        version: the version.
+        last_inference: when it last ran, in milliseconds since the epoch (0: never).
+        inference_count: samples inferred (a batch of 8 counts 8).
+        execution_count: model executions (a dynamic batch counts 1).
+        inference: requests' counts and durations by phase.
+        batches: executions by batch size.
+    """
+
+    name: str
+    version: str
+    last_inference: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    inference: InferenceStatistics = InferenceStatistics()
+    batches: tuple[BatchStatistics, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelStatistics:
+        return cls(
+            name=str(data.get("name", "")),
+            version=str(data.get("version", "")),
+            last_inference=_int(data.get("last_inference")),
+            inference_count=_int(data.get("inference_count")),
+            execution_count=_int(data.get("execution_count")),
+            inference=InferenceStatistics.from_json(data.get("inference_stats")),
+            batches=tuple(BatchStatistics.from_json(item) for item in data.get("batch_stats", ())),
+        )
+
+
+# Triton metric family -> ModelMetrics field.
+_MODEL_FAMILIES: Final = {
+    "nv_inference_request_success": "request_success",
+    "nv_inference_request_failure": "request_failure",
+    "nv_inference_count": "inference_count",
+    "nv_inference_exec_count": "execution_count",
+    "nv_inference_pending_request_count": "pending_requests",
+    "nv_inference_request_duration_us": "request_duration_us",
+    "nv_inference_queue_duration_us": "queue_duration_us",
+    "nv_inference_compute_input_duration_us": "compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us": "compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us": "compute_output_duration_us",
+}
+
+
+@attrs.frozen(kw_only=True)
+class ModelMetrics:
+    """A model version's figures from the server's Prometheus ``/metrics``.
+
+    Counters and durations (microseconds) are cumulative since the model was loaded;
+    ``request_failure`` sums every failure reason; ``pending_requests`` is a gauge.
+    """
+
+    model: str
+    version: str
+    request_success: float = 0.0
+    request_failure: float = 0.0
+    inference_count: float = 0.0
+    execution_count: float = 0.0
+    pending_requests: float = 0.0
+    request_duration_us: float = 0.0
+    queue_duration_us: float = 0.0
+    compute_input_duration_us: float = 0.0
+    compute_infer_duration_us: float = 0.0
+    compute_output_duration_us: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class ServerMetrics:
+    """The server's ``/metrics``: per-model figures, and every server-wide sample.
+
+    Attributes:
+        models: one entry per model version that has metrics.
+        server: samples without a model label (CPU, memory, pinned memory...), by name.
+    """
+
+    models: tuple[ModelMetrics, ...] = ()
+    server: Mapping[str, float] = attrs.field(factory=dict)
+
+    def model(self, name: str, version: str | None = None) -> ModelMetrics:
+        """The figures of one model (its highest version when none is given)."""
+        matches = [
+            entry
+            for entry in self.models
+            if entry.model == name and (version is None or entry.version == version)
+        ]
+        if not matches:
+            raise InvalidInputError(f"the metrics have no model {name!r}")
+        return max(matches, key=lambda entry: _version_key(entry.version))
+
+    @classmethod
+    def from_text(cls, text: str) -> ServerMetrics:
+        """Parse the Prometheus text exposition format, with prometheus-client's parser."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        models: dict[tuple[str, str], dict[str, float]] = {}
+        server: dict[str, float] = {}
+        try:
+            families = list(text_string_to_metric_families(text))
+        except ValueError as exc:
+            raise InferenceError(f"cannot parse the server's metrics: {exc}") from exc
+        for family in families:
+            field = _MODEL_FAMILIES.get(family.name)
+            for sample in family.samples:
+                model = sample.labels.get("model")
+                if model is None:
+                    server[sample.name] = float(sample.value)
+                elif field is not None:
+                    figures = models.setdefault((model, sample.labels.get("version", "")), {})
+                    figures[field] = figures.get(field, 0.0) + float(sample.value)
+        return cls(
+            models=tuple(
+                ModelMetrics(model=model, version=version, **figures)
+                for (model, version), figures in sorted(models.items())
+            ),
+            server=server,
+        )
+
+
+def _version_key(version: str) -> tuple[int, str]:
+    return (int(version), "") if version.isdigit() else (-1, version)
+
+
+def _one(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return str(value[0]) if value else ""
+    return "" if value is None else str(value)
+
+
+def _many(value: Any) -> tuple[str, ...]:
+    if isinstance(value, list | tuple):
+        return tuple(str(item) for item in value)
+    return () if value is None else (str(value),)
+
+
+@attrs.frozen(kw_only=True)
+class TraceSettings:
+    """Tracing of the server, or of one model (see Triton's trace extension).
+
+    Attributes:
+        level: what is traced: ``("OFF",)``, or ``"TIMESTAMPS"`` and/or ``"TENSORS"``.
+        rate: one request in ``rate`` is traced.
+        count: how many more traces to take (-1: no limit).
+        log_frequency: traces per file before a new one is started (0: one file).
+        file: where traces are written.
+        mode: the trace mode (``"triton"`` or ``"opentelemetry"``).
+    """
+
+    level: tuple[str, ...] = ()
+    rate: int = 0
+    count: int = 0
+    log_frequency: int = 0
+    file: str = ""
+    mode: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TraceSettings:
+        return cls(
+            level=_many(data.get("trace_level")),
+            rate=int(_one(data.get("trace_rate")) or 0),
+            count=int(_one(data.get("trace_count")) or 0),
+            log_frequency=int(_one(data.get("log_frequency")) or 0),
+            file=_one(data.get("trace_file")),
+            mode=_one(data.get("trace_mode")),
+        )
+
+
+def trace_updates(
+    *,
+    level: Iterable[str] | None,
+    rate: int | None,
+    count: int | None,
+    log_frequency: int | None,
+) -> dict[str, list[str]]:
+    """The settings to send, as the protocol takes them (lists of strings)."""
+    updates: dict[str, list[str]] = {}
+    if level is not None:
+        updates["trace_level"] = [level] if isinstance(level, str) else list(level)
+    for key, value in (
+        ("trace_rate", rate),
+        ("trace_count", count),
+        ("log_frequency", log_frequency),
+    ):
+        if value is not None:
+            updates[key] = [str(value)]
+    if not updates:
+        raise InvalidInputError("give at least one trace setting to update")
+    return updates
+
+
+@attrs.frozen(kw_only=True)
+class LogSettings:
+    """The server's logging (see Triton's logging extension)."""
+
+    file: str = ""
+    info: bool = False
+    warning: bool = False
+    error: bool = False
+    verbose_level: int = 0
+    format: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LogSettings:
+        return cls(
+            file=str(data.get("log_file") or ""),
+            info=bool(data.get("log_info", False)),
+            warning=bool(data.get("log_warning", False)),
+            error=bool(data.get("log_error", False)),
+            verbose_level=_int(data.get("log_verbose_level")),
+            format=str(data.get("log_format") or ""),
+        )
+
+
+def log_updates(
+    *,
+    file: str | None,
+    info: bool | None,
+    warning: bool | None,
+    error: bool | None,
+    verbose_level: int | None,
+    format: str | None,
+) -> dict[str, bool | int | str]:
+    """The settings to send, typed as the protocol takes them."""
+    updates: dict[str, bool | int | str] = {
+        key: value
+        for key, value in (
+            ("log_file", file),
+            ("log_info", info),
+            ("log_warning", warning),
+            ("log_error", error),
+            ("log_verbose_level", verbose_level),
+            ("log_format", format),
+        )
+        if value is not None
+    }
+    if not updates:
+        raise InvalidInputError("give at least one log setting to update")
+    return updates
