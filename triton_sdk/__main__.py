@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -99,9 +100,15 @@ def demo(repository: Path) -> int:
     return 0
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def serve(repository: Path) -> int:
     from .local import LocalServer
 
+    # Stop the server on SIGTERM too, not only on Ctrl+C.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with LocalServer(repository) as server:
         print(f"Serving {repository}")
         print(f"  gRPC     {server.grpc_url}")

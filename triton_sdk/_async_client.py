@@ -126,43 +126,45 @@ class AsyncClient:
 
     # Health and server
 
-    async def is_live(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
-        """Whether the server answers as live; False (never an error) when unreachable."""
+    async def _healthy(
+        self,
+        what: str,
+        attempt: Callable[[float | None], Awaitable[bool]],
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+    ) -> bool:
         try:
-            return await self._call("is_live", self._backend.is_live, timeout=timeout, retry=_ONCE)
+            return await self._call(what, attempt, timeout=timeout, retry=retry)
         except TritonError:
             return False
 
+    async def is_live(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+        """Whether the server answers as live; False (never an error) when unreachable."""
+        return await self._healthy("is_live", self._backend.is_live, timeout)
+
     async def is_ready(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
         """Whether the server is ready for inference; False when unreachable."""
-        try:
-            return await self._call(
-                "is_ready", self._backend.is_ready, timeout=timeout, retry=_ONCE
-            )
-        except TritonError:
-            return False
+        return await self._healthy("is_ready", self._backend.is_ready, timeout)
 
     async def is_model_ready(
         self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
     ) -> bool:
         """Whether a model (a given version, or the one the server's policy picks) is ready."""
         attempt = partial(self._backend.is_model_ready, name, version)
-        try:
-            return await self._call("is_model_ready", attempt, timeout=timeout, retry=_ONCE)
-        except TritonError:
-            return False
+        return await self._healthy("is_model_ready", attempt, timeout)
 
     async def wait_until_ready(self, timeout: float = 60.0, *, model: str | None = None) -> None:
         """Poll until the server (and ``model``, if given) is ready.
 
         Raises TritonTimeoutError when ``timeout`` seconds pass first.
         """
+        model_ready = None if model is None else partial(self._backend.is_model_ready, model, None)
         deadline = time.monotonic() + timeout
         while True:
-            remaining = deadline - time.monotonic()
-            each = max(min(remaining, 1.0), 0.01)
-            ready = await self.is_ready(timeout=each) and (
-                model is None or await self.is_model_ready(model, timeout=each)
+            each = max(min(deadline - time.monotonic(), 1.0), 0.01)
+            ready = await self._healthy("is_ready", self._backend.is_ready, each, _ONCE) and (
+                model_ready is None
+                or await self._healthy("is_model_ready", model_ready, each, _ONCE)
             )
             if ready:
                 return

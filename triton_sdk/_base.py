@@ -23,7 +23,8 @@ from ._spec import ModelSpec
 __all__ = ["ClientSettings", "ModelCore", "Timeout"]
 
 MAX_CHUNKS_IN_FLIGHT: Final = 8
-"""How many chunks of a split batch one call keeps in flight at once."""
+"""How many chunks of split batches are in flight at once: per call on AsyncClient, per
+client on Client (whose calls share one pool of this many threads)."""
 
 Timeout = float | None | NotGiven
 """Seconds; ``None`` for no timeout; ``NOT_GIVEN`` for the client's default."""

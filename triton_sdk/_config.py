@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import random
-from typing import Final, Literal
+from collections.abc import Callable
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import attrs
@@ -39,21 +40,19 @@ DEFAULT_TIMEOUT: Final = 60.0
 """Seconds each attempt of a call may take unless the client or the call says otherwise."""
 
 
-def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+def _at_least(minimum: float) -> Callable[[object, attrs.Attribute[Any], float], None]:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+        if not value >= minimum:
+            raise InvalidInputError(f"{attribute.name} must be >= {minimum}, got {value!r}")
 
-
-def _non_negative(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not value >= 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+    return check
 
 
 def _optional_positive(
     instance: object, attribute: attrs.Attribute[float | None], value: float | None
 ) -> None:
     if value is not None and not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0 or None, got {value!r}")
+        raise InvalidInputError(f"{attribute.name} must be > 0 or None, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -77,10 +76,10 @@ class RetryPolicy:
             ``None`` for no bound beyond ``max_attempts``.
     """
 
-    max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
-    initial_backoff: float = attrs.field(default=0.1, validator=_non_negative)
-    max_backoff: float = attrs.field(default=5.0, validator=_non_negative)
-    multiplier: float = attrs.field(default=2.0, validator=attrs.validators.ge(1.0))
+    max_attempts: int = attrs.field(default=3, validator=_at_least(1))
+    initial_backoff: float = attrs.field(default=0.1, validator=_at_least(0))
+    max_backoff: float = attrs.field(default=5.0, validator=_at_least(0))
+    multiplier: float = attrs.field(default=2.0, validator=_at_least(1))
     jitter: bool = True
     deadline: float | None = attrs.field(default=None, validator=_optional_positive)
 
@@ -120,7 +119,7 @@ class TLSConfig:
 
     def __attrs_post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("cert_file and key_file must be given together")
+            raise InvalidInputError("cert_file and key_file must be given together")
 
 
 Protocol = Literal["grpc", "http"]

@@ -72,7 +72,10 @@ class TritonError(Exception):
 
 
 class InvalidInputError(TritonError, ValueError):
-    """The inputs do not fit the model: found on the client, nothing was sent."""
+    """The arguments of a call do not fit the model (or the result): found on the client.
+
+    A request refused this way was not sent.
+    """
 
 
 class UnknownOutputError(TritonError, KeyError):
@@ -106,7 +109,7 @@ _NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready")
 _NOT_FOUND_HINTS = ("unknown model", "is not found")
 _QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
 _TLS_HINTS = ("ssl", "tls", "handshake", "certificate")
-_RESTRICTED_HINTS = ("restricted",)
+_REFUSED_HINTS = ("restricted", "not allowed")
 _RETRYABLE_HTTP = frozenset({502, 503, 504})
 
 
@@ -145,7 +148,7 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
     if grpc_code == "UNAVAILABLE":
         if _has(lowered, _QUEUE_HINTS):
             return InferenceError, True
-        if _has(lowered, _RESTRICTED_HINTS):
+        if _has(lowered, _REFUSED_HINTS):
             return InferenceError, False
         if _has(lowered, _TLS_HINTS):
             return TritonConnectionError, False

@@ -173,6 +173,8 @@ class HttpCall(Generic[T]):
     """(status, Inference-Header-Content-Length or None, body) -> value, or raise."""
     model: str | None = None
     request_id: str | None = None
+    idempotent: bool = True
+    """Whether the transport may send the request again after a broken connection."""
 
 
 _NO_HEADERS: Final[Mapping[str, str]] = {}
@@ -277,7 +279,7 @@ class Routes:
     ) -> HttpCall[None]:
         path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/load"
         body = [load_body(config, files)]
-        return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name)
+        return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name, idempotent=False)
 
     def unload_model(self, name: str, unload_dependents: bool) -> HttpCall[None]:
         path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/unload"
@@ -330,4 +332,5 @@ class Routes:
             _infer_reader(request),
             request.model,
             request.request_id or None,
+            request.idempotent,
         )

@@ -23,8 +23,8 @@ class InferResult(Mapping[str, Array]):
     """The outputs of one inference, as numpy arrays, with the response's metadata.
 
     ``result["NAME"]`` and ``result.as_numpy("NAME")`` give the same array; an output the
-    result does not hold raises :class:`UnknownOutputError`. Arrays decoded straight from
-    a response are read-only views of it: copy one before changing it.
+    result does not hold raises :class:`UnknownOutputError`. Numeric outputs of a single
+    response are read-only views of its bytes: copy one before changing it.
 
     Attributes:
         model_name: the model that answered.

@@ -104,7 +104,8 @@ def _final_error(error: TritonError, stop: _StopAt, what: str, policy: RetryPoli
     if not stop.hit_deadline or isinstance(error, TritonTimeoutError):
         return error
     return TritonTimeoutError(
-        f"{what}: the retry deadline of {policy.deadline}s passed; last failure: {error}",
+        f"{what}: gave up, the next attempt would start past the retry deadline of "
+        f"{policy.deadline}s; last failure: {error}",
         status=error.status,
         model=error.model,
         request_id=error.request_id,

@@ -329,7 +329,8 @@ class LocalServer:
                 port_clash = "address already in use" in log.lower()
                 self._cleanup_process()
                 if keep_ports is not None or not port_clash or attempt == _PORT_ATTEMPTS - 1:
-                    self._remove_workdir()
+                    # The error names the log: keep it, drop the rest of the work folder.
+                    self._remove_workdir(keep_log=True)
                     raise
         raise AssertionError("unreachable")
 
@@ -397,12 +398,17 @@ class LocalServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
 
-    def _remove_workdir(self) -> None:
+    def _remove_workdir(self, keep_log: bool = False) -> None:
         workdir, self._workdir = self._workdir, None
-        if workdir is not None:
-            if self._log_path is not None and self._log_path.is_relative_to(workdir):
-                self._log_path = None
-            shutil.rmtree(workdir, ignore_errors=True)
+        if workdir is None:
+            return
+        own_log = self._log_path is not None and self._log_path.is_relative_to(workdir)
+        if keep_log and own_log:
+            shutil.rmtree(workdir / "backends", ignore_errors=True)
+            return
+        if own_log:
+            self._log_path = None
+        shutil.rmtree(workdir, ignore_errors=True)
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after the exit timeout) and clean up."""

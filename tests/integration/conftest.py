@@ -119,9 +119,22 @@ def server_statistics(server: LocalServer, model: str) -> dict[str, Any]:
     return stats[0] if stats else {}
 
 
-def inference_count(server: LocalServer, model: str) -> int:
-    """How many requests (successful or failed) of this model the server received."""
+def _request_count(server: LocalServer, model: str) -> int:
     stats = server_statistics(server, model).get("inference_stats", {})
-    return int(stats.get("success", {}).get("count", 0)) + int(
-        stats.get("fail", {}).get("count", 0)
-    )
+    success = int(stats.get("success", {}).get("count", 0))
+    return success + int(stats.get("fail", {}).get("count", 0))
+
+
+def inference_count(server: LocalServer, model: str) -> int:
+    """How many requests (successful or failed) of this model the server received.
+
+    The server bumps its counters just after it answers, so the count is read until it
+    holds still for a moment.
+    """
+    count = _request_count(server, model)
+    while True:
+        time.sleep(0.05)
+        again = _request_count(server, model)
+        if again == count:
+            return count
+        count = again

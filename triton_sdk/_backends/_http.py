@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import select
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from .._http_codec import HEADER_LENGTH, HttpCall, Routes, decode_json
 from .._request import InferRequest, ParameterValue
 from .._result import InferResult
 from .._spec import ModelSpec
+from ._loop import check_loop
 from ._protocol import JSON
 
 __all__ = ["AsyncHttpBackend", "HttpBackend"]
@@ -86,9 +88,27 @@ def _body(parts: Sequence[bytes | memoryview] | None) -> tuple[Any, int]:
     return parts, size
 
 
-def _aiohttp_error(exc: BaseException, call: HttpCall[Any], timeout: float | None) -> TritonError:
-    model, request_id = call.model, call.request_id
-    if isinstance(exc, aiohttp.ClientSSLError | aiohttp.ClientConnectorCertificateError):
+def _caused_by_ssl(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError) or isinstance(
+            getattr(seen, "os_error", None), ssl.SSLError
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def aiohttp_error(
+    exc: BaseException,
+    timeout: float | None,
+    model: str | None = None,
+    request_id: str | None = None,
+) -> TritonError:
+    """The SDK's error for an aiohttp failure. TLS failures are not retryable."""
+    if isinstance(exc, aiohttp.ClientSSLError) or _caused_by_ssl(exc):
         return TritonConnectionError(f"TLS failure: {exc}", model=model, request_id=request_id)
     if isinstance(exc, asyncio.TimeoutError):
         return TritonTimeoutError(f"timed out after {timeout}s", model=model, request_id=request_id)
@@ -198,19 +218,49 @@ class _ConnectionPool:
         body: Any,
         headers: Mapping[str, str],
         timeout: float | None,
+        idempotent: bool,
     ) -> tuple[int, int | None, bytes]:
-        try:
-            connection = self._idle.pop()
-        except IndexError:
-            return self._exchange(self._connect(timeout), method, path, body, headers, timeout)
-        try:
-            return self._exchange(connection, method, path, body, headers, timeout)
-        except _STALE_CONNECTION:
-            # The server closed this idle connection (it restarted, or timed it out)
-            # before our request reached it: send once more on a fresh connection.
-            return self._exchange(self._connect(timeout), method, path, body, headers, timeout)
+        """One exchange, on an idle keep-alive connection when there is one.
 
-    def _exchange(
+        An idle connection may have been closed by the server (a restart, an idle
+        timeout). A failure while sending on it is retried at once on a fresh connection:
+        the request did not get through. A connection that breaks before the answer is
+        retried only for idempotent requests, as the server may have run the request.
+        """
+        connection = self._idle_connection()
+        if connection is None:
+            connection = self._connect(timeout)
+            self._send(connection, method, path, body, headers, timeout)
+            return self._receive(connection)
+        try:
+            self._send(connection, method, path, body, headers, timeout)
+        except _STALE_CONNECTION:
+            connection = self._connect(timeout)
+            self._send(connection, method, path, body, headers, timeout)
+            return self._receive(connection)
+        try:
+            return self._receive(connection)
+        except _STALE_CONNECTION:
+            if not idempotent:
+                raise
+            connection = self._connect(timeout)
+            self._send(connection, method, path, body, headers, timeout)
+            return self._receive(connection)
+
+    def _idle_connection(self) -> http.client.HTTPConnection | None:
+        """An idle connection the server has not closed meanwhile, if any."""
+        while True:
+            try:
+                connection = self._idle.pop()
+            except IndexError:
+                return None
+            sock = connection.sock
+            # An idle HTTP connection has nothing to read unless the server closed it.
+            if sock is not None and not select.select([sock], [], [], 0)[0]:
+                return connection
+            connection.close()
+
+    def _send(
         self,
         connection: http.client.HTTPConnection,
         method: str,
@@ -218,12 +268,18 @@ class _ConnectionPool:
         body: Any,
         headers: Mapping[str, str],
         timeout: float | None,
-    ) -> tuple[int, int | None, bytes]:
+    ) -> None:
         try:
             connection.timeout = timeout
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)
             connection.request(method, path, body, dict(headers))
+        except BaseException:
+            connection.close()
+            raise
+
+    def _receive(self, connection: http.client.HTTPConnection) -> tuple[int, int | None, bytes]:
+        try:
             response = connection.getresponse()
             data = response.read()
         except BaseException:
@@ -282,7 +338,7 @@ class HttpBackend:
             headers["Content-Length"] = str(size)
         try:
             status, header_length, data = self._pool.request(
-                call.method, call.path, body, headers, timeout
+                call.method, call.path, body, headers, timeout, call.idempotent
             )
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise _transport_error(exc, call) from exc
@@ -414,6 +470,7 @@ class AsyncHttpBackend:
         self._tls = tls
         self._origin = f"{'https' if endpoint.tls else 'http'}://{endpoint.authority}"
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         context: ssl.SSLContext | bool = ssl_context(self._tls) if self.endpoint.tls else False
@@ -429,6 +486,7 @@ class AsyncHttpBackend:
         return self._session
 
     async def _run(self, call: HttpCall[T], timeout: float | None) -> T:
+        self._loop = check_loop(self._loop)
         session = self._session or self._open()
         body, _ = _body(call.body)
         if body is not None and not isinstance(body, bytes):
@@ -447,7 +505,7 @@ class AsyncHttpBackend:
                 status = response.status
                 header_length = _header_length(response.headers.get(HEADER_LENGTH))
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise _aiohttp_error(exc, call, timeout) from exc
+            raise aiohttp_error(exc, timeout, call.model, call.request_id) from exc
         return call.read(status, header_length, data)
 
     async def is_live(self, timeout: float | None) -> bool:
@@ -502,6 +560,7 @@ class AsyncHttpBackend:
         return await self._run(self._routes.infer(request), timeout)
 
     async def _lines(self, call: HttpCall[None], timeout: float | None) -> AsyncIterator[bytes]:
+        self._loop = check_loop(self._loop)
         session = self._session or self._open()
         body, _ = _body(call.body)
         if body is not None and not isinstance(body, bytes):
@@ -523,7 +582,7 @@ class AsyncHttpBackend:
                         return
                     yield line
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise _aiohttp_error(exc, call, timeout) from exc
+            raise aiohttp_error(exc, timeout, call.model, call.request_id) from exc
 
     async def generate(
         self,

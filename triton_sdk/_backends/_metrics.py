@@ -12,10 +12,10 @@ import aiohttp
 from .._errors import (
     TritonConnectionError,
     TritonError,
-    TritonTimeoutError,
     classify_transport_error,
 )
 from .._http_codec import error_from_response
+from ._http import aiohttp_error
 
 __all__ = ["fetch_metrics", "fetch_metrics_async"]
 
@@ -57,10 +57,8 @@ async def fetch_metrics_async(url: str, timeout: float | None) -> str:
         ):
             body = await response.read()
             status = response.status
-    except asyncio.TimeoutError as exc:
-        raise TritonTimeoutError(f"no metrics from {url} within {timeout}s") from exc
-    except (aiohttp.ClientError, OSError) as exc:
-        raise TritonConnectionError(f"cannot read metrics from {url}: {exc}") from exc
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        raise aiohttp_error(exc, timeout) from exc
     if status != 200:
         raise error_from_response(status, body)
     return body.decode("utf-8")

@@ -1,0 +1,20 @@
+"""asyncio connections belong to the event loop they were opened in."""
+
+from __future__ import annotations
+
+import asyncio
+
+from .._errors import TritonError
+
+__all__ = ["check_loop"]
+
+
+def check_loop(bound: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
+    """The running loop, refusing one other than the loop the connections were opened in."""
+    running = asyncio.get_running_loop()
+    if bound is not None and bound is not running:
+        raise TritonError(
+            "this AsyncClient was first used in another event loop, and its connections "
+            "belong to that loop: open one AsyncClient per event loop"
+        )
+    return running
