@@ -1,0 +1,280 @@
+"""The error table, against the real server: every failure arrives as a TritonError subclass.
+
+Each test runs on grpc/http x sync/async unless it says otherwise. The exception types
+checked here are the public contract (API.md, "Errors"); the messages are Triton's own.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import aiohttp
+import grpc
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+from triton_sdk._request import InferRequest, RequestedOutput
+from triton_sdk._shaping import Tensor
+from triton_sdk.local import LocalServer
+
+from ._blocking import Blocking, LoopThread
+from .conftest import EXAMPLE_MODELS, close_client, inference_count, open_client
+
+ADD_SUB_INPUTS: dict[str, Any] = {"INPUT0": [1.0, 2.0, 3.0, 4.0], "INPUT1": [1.0, 1.0, 1.0, 1.0]}
+
+
+def _is_sdk_error(error: BaseException) -> bool:
+    return isinstance(error, ts.TritonError) and type(error).__module__.startswith("triton_sdk")
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on: bound once by a fresh socket, then released."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def send_raw(client: Any, loop_thread: LoopThread, request: InferRequest, timeout: float) -> Any:
+    """Send a request through the client's private backend, skipping client-side checks.
+
+    The public ``infer`` refuses unknown outputs and wrong shapes before sending (that is
+    tested below), so the only way to see how the *server's* refusal is mapped is to hand
+    a hand-built request to the backend, which is where the mapping happens.
+    """
+    if isinstance(client, Blocking):
+        return loop_thread.run(client.target._backend.infer(request, timeout))
+    return client._backend.infer(request, timeout)
+
+
+def settled_count(server: LocalServer, model: str) -> int:
+    """The model's inference count once no earlier request is still being counted."""
+    previous = inference_count(server, model)
+    for _ in range(40):
+        time.sleep(0.05)
+        current = inference_count(server, model)
+        if current == previous:
+            return current
+        previous = current
+    return previous
+
+
+def wait_for_count(server: LocalServer, model: str, expected: int, within: float = 5.0) -> int:
+    deadline = time.monotonic() + within
+    count = inference_count(server, model)
+    while count < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        count = inference_count(server, model)
+    return count
+
+
+# Unknown model
+
+
+def test_unknown_model_handle(client: Any) -> None:
+    with pytest.raises(ts.ModelNotFoundError, match="no_such_model") as caught:
+        client.model("no_such_model")
+    assert caught.value.model == "no_such_model"
+    assert caught.value.status in ("NOT_FOUND", 404)
+
+
+def test_unknown_model_infer(client: Any, loop_thread: LoopThread) -> None:
+    # A request for a model the server does not know, as a stale handle would send it.
+    request = InferRequest(
+        model="no_such_model",
+        inputs=[Tensor("INPUT0", "FP32", np.zeros(4, dtype=np.float32))],
+    )
+    with pytest.raises(ts.ModelNotFoundError) as caught:
+        send_raw(client, loop_thread, request, 10.0)
+    assert caught.value.model == "no_such_model"
+
+
+# Unloaded model: a server of its own, so that unloading does not disturb other tests
+
+
+@pytest.fixture(scope="module")
+def unload_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    repository = tmp_path_factory.mktemp("unload_repository")
+    (repository / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub", target_is_directory=True)
+    with LocalServer(repository) as running:
+        yield running
+
+
+@pytest.fixture
+def unload_client(
+    unload_server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
+) -> Iterator[Any]:
+    url = unload_server.grpc_url if protocol == "grpc" else unload_server.http_url
+    client = open_client(url, mode, loop_thread)
+    yield client
+    close_client(client, loop_thread)
+
+
+def test_unloaded_model(unload_client: Any) -> None:
+    client = unload_client
+    model = client.model("add_sub")
+    assert model.infer(**ADD_SUB_INPUTS)["OUTPUT0"].tolist() == [2.0, 3.0, 4.0, 5.0]
+    client.unload_model("add_sub")
+    try:
+        assert not client.is_model_ready("add_sub")
+        with pytest.raises(ts.ModelNotReadyError) as caught:
+            model.infer(**ADD_SUB_INPUTS)
+        assert caught.value.model == "add_sub"
+        with pytest.raises(ts.ModelNotReadyError):
+            client.model("add_sub")
+    finally:
+        client.load_model("add_sub")
+    assert client.is_model_ready("add_sub")
+    assert model.infer(**ADD_SUB_INPUTS)["OUTPUT1"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# Requests the server refuses (sent raw, past the client-side checks)
+
+
+def _add_sub_tensors(shape: tuple[int, ...] = (4,)) -> list[Tensor]:
+    return [
+        Tensor("INPUT0", "FP32", np.arange(4, dtype=np.float32).reshape(shape)),
+        Tensor("INPUT1", "FP32", np.ones(4, dtype=np.float32).reshape(shape)),
+    ]
+
+
+def _expected_status(protocol: str) -> str | int:
+    return "INVALID_ARGUMENT" if protocol == "grpc" else 400
+
+
+def test_raw_request_is_accepted(client: Any, loop_thread: LoopThread) -> None:
+    # The control for the two tests below: the same raw path with a valid request works.
+    request = InferRequest(model="add_sub", inputs=_add_sub_tensors())
+    result = send_raw(client, loop_thread, request, 10.0)
+    assert result["OUTPUT0"].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_unknown_output_refused_by_server(
+    client: Any, loop_thread: LoopThread, protocol: str
+) -> None:
+    request = InferRequest(
+        model="add_sub",
+        inputs=_add_sub_tensors(),
+        outputs=[RequestedOutput("NO_SUCH_OUTPUT")],
+        request_id="unknown-output-1",
+    )
+    with pytest.raises(ts.InferenceError) as caught:
+        send_raw(client, loop_thread, request, 10.0)
+    error = caught.value
+    assert error.status == _expected_status(protocol)
+    assert error.model == "add_sub"
+    assert error.request_id == "unknown-output-1"
+    assert not error.retryable
+    assert "NO_SUCH_OUTPUT" in str(error)
+
+
+def test_wrong_shape_refused_by_server(client: Any, loop_thread: LoopThread, protocol: str) -> None:
+    # The data agrees with the declared shape [2, 2]; only the model wants [4].
+    request = InferRequest(model="add_sub", inputs=_add_sub_tensors((2, 2)))
+    with pytest.raises(ts.InferenceError) as caught:
+        send_raw(client, loop_thread, request, 10.0)
+    error = caught.value
+    assert error.status == _expected_status(protocol)
+    assert error.model == "add_sub"
+    assert not error.retryable
+    assert "shape" in str(error)
+
+
+# Inputs refused on the client: InvalidInputError, and nothing reaches the server
+
+REFUSED: dict[str, tuple[str, dict[str, Any], list[str]]] = {
+    "missing_input": ("add_sub", {"INPUT0": [1.0, 2.0, 3.0, 4.0]}, ["INPUT1", "INPUT0"]),
+    "unknown_input": ("add_sub", {**ADD_SUB_INPUTS, "INPUT9": [1.0]}, ["INPUT9", "INPUT0"]),
+    "float_into_int32": ("all_dtypes", {"IN_INT32": np.array([[1.5, 2.5]])}, ["IN_INT32"]),
+    "wrong_shape": ("add_sub", {"INPUT0": [1.0, 2.0, 3.0], "INPUT1": [1.0] * 4}, ["INPUT0"]),
+    "unknown_output": ("add_sub", {**ADD_SUB_INPUTS, "outputs": ["NOPE"]}, ["NOPE"]),
+}
+VALID: dict[str, dict[str, Any]] = {
+    "add_sub": ADD_SUB_INPUTS,
+    "all_dtypes": {"IN_INT32": np.array([[1, 2]], dtype=np.int32)},
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_refused_on_client_sends_nothing(client: Any, server: LocalServer, case: str) -> None:
+    name, arguments, mentioned = REFUSED[case]
+    model = client.model(name)
+    before = settled_count(server, name)
+    with pytest.raises(ts.InvalidInputError) as caught:
+        model.infer(**arguments)
+    assert isinstance(caught.value, ValueError)
+    for word in mentioned:
+        assert word in str(caught.value)
+    time.sleep(0.1)
+    assert inference_count(server, name) == before
+    # The control: a valid request is counted, exactly once.
+    model.infer(**VALID[name])
+    assert wait_for_count(server, name, before + 1) == before + 1
+    assert settled_count(server, name) == before + 1
+
+
+# Unreachable server
+
+
+@pytest.fixture
+def dead_client(protocol: str, mode: str, loop_thread: LoopThread) -> Iterator[Any]:
+    scheme = "grpc" if protocol == "grpc" else "http"
+    url = f"{scheme}://127.0.0.1:{closed_port()}"
+    client = open_client(url, mode, loop_thread, retry=ts.RetryPolicy.none(), timeout=5.0)
+    yield client
+    close_client(client, loop_thread)
+
+
+DEAD_CALLS: dict[str, Callable[[Any], Any]] = {
+    "server_metadata": lambda client: client.server_metadata(),
+    "models": lambda client: client.models(),
+    "model": lambda client: client.model("add_sub"),
+    "load_model": lambda client: client.load_model("add_sub"),
+    "unload_model": lambda client: client.unload_model("add_sub"),
+}
+
+
+@pytest.mark.parametrize("call", list(DEAD_CALLS))
+def test_unreachable_server(dead_client: Any, protocol: str, call: str) -> None:
+    with pytest.raises(ts.TritonConnectionError) as caught:
+        DEAD_CALLS[call](dead_client)
+    error = caught.value
+    assert _is_sdk_error(error)
+    assert isinstance(error, ConnectionError)
+    cause = error.__cause__
+    if protocol == "grpc":
+        assert isinstance(cause, grpc.RpcError)
+    else:
+        assert isinstance(cause, ConnectionRefusedError | aiohttp.ClientConnectorError)
+
+
+def test_health_of_unreachable_server_is_false(dead_client: Any) -> None:
+    assert dead_client.is_live() is False
+    assert dead_client.is_ready() is False
+    assert dead_client.is_model_ready("add_sub") is False
+
+
+def test_health_of_running_server_is_true(client: Any) -> None:
+    assert client.is_live() is True
+    assert client.is_ready() is True
+    assert client.is_model_ready("add_sub") is True
+    assert client.is_model_ready("no_such_model") is False
+
+
+# Decoupled model called with plain infer
+
+
+@pytest.mark.timeout(60)
+def test_decoupled_model_with_plain_infer(client: Any) -> None:
+    model = client.model("repeat")
+    started = time.monotonic()
+    with pytest.raises(ts.TritonError) as caught:
+        model.infer(IN=np.array([1, 2, 3], dtype=np.int32), timeout=10.0)
+    assert _is_sdk_error(caught.value)
+    # An answer, not a hang ended by the timeout.
+    assert not isinstance(caught.value, ts.TritonTimeoutError)
+    assert "decoupled" in str(caught.value)
+    assert time.monotonic() - started < 10.0

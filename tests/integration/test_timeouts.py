@@ -1,0 +1,123 @@
+"""Timeouts, on grpc/http x sync/async: per call, per client, overridden, off; never retried.
+
+The ``sleep`` model sleeps SECONDS before answering. A timed-out request still runs on
+the server (Triton does not cancel it), so the bounds below are only on the client side.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import triton_sdk as ts
+
+from ._blocking import LoopThread
+from .conftest import close_client, open_client
+
+# Generous functional bounds: a 0.2 s timeout against a 1 s model must fail long
+# before the model would have answered.
+QUICKLY = 0.8
+
+
+def retry_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        record
+        for record in caplog.records
+        if record.name == "triton_sdk" and record.levelno == logging.INFO
+    ]
+
+
+def test_per_call_timeout(client: Any) -> None:
+    model = client.model("sleep")
+    started = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError) as caught:
+        model.infer(SECONDS=[1.0], timeout=0.2)
+    elapsed = time.monotonic() - started
+    assert elapsed < QUICKLY
+    assert isinstance(caught.value, TimeoutError)
+    assert caught.value.model == "sleep"
+
+
+def test_per_client_timeout(make_client: Any) -> None:
+    model = make_client(timeout=0.2).model("sleep")
+    started = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError):
+        model.infer(SECONDS=[1.0])
+    assert time.monotonic() - started < QUICKLY
+
+
+def test_per_call_timeout_overrides_client_default(make_client: Any) -> None:
+    model = make_client(timeout=0.2).model("sleep")
+    result = model.infer(SECONDS=[0.5], timeout=5.0)
+    assert result["SLEPT"].tolist() == [0.5]
+
+
+def test_timeout_none_means_no_timeout(make_client: Any) -> None:
+    # None on the call lifts the client's 0.2 s default ...
+    model = make_client(timeout=0.2).model("sleep")
+    assert model.infer(SECONDS=[0.5], timeout=None)["SLEPT"].tolist() == [0.5]
+    # ... and None on the client means no default at all.
+    unbounded = make_client(timeout=None).model("sleep")
+    assert unbounded.infer(SECONDS=[0.5])["SLEPT"].tolist() == [0.5]
+
+
+def test_timed_out_request_is_not_retried(
+    make_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    policy = ts.RetryPolicy(max_attempts=5, initial_backoff=0.01, jitter=False)
+    model = make_client(retry=policy).model("sleep")
+    caplog.clear()
+    started = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError):
+        model.infer(SECONDS=[1.0], timeout=0.2)
+    # One attempt: five would take at least a second.
+    assert time.monotonic() - started < QUICKLY
+    assert retry_records(caplog) == []
+
+
+def test_timed_out_request_is_not_retried_with_per_call_policy(
+    client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    model = client.model("sleep")
+    caplog.clear()
+    started = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError):
+        model.infer(
+            SECONDS=[1.0],
+            timeout=0.2,
+            retry=ts.RetryPolicy(max_attempts=5, initial_backoff=0.01, jitter=False),
+        )
+    assert time.monotonic() - started < QUICKLY
+    assert retry_records(caplog) == []
+
+
+# wait_until_ready against a server that never answers
+
+
+@pytest.fixture
+def dead_client(protocol: str, mode: str, loop_thread: LoopThread) -> Iterator[Any]:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    scheme = "grpc" if protocol == "grpc" else "http"
+    client = open_client(f"{scheme}://127.0.0.1:{port}", mode, loop_thread)
+    yield client
+    close_client(client, loop_thread)
+
+
+def test_wait_until_ready_times_out(dead_client: Any) -> None:
+    started = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError):
+        dead_client.wait_until_ready(timeout=0.5)
+    assert time.monotonic() - started < 3.0
+
+
+def test_wait_until_ready_on_running_server(client: Any) -> None:
+    client.wait_until_ready(timeout=10.0)
