@@ -16,7 +16,13 @@ from ._config import (
     parse_url,
 )
 from ._errors import InvalidInputError, TritonError
-from ._request import InferRequest, ParameterValue, check_outputs, check_parameters
+from ._request import (
+    InferRequest,
+    ParameterValue,
+    RequestedOutput,
+    check_outputs,
+    check_parameters,
+)
 from ._shaping import InputValue, prepare_inputs, split_batch
 from ._spec import ModelSpec
 
@@ -115,12 +121,27 @@ def merge_inputs(
 class ModelCore:
     """The half of a model handle that does no I/O: it turns a call into requests."""
 
-    __slots__ = ("name", "spec", "version")
+    __slots__ = ("_checked_outputs", "name", "spec", "version")
 
     def __init__(self, spec: ModelSpec, version: str | None) -> None:
         self.name = spec.name
         self.version = version
         self.spec = spec
+        self._checked_outputs: dict[tuple[tuple[str, ...], int], tuple[RequestedOutput, ...]] = {}
+
+    def _outputs(
+        self, outputs: Iterable[str] | None, class_count: int
+    ) -> tuple[RequestedOutput, ...] | None:
+        """Checked output requests, remembered: calls usually ask for the same outputs."""
+        if outputs is None:
+            return None
+        key = ((outputs,) if isinstance(outputs, str) else tuple(outputs), class_count)
+        checked = self._checked_outputs.get(key)
+        if checked is None:
+            checked = check_outputs(self.spec, key[0], class_count)
+            if len(self._checked_outputs) < 64:
+                self._checked_outputs[key] = checked
+        return checked
 
     def __repr__(self) -> str:
         version = "" if self.version is None else f" v{self.version}"
@@ -156,7 +177,7 @@ class ModelCore:
             model=self.name,
             version=self.version or "",
             inputs=prepared.tensors,
-            outputs=None if outputs is None else check_outputs(self.spec, outputs, class_count),
+            outputs=self._outputs(outputs, class_count),
             request_id=request_id,
             parameters=check_parameters(parameters, self.name),
             priority=priority,

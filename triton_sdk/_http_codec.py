@@ -53,23 +53,16 @@ def _parameters(request: InferRequest) -> dict[str, Any]:
     return parameters
 
 
-def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
-    """The body parts of an infer request and the length of its JSON header."""
-    parts: list[bytes | memoryview] = [b""]
-    inputs = []
-    for tensor in request.inputs:
-        raw = tensor_payload(tensor)
-        parts.append(raw)
-        inputs.append(
-            {
-                "name": tensor.name,
-                "shape": list(tensor.array.shape),
-                "datatype": tensor.datatype,
-                "parameters": {
-                    "binary_data_size": len(raw) if isinstance(raw, bytes) else raw.nbytes
-                },
-            }
-        )
+def _header(request: InferRequest, sizes: list[int]) -> bytes:
+    inputs = [
+        {
+            "name": tensor.name,
+            "shape": list(tensor.array.shape),
+            "datatype": tensor.datatype,
+            "parameters": {"binary_data_size": size},
+        }
+        for tensor, size in zip(request.inputs, sizes, strict=True)
+    ]
     header: dict[str, Any] = {"inputs": inputs}
     if request.request_id:
         header["id"] = request.request_id
@@ -90,9 +83,47 @@ def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
         ]
     if parameters:
         header["parameters"] = parameters
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    parts[0] = encoded
-    return parts, len(encoded)
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+_HeaderKey = tuple[Any, ...]
+_HEADERS: dict[_HeaderKey, bytes] = {}
+_MAX_HEADERS: Final = 1024
+
+
+def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
+    """The body parts of an infer request and the length of its JSON header.
+
+    Headers of plain requests (no id, parameters or sequence) repeat from call to call,
+    so they are kept, keyed by what they contain.
+    """
+    parts: list[bytes | memoryview] = [b""]
+    sizes = []
+    for tensor in request.inputs:
+        raw = tensor_payload(tensor)
+        parts.append(raw)
+        sizes.append(len(raw) if isinstance(raw, bytes) else raw.nbytes)
+    plain = not (
+        request.request_id or request.parameters or request.sequence_id or request.priority
+    )
+    if not plain:
+        parts[0] = _header(request, sizes)
+        return parts, len(parts[0])
+    key = (
+        tuple(
+            (tensor.name, tensor.datatype, tensor.array.shape, size)
+            for tensor, size in zip(request.inputs, sizes, strict=True)
+        ),
+        None if request.outputs is None else tuple(request.outputs),
+    )
+    header = _HEADERS.get(key)
+    if header is None:
+        header = _header(request, sizes)
+        if len(_HEADERS) >= _MAX_HEADERS:
+            _HEADERS.clear()
+        _HEADERS[key] = header
+    parts[0] = header
+    return parts, len(header)
 
 
 def decode_json(body: bytes, what: str) -> Any:
@@ -123,13 +154,13 @@ def decode_infer(body: bytes, header_length: int | None) -> InferResult:
             outputs[name] = decode_output(name, datatype, shape, view[offset : offset + size])
             offset += size
         datatypes[name] = datatype
-    return InferResult(
+    return InferResult.of(
         outputs,
-        datatypes=datatypes,
+        datatypes,
         model_name=str(header.get("model_name", "")),
         model_version=str(header.get("model_version", "")),
         id=str(header.get("id", "")),
-        parameters=header.get("parameters"),
+        parameters=header.get("parameters") or {},
     )
 
 
@@ -157,7 +188,7 @@ def load_body(config: str | None, files: Mapping[str, bytes] | None) -> bytes:
     return json.dumps({"parameters": parameters} if parameters else {}).encode()
 
 
-@attrs.frozen
+@attrs.define
 class HttpCall(Generic[T]):
     """One HTTP exchange, described without doing it: what to send, how to read the answer.
 
@@ -246,6 +277,7 @@ class Routes:
 
     def __init__(self, base: str) -> None:
         self.base = base
+        self._infer_paths: dict[tuple[str, str], str] = {}
 
     def live(self) -> HttpCall[bool]:
         return HttpCall("GET", f"{self.base}/v2/health/live", None, _NO_HEADERS, _is_ok)
@@ -324,9 +356,13 @@ class Routes:
     def infer(self, request: InferRequest) -> HttpCall[InferResult]:
         parts, json_length = encode_infer(request)
         headers = {HEADER_LENGTH: str(json_length), "Content-Type": "application/octet-stream"}
+        path = self._infer_paths.get((request.model, request.version))
+        if path is None:
+            path = model_path(self.base, request.model, request.version, "/infer")
+            self._infer_paths[(request.model, request.version)] = path
         return HttpCall(
             "POST",
-            model_path(self.base, request.model, request.version, "/infer"),
+            path,
             parts,
             headers,
             _infer_reader(request),

@@ -52,6 +52,27 @@ class InferResult(Mapping[str, Array]):
         self.id = id
         self.parameters: Mapping[str, ResultParameter] = dict(parameters or {})
 
+    @classmethod
+    def of(
+        cls,
+        outputs: dict[str, Array],
+        datatypes: dict[str, str],
+        *,
+        model_name: str,
+        model_version: str,
+        id: str,
+        parameters: dict[str, ResultParameter],
+    ) -> InferResult:
+        """A result that takes ownership of the dicts it is given (decoders' fast path)."""
+        result = cls.__new__(cls)
+        result._outputs = outputs
+        result._datatypes = datatypes
+        result.model_name = model_name
+        result.model_version = model_version
+        result.id = id
+        result.parameters = parameters
+        return result
+
     def __getitem__(self, name: str) -> Array:
         try:
             return self._outputs[name]
@@ -159,7 +180,7 @@ def decode_output(
         raise InferenceError(
             f"output {name!r}: {len(buffer)} bytes do not hold {datatype} of shape {list(shape)}"
         )
-    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+    return np.frombuffer(buffer, dtype).reshape(shape)
 
 
 def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: object) -> Array:

@@ -232,6 +232,8 @@ def _sample_readings(shape: Shape, dims: Shape) -> list[Shape]:
 def _reshape_sample(
     array: np.ndarray[Any, Any], spec: TensorSpec, model: str
 ) -> np.ndarray[Any, Any]:
+    if array.shape == spec.shape:
+        return array
     readings = _sample_readings(array.shape, spec.shape)
     if len(readings) == 1:
         return array if readings[0] == array.shape else array.reshape(readings[0])

@@ -7,18 +7,20 @@ measured against its shape here, with overflow-checked arithmetic, on both proto
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
-from ._dtypes import encode_bytes, numpy_dtype
+from ._dtypes import DATATYPES, encode_bytes
 from ._errors import InvalidInputError
 from ._shaping import Tensor
 
-__all__ = ["declared_count", "tensor_payload"]
+__all__ = ["declared_count", "tensor_bytes", "tensor_payload"]
 
 MAX_ELEMENTS: Final = 2**63 - 1
+_BIG_ENDIAN_HOST: Final = sys.byteorder == "big"
 
 
 def declared_count(shape: Sequence[int], name: str) -> int:
@@ -33,33 +35,59 @@ def declared_count(shape: Sequence[int], name: str) -> int:
     return count
 
 
-def tensor_payload(tensor: Tensor) -> bytes | memoryview:
-    """Little-endian raw data, or length-prefixed BYTES elements, checked against the shape."""
+def _bytes_payload(tensor: Tensor) -> bytes:
     array = tensor.array
     count = declared_count(array.shape, tensor.name)
-    if tensor.datatype == "BYTES":
-        items = array.reshape(-1).tolist()
-        if len(items) != count:
-            raise InvalidInputError(
-                f"input {tensor.name!r}: shape {array.shape} declares {count} elements, "
-                f"the data has {len(items)}"
-            )
-        try:
-            return encode_bytes(items, tensor.name)
-        except TypeError as exc:
-            raise InvalidInputError(str(exc)) from exc
-    dtype = numpy_dtype(tensor.datatype)
-    if array.dtype.newbyteorder("=") != dtype:
+    items = array.reshape(-1).tolist()
+    if len(items) != count:
+        raise InvalidInputError(
+            f"input {tensor.name!r}: shape {array.shape} declares {count} elements, "
+            f"the data has {len(items)}"
+        )
+    try:
+        return encode_bytes(items, tensor.name)
+    except TypeError as exc:
+        raise InvalidInputError(str(exc)) from exc
+
+
+def _numeric_array(tensor: Tensor) -> tuple[np.ndarray[Any, Any], int]:
+    """The array to send, of the input's dtype and little-endian, and its byte size."""
+    array = tensor.array
+    dtype = DATATYPES.get(tensor.datatype)
+    if array.dtype != dtype and (dtype is None or array.dtype.newbyteorder("=") != dtype):
         raise InvalidInputError(
             f"input {tensor.name!r} is {tensor.datatype} but its data is {array.dtype}"
         )
-    little_endian = array.dtype.newbyteorder("<")
-    if array.dtype != little_endian:
-        array = array.astype(little_endian)
-    payload = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
-    if payload.nbytes != count * dtype.itemsize:
+    if array.dtype.byteorder == ">" or (_BIG_ENDIAN_HOST and array.dtype.byteorder == "="):
+        array = array.astype(array.dtype.newbyteorder("<"))
+    # numpy sizes are computed without overflow and never negative: the count the shape
+    # declares is the array's size.
+    return array, array.size * array.dtype.itemsize
+
+
+def _check_size(tensor: Tensor, declared: int, actual: int) -> None:
+    if declared != actual:
         raise InvalidInputError(
-            f"input {tensor.name!r}: shape {array.shape} of {tensor.datatype} declares "
-            f"{count * dtype.itemsize} bytes, the data has {payload.nbytes}"
+            f"input {tensor.name!r}: shape {tensor.array.shape} of {tensor.datatype} declares "
+            f"{declared} bytes, the data has {actual}"
         )
+
+
+def tensor_bytes(tensor: Tensor) -> bytes:
+    """The payload as one ``bytes`` object (what protobuf needs), checked against the shape."""
+    if tensor.datatype == "BYTES":
+        return _bytes_payload(tensor)
+    array, size = _numeric_array(tensor)
+    payload = array.tobytes()
+    _check_size(tensor, size, len(payload))
+    return payload
+
+
+def tensor_payload(tensor: Tensor) -> bytes | memoryview:
+    """The payload without copying numeric data (for HTTP bodies), checked against the shape."""
+    if tensor.datatype == "BYTES":
+        return _bytes_payload(tensor)
+    array, size = _numeric_array(tensor)
+    payload = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+    _check_size(tensor, size, payload.nbytes)
     return payload

@@ -33,7 +33,7 @@ from .._generate import JSONValue, generate_request, result_fields, single_respo
 from .._request import InferRequest, ParameterValue
 from .._result import InferResult, decode_json_output, decode_output
 from .._spec import ModelSpec
-from .._wire import tensor_payload
+from .._wire import tensor_bytes
 from ._loop import check_loop
 from ._protocol import JSON
 
@@ -116,8 +116,7 @@ def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
     inputs = []
     contents = []
     for tensor in request.inputs:
-        raw = tensor_payload(tensor)
-        contents.append(raw if isinstance(raw, bytes) else raw.tobytes())
+        contents.append(tensor_bytes(tensor))
         inputs.append(
             _InputTensor(name=tensor.name, datatype=tensor.datatype, shape=tensor.array.shape)
         )
@@ -175,10 +174,14 @@ def decode_infer_response(response: pb.ModelInferResponse) -> InferResult:
             values = list(getattr(output.contents, field)) if field else []
             outputs[output.name] = decode_json_output(output.name, output.datatype, shape, values)
         datatypes[output.name] = output.datatype
-    parameters = {key: _parameter_value(value) for key, value in response.parameters.items()}
-    return InferResult(
+    parameters = (
+        {key: _parameter_value(value) for key, value in response.parameters.items()}
+        if response.parameters
+        else {}
+    )
+    return InferResult.of(
         outputs,
-        datatypes=datatypes,
+        datatypes,
         model_name=response.model_name,
         model_version=response.model_version,
         id=response.id,

@@ -168,6 +168,29 @@ async def _async_events(lines: AsyncIterator[bytes]) -> AsyncIterator[str]:
         yield last
 
 
+class _Connection(http.client.HTTPConnection):
+    """An HTTP connection that sends a small request's head and body in one write.
+
+    ``http.client`` writes the head and the body separately; for the small requests of
+    a typical inference that is a second system call and packet on every request.
+    """
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        buffer = getattr(self, "_buffer", None)
+        if (
+            isinstance(message_body, bytes)
+            and len(message_body) < _JOIN_BELOW
+            and not encode_chunked
+            and isinstance(buffer, list)
+        ):
+            buffer.extend((b"", b""))
+            message = b"\r\n".join(buffer) + message_body
+            del buffer[:]
+            self.send(message)
+            return
+        super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
+
+
 class _HTTPSConnection(http.client.HTTPSConnection):
     """An HTTPS connection that may check the certificate against another name."""
 
@@ -202,7 +225,7 @@ class _ConnectionPool:
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         if self._context is None:
-            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            return _Connection(self._host, self._port, timeout=timeout)
         return _HTTPSConnection(
             self._host,
             self._port,
