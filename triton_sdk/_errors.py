@@ -106,7 +106,7 @@ class InferenceError(TritonError):
 # (UNAVAILABLE is "server down", "queue full", "TLS failed" and "restricted endpoint"),
 # so the message decides.
 _NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready")
-_NOT_FOUND_HINTS = ("unknown model", "is not found")
+_NOT_FOUND_HINTS = ("unknown model", "is not found", "is not available")
 _QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
 _TLS_HINTS = ("ssl", "tls", "handshake", "certificate")
 _REFUSED_HINTS = ("restricted", "not allowed")
@@ -143,6 +143,10 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
         if _has(lowered, _NOT_FOUND_HINTS):
             return ModelNotFoundError, False
         return InferenceError, False
+    # Statistics and trace settings answer an unknown model with INVALID_ARGUMENT / 400.
+    invalid = grpc_code == "INVALID_ARGUMENT" or http_status == 400
+    if invalid and "model" in lowered and _has(lowered, _NOT_FOUND_HINTS):
+        return ModelNotFoundError, False
     if grpc_code == "DEADLINE_EXCEEDED":
         return TritonTimeoutError, False
     if grpc_code == "UNAVAILABLE":

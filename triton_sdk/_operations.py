@@ -171,7 +171,8 @@ class ServerMetrics:
 
     Attributes:
         models: one entry per model version that has metrics.
-        server: samples without a model label (CPU, memory, pinned memory...), by name.
+        server: samples without a model label (CPU, memory, pinned memory...), by name;
+            labelled ones (per GPU) as ``name{label="value"}``.
     """
 
     models: tuple[ModelMetrics, ...] = ()
@@ -204,7 +205,7 @@ class ServerMetrics:
             for sample in family.samples:
                 model = sample.labels.get("model")
                 if model is None:
-                    server[sample.name] = float(sample.value)
+                    server[_sample_key(sample.name, sample.labels)] = float(sample.value)
                 elif field is not None:
                     figures = models.setdefault((model, sample.labels.get("version", "")), {})
                     figures[field] = figures.get(field, 0.0) + float(sample.value)
@@ -215,6 +216,14 @@ class ServerMetrics:
             ),
             server=server,
         )
+
+
+def _sample_key(name: str, labels: Mapping[str, str]) -> str:
+    """``name``, or ``name{label="value",...}`` for labelled samples (per-GPU gauges)."""
+    if not labels:
+        return name
+    rendered = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    return f"{name}{{{rendered}}}"
 
 
 def _version_key(version: str) -> tuple[int, str]:

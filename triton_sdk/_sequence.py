@@ -47,8 +47,13 @@ class SequenceState:
             )
         if sequence_id is None:
             sequence_id = new_sequence_id(spec)
-        elif isinstance(sequence_id, bool) or not sequence_id:
-            raise InvalidInputError("a sequence id must be a non-zero int or non-empty str")
+        elif isinstance(sequence_id, bool) or not (
+            (isinstance(sequence_id, int) and 0 < sequence_id <= _MAX_INT_ID)
+            or (isinstance(sequence_id, str) and sequence_id)
+        ):
+            raise InvalidInputError(
+                f"a sequence id is an int in [1, 2**63 - 1] or a non-empty str, got {sequence_id!r}"
+            )
         self.model = spec.name
         self.sequence_id = sequence_id
         self.sent = 0

@@ -43,6 +43,20 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         (404, UNKNOWN_MODEL, ts.ModelNotFoundError, False),
         ("NOT_FOUND", UNKNOWN_VERSION, ts.ModelNotFoundError, False),
         (404, UNKNOWN_VERSION, ts.ModelNotFoundError, False),
+        # statistics and trace settings say "unknown model" with INVALID_ARGUMENT / 400
+        (
+            "INVALID_ARGUMENT",
+            "requested model 'nope' is not available",
+            ts.ModelNotFoundError,
+            False,
+        ),
+        (
+            400,
+            "requested model version is not available for model 'scale'",
+            ts.ModelNotFoundError,
+            False,
+        ),
+        (400, "Request for unknown model : nope", ts.ModelNotFoundError, False),
         # known, but nothing loaded
         ("NOT_FOUND", NO_VERSIONS, ts.ModelNotReadyError, False),
         (404, NO_VERSIONS, ts.ModelNotReadyError, False),
@@ -58,6 +72,13 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         ("UNAVAILABLE", TLS_HANDSHAKE, ts.TritonConnectionError, False),
         # restricted protocol: an authentication refusal
         ("UNAVAILABLE", RESTRICTED, ts.InferenceError, False),
+        # load/unload on a server that does not allow it
+        (
+            "UNAVAILABLE",
+            "explicit model load / unload is not allowed if polling is enabled",
+            ts.InferenceError,
+            False,
+        ),
         # timeouts
         ("DEADLINE_EXCEEDED", "Deadline Exceeded", ts.TritonTimeoutError, False),
         # request and model failures

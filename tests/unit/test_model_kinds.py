@@ -1,0 +1,906 @@
+"""The pure parts of the model kinds: classification, generate, map, sequences, streams."""
+
+from __future__ import annotations
+
+import gc
+import json
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+from triton_sdk import Classification, InferResult, ModelSpec, TensorSpec
+from triton_sdk._base import ModelCore, SequenceFlags
+from triton_sdk._classify import parse_classifications
+from triton_sdk._generate import (
+    ServerSentEvents,
+    event_to_result,
+    generate_body,
+    generate_request,
+    response_fields,
+    result_fields,
+    single_response,
+    tensors_to_fields,
+)
+from triton_sdk._map import (
+    BatchBuilder,
+    PreparedSample,
+    batch_request,
+    check_batch_size,
+    default_batch_size,
+    join_samples,
+)
+from triton_sdk._request import RequestedOutput
+from triton_sdk._sequence import SequenceNotEndedWarning, SequenceState, new_sequence_id
+from triton_sdk._shaping import Tensor
+from triton_sdk._streams import AsyncResponseStream, ResponseStream
+
+
+def tensor(name: str, datatype: str, *shape: int, optional: bool = False) -> TensorSpec:
+    return TensorSpec(name=name, datatype=datatype, shape=shape, optional=optional)
+
+
+def make_spec(
+    inputs: list[TensorSpec],
+    outputs: list[TensorSpec] | None = None,
+    *,
+    name: str = "m",
+    max_batch_size: int = 4,
+    **options: Any,
+) -> ModelSpec:
+    outputs = outputs if outputs is not None else [tensor("OUT", "FP32", -1)]
+    return ModelSpec(
+        name=name,
+        max_batch_size=max_batch_size,
+        inputs={spec.name: spec for spec in inputs},
+        outputs={spec.name: spec for spec in outputs},
+        **options,
+    )
+
+
+def result_of(arrays: dict[str, np.ndarray[Any, Any]], **metadata: Any) -> InferResult:
+    datatypes = {
+        name: "BYTES" if array.dtype == np.object_ else "FP32" for name, array in arrays.items()
+    }
+    return InferResult(
+        arrays,
+        datatypes=datatypes,
+        model_name=metadata.get("model_name", "m"),
+        model_version=metadata.get("model_version", "1"),
+        id=metadata.get("id", ""),
+        parameters=metadata.get("parameters"),
+    )
+
+
+def bytes_array(*items: bytes, shape: tuple[int, ...] | None = None) -> np.ndarray[Any, Any]:
+    array = np.empty(len(items), dtype=np.object_)
+    for index, item in enumerate(items):
+        array[index] = item
+    return array.reshape(shape if shape is not None else (len(items),))
+
+
+# Classification
+
+
+def test_classification_with_label() -> None:
+    assert Classification.parse("0.9:2:bird") == Classification(0.9, 2, "bird")
+    parsed = Classification.parse("0.9:2:bird")
+    assert parsed.score == pytest.approx(0.9)
+    assert parsed.index == 2
+    assert parsed.label == "bird"
+    assert isinstance(parsed.index, int)
+
+
+def test_classification_without_label() -> None:
+    assert Classification.parse("0.25:7") == Classification(0.25, 7, None)
+    assert Classification.parse("-1.5:0").score == -1.5
+
+
+def test_classification_label_may_contain_colons() -> None:
+    assert Classification.parse("1:3:http://x:80/a") == Classification(1.0, 3, "http://x:80/a")
+    assert Classification.parse("0.5:1:").label == ""
+
+
+def test_classification_from_bytes() -> None:
+    assert Classification.parse(b"0.75:1:cat") == Classification(0.75, 1, "cat")
+    assert Classification.parse("0.5:0:고양이".encode()) == Classification(0.5, 0, "고양이")
+
+
+@pytest.mark.parametrize("text", ["", "bird", "0.9", "x:1:bird", "0.9:two:bird", "0.9:1.5"])
+def test_malformed_classification_is_an_inference_error(text: str) -> None:
+    with pytest.raises(ts.InferenceError, match="classification"):
+        Classification.parse(text)
+
+
+def test_parse_classifications_batched() -> None:
+    array = bytes_array(b"0.9:2:bird", b"0.1:0:cat", b"0.8:1:dog", b"0.2:2:bird", shape=(2, 2))
+    assert parse_classifications(array, batched=True) == [
+        [Classification(0.9, 2, "bird"), Classification(0.1, 0, "cat")],
+        [Classification(0.8, 1, "dog"), Classification(0.2, 2, "bird")],
+    ]
+
+
+def test_parse_classifications_batched_with_trailing_axis() -> None:
+    array = bytes_array(b"0.9:2", b"0.8:1", shape=(2, 1, 1))
+    assert parse_classifications(array, batched=True) == [
+        [Classification(0.9, 2)],
+        [Classification(0.8, 1)],
+    ]
+
+
+def test_parse_classifications_unbatched_is_one_sample() -> None:
+    array = bytes_array(b"3:1:b", b"2:0:a", b"1:2:c")
+    assert parse_classifications(array, batched=False) == [
+        [Classification(3.0, 1, "b"), Classification(2.0, 0, "a"), Classification(1.0, 2, "c")]
+    ]
+
+
+# Server-sent events
+
+
+def test_sse_event_data_arrives_over_several_feeds() -> None:
+    parser = ServerSentEvents()
+    assert parser.feed(b'data: {"a":') is None
+    assert parser.feed(b"data: 1}\n") is None
+    assert parser.feed(b"\n") == '{"a":\n1}'
+    # The next event starts clean.
+    assert parser.feed(b"data: second\n") is None
+    assert parser.feed(b"\n") == "second"
+
+
+def test_sse_multi_line_data_joined_with_newlines() -> None:
+    parser = ServerSentEvents()
+    for line in (b"data: one\n", b"data: two\n", b"data:three\n"):
+        assert parser.feed(line) is None
+    assert parser.feed(b"\n") == "one\ntwo\nthree"
+
+
+def test_sse_only_one_leading_space_is_removed() -> None:
+    parser = ServerSentEvents()
+    parser.feed(b"data:   indented\n")
+    assert parser.feed(b"\n") == "  indented"
+
+
+def test_sse_comments_and_other_fields_are_ignored() -> None:
+    parser = ServerSentEvents()
+    assert parser.feed(b": keep-alive\n") is None
+    assert parser.feed(b"\n") is None  # a comment alone is no event
+    assert parser.feed(b"event: message\n") is None
+    assert parser.feed(b"id: 7\n") is None
+    assert parser.feed(b"retry: 100\n") is None
+    assert parser.feed(b"data: payload\n") is None
+    assert parser.feed(b": in the middle\n") is None
+    assert parser.feed(b"\n") == "payload"
+
+
+def test_sse_crlf_line_endings() -> None:
+    parser = ServerSentEvents()
+    assert parser.feed(b"data: first\r\n") is None
+    assert parser.feed(b"data: second\r\n") is None
+    assert parser.feed(b"\r\n") == "first\nsecond"
+
+
+def test_sse_blank_lines_without_data_yield_nothing() -> None:
+    parser = ServerSentEvents()
+    assert parser.feed(b"\n") is None
+    assert parser.feed(b"") is None
+    assert parser.finish() is None
+
+
+def test_sse_final_event_without_blank_line() -> None:
+    parser = ServerSentEvents()
+    parser.feed(b"data: last")
+    assert parser.finish() == "last"
+    assert parser.finish() is None
+
+
+def test_sse_events_iterator() -> None:
+    lines = iter(
+        [
+            b": comment\n",
+            b'data: {"n": 1}\n',
+            b"\n",
+            b'data: {"n": 2}\r\n',
+            b"\r\n",
+            b'data: {"n":\n',
+            b"data: 3}",
+        ]
+    )
+    events = list(ServerSentEvents().events(lines))
+    assert [json.loads(event) for event in events] == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
+def test_sse_utf8_payload() -> None:
+    parser = ServerSentEvents()
+    parser.feed('data: {"text_output": "안녕"}\n'.encode())
+    assert json.loads(parser.feed(b"\n") or "") == {"text_output": "안녕"}
+
+
+# generate: JSON bodies and answers
+
+
+def test_generate_body_turns_numpy_bytes_and_scalars_into_json() -> None:
+    body = json.loads(
+        generate_body(
+            {
+                "text_input": "hi",
+                "raw": b"bytes",
+                "max_tokens": np.int64(3),
+                "temperature": np.float32(0.5),
+                "ids": np.array([1, 2, 3], dtype=np.int32),
+                "one": np.array([7], dtype=np.int64),
+                "matrix": np.array([[1.5, 2.5], [3.5, 4.5]]),
+                "names": bytes_array(b"a", b"b"),
+                "flag": True,
+                "nothing": None,
+                "nested": {"k": np.array([1.0])},
+            },
+            None,
+        )
+    )
+    assert body == {
+        "text_input": "hi",
+        "raw": "bytes",
+        "max_tokens": 3,
+        "temperature": 0.5,
+        "ids": [1, 2, 3],
+        "one": 7,
+        "matrix": [[1.5, 2.5], [3.5, 4.5]],
+        "names": ["a", "b"],
+        "flag": True,
+        "nothing": None,
+        "nested": {"k": 1.0},
+    }
+    assert "parameters" not in body
+
+
+def test_generate_body_puts_parameters_under_parameters() -> None:
+    body = json.loads(
+        generate_body({"text_input": "hi"}, {"temperature": 0.1, "stream": True, "n": 2})
+    )
+    assert body == {"text_input": "hi", "parameters": {"temperature": 0.1, "stream": True, "n": 2}}
+    assert "parameters" not in json.loads(generate_body({"x": 1}, {}))
+
+
+def test_generate_body_refuses_what_json_cannot_carry() -> None:
+    with pytest.raises(ts.InvalidInputError, match="object"):
+        generate_body({"x": object()}, None)
+
+
+def test_response_fields_drop_the_metadata() -> None:
+    document = {
+        "model_name": "gen",
+        "model_version": "1",
+        "id": "r1",
+        "text_output": "hello",
+        "tokens": [1, 2],
+        "score": [0.5],
+    }
+    assert response_fields(document, "gen") == {
+        "text_output": "hello",
+        "tokens": [1, 2],
+        "score": 0.5,
+    }
+
+
+def test_response_fields_error_is_an_inference_error_with_status_200() -> None:
+    with pytest.raises(ts.InferenceError, match="out of tokens") as caught:
+        response_fields({"error": "out of tokens"}, "gen")
+    assert caught.value.status == 200
+    assert caught.value.model == "gen"
+
+
+def test_response_fields_of_a_non_object() -> None:
+    with pytest.raises(ts.InferenceError, match="non-object"):
+        response_fields(["not", "an", "object"], "gen")
+
+
+def test_result_fields_batched_drop_the_batch_axis() -> None:
+    result = result_of(
+        {
+            "text_output": bytes_array(b"hello", shape=(1, 1)),
+            "tokens": np.array([[1.0, 2.0, 3.0]], dtype=np.float32),
+            "score": np.array([[0.25]], dtype=np.float32),
+        }
+    )
+    assert result_fields(result, batched=True) == {
+        "text_output": "hello",
+        "tokens": [1.0, 2.0, 3.0],
+        "score": 0.25,
+    }
+
+
+def test_result_fields_unbatched_keep_every_axis() -> None:
+    result = result_of(
+        {
+            "text_output": bytes_array(b"hi"),
+            "pair": np.array([[1.0, 2.0]], dtype=np.float32),
+            "many": bytes_array(b"a", b"b"),
+        }
+    )
+    assert result_fields(result, batched=False) == {
+        "text_output": "hi",
+        "pair": [[1.0, 2.0]],
+        "many": ["a", "b"],
+    }
+
+
+def test_result_fields_bytes_become_str() -> None:
+    fields = result_fields(result_of({"t": bytes_array("한국어".encode())}), batched=False)
+    assert fields == {"t": "한국어"}
+    assert isinstance(fields["t"], str)
+
+
+GEN_SPEC = make_spec(
+    [tensor("text_input", "BYTES", 1), tensor("max_tokens", "INT32", 1, optional=True)],
+    [tensor("text_output", "BYTES", 1), tensor("tokens", "INT32", -1)],
+    name="gen",
+    max_batch_size=4,
+    decoupled=True,
+)
+
+
+def test_tensors_to_fields_one_sample_of_a_batched_model() -> None:
+    tensors = [
+        Tensor("text_input", "BYTES", bytes_array(b"hi", shape=(1, 1))),
+        Tensor("ids", "INT32", np.array([[1, 2, 3]], dtype=np.int32)),
+    ]
+    assert tensors_to_fields(tensors, GEN_SPEC) == {"text_input": "hi", "ids": [1, 2, 3]}
+
+
+def test_tensors_to_fields_refuse_a_batch_of_several_and_point_to_grpc() -> None:
+    tensors = [Tensor("text_input", "BYTES", bytes_array(b"a", b"b", shape=(2, 1)))]
+    with pytest.raises(ts.InvalidInputError, match=r"batch of 2.*gRPC"):
+        tensors_to_fields(tensors, GEN_SPEC)
+
+
+def test_tensors_to_fields_refuse_rank_above_one_and_point_to_grpc() -> None:
+    tensors = [Tensor("X", "FP32", np.zeros((1, 2, 2), dtype=np.float32))]
+    with pytest.raises(ts.InvalidInputError, match=r"'X'.*\(2, 2\).*gRPC"):
+        tensors_to_fields(tensors, GEN_SPEC)
+    unbatched = make_spec([tensor("X", "FP32", 2, 2)], max_batch_size=0)
+    with pytest.raises(ts.InvalidInputError, match="gRPC"):
+        tensors_to_fields([Tensor("X", "FP32", np.zeros((2, 2), np.float32))], unbatched)
+
+
+def test_tensors_to_fields_unbatched_model() -> None:
+    spec = make_spec([tensor("X", "FP32", 3)], max_batch_size=0)
+    fields = tensors_to_fields([Tensor("X", "FP32", np.array([1, 2, 3], np.float32))], spec)
+    assert fields == {"X": [1.0, 2.0, 3.0]}
+
+
+def test_event_to_result_batched_adds_the_batch_axis() -> None:
+    event = {
+        "model_name": "gen",
+        "model_version": "1",
+        "id": "r1",
+        "text_output": "hello",
+        "tokens": [4, 5, 6],
+        "not_an_output": 1,
+    }
+    result = event_to_result(event, GEN_SPEC)
+    assert list(result) == ["text_output", "tokens"]
+    assert result["text_output"].shape == (1, 1)
+    assert result["text_output"][0, 0] == b"hello"
+    assert result.as_strings("text_output").tolist() == [["hello"]]
+    assert result["tokens"].shape == (1, 3)
+    assert result["tokens"].dtype == np.int32
+    assert result["tokens"].tolist() == [[4, 5, 6]]
+    assert result.datatype("tokens") == "INT32"
+    assert (result.model_name, result.model_version, result.id) == ("gen", "1", "r1")
+
+
+def test_event_to_result_unbatched_follows_the_output_shape() -> None:
+    spec = make_spec(
+        [tensor("X", "FP32", 1)],
+        [tensor("GRID", "FP32", 2, 2), tensor("ODD", "FP32", 2, 2)],
+        name="u",
+        max_batch_size=0,
+    )
+    result = event_to_result({"GRID": [1, 2, 3, 4], "ODD": [1, 2, 3]}, spec)
+    assert result["GRID"].shape == (2, 2)
+    assert result["GRID"].tolist() == [[1, 2], [3, 4]]
+    # Values that do not fill the declared shape stay flat.
+    assert result["ODD"].shape == (3,)
+    # Metadata the event lacks: the model's name, no version or id.
+    assert (result.model_name, result.model_version, result.id) == ("u", "", "")
+
+
+def test_event_to_result_scalar_into_variable_shape() -> None:
+    result = event_to_result({"tokens": 9}, GEN_SPEC)
+    assert result["tokens"].shape == (1, 1)
+    assert result["tokens"].tolist() == [[9]]
+
+
+def test_generate_request_splits_inputs_from_parameters() -> None:
+    request = generate_request(
+        GEN_SPEC,
+        "2",
+        {"text_input": "hi", "max_tokens": 3, "temperature": 0.5, "stop": "\n"},
+        {"seed": 7},
+    )
+    assert request.model == "gen"
+    assert request.version == "2"
+    assert [t.name for t in request.inputs] == ["text_input", "max_tokens"]
+    text = request.inputs[0]
+    assert text.datatype == "BYTES"
+    assert text.array.shape == (1, 1)
+    assert text.array[0, 0] in ("hi", b"hi")  # str is encoded on the wire
+    assert request.inputs[1].array.dtype == np.int32
+    assert request.inputs[1].array.tolist() == [[3]]
+    assert request.parameters == {"temperature": 0.5, "stop": "\n", "seed": 7}
+    assert request.sequence_id == 0
+
+
+def test_generate_request_without_parameters_or_version() -> None:
+    request = generate_request(GEN_SPEC, None, {"text_input": "hi"}, None)
+    assert request.version == ""
+    assert request.parameters is None
+
+
+@pytest.mark.parametrize("name", ["sequence_id", "priority", "binary_data", "triton_anything"])
+def test_generate_request_refuses_reserved_parameter_names(name: str) -> None:
+    with pytest.raises(ts.InvalidInputError, match="reserved"):
+        generate_request(GEN_SPEC, None, {"text_input": "hi", name: 1}, None)
+    with pytest.raises(ts.InvalidInputError, match="reserved"):
+        generate_request(GEN_SPEC, None, {"text_input": "hi"}, {name: 1})
+
+
+def test_generate_request_refuses_non_scalar_parameters() -> None:
+    with pytest.raises(ts.InvalidInputError, match="'stop'"):
+        generate_request(GEN_SPEC, None, {"text_input": "hi", "stop": ["a", "b"]}, None)
+
+
+def test_generate_request_checks_the_inputs() -> None:
+    with pytest.raises(ts.InvalidInputError, match="'text_input'"):
+        generate_request(GEN_SPEC, None, {"max_tokens": 3}, None)
+
+
+def test_single_response() -> None:
+    only = result_of({"OUT": np.zeros(1, np.float32)})
+    assert single_response([only], "gen") is only
+    for results in ([], [only, only]):
+        with pytest.raises(ts.InferenceError, match="generate_stream") as caught:
+            single_response(results, "gen")
+        assert caught.value.model == "gen"
+        assert str(len(results)) in str(caught.value)
+
+
+# map: batching of samples
+
+
+MAP_SPEC = make_spec([tensor("X", "FP32", -1)], max_batch_size=8)
+
+
+def sizes(batches: list[list[PreparedSample]]) -> list[int]:
+    return [len(batch) for batch in batches]
+
+
+def test_batch_builder_cuts_at_batch_size() -> None:
+    builder = BatchBuilder(MAP_SPEC, 2, collect=False)
+    done: list[list[PreparedSample]] = []
+    counts = []
+    for value in range(5):
+        completed = builder.add({"X": [float(value), 0.0]})
+        counts.append(len(completed))
+        done += completed
+    assert counts == [0, 1, 0, 1, 0]
+    assert sizes(done) == [2, 2]
+    last = builder.flush()
+    assert sizes(last) == [1]
+    assert builder.flush() == []
+    batches = done + last
+    firsts = [
+        sample.tensors[0].array[0, 0] for batch in batches for sample in batch if sample.tensors
+    ]
+    assert firsts == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert all(sample.error is None for batch in batches for sample in batch)
+
+
+def test_batch_builder_cuts_when_the_signature_changes() -> None:
+    builder = BatchBuilder(MAP_SPEC, 8, collect=False)
+    assert builder.add({"X": [1.0, 2.0]}) == []
+    assert builder.add({"X": [3.0, 4.0]}) == []
+    completed = builder.add({"X": [1.0, 2.0, 3.0]})
+    assert sizes(completed) == [2]
+    assert [s.signature for s in completed[0]] == [(("X", (2,)),)] * 2
+    flushed = builder.flush()
+    assert sizes(flushed) == [1]
+    assert flushed[0][0].signature == (("X", (3,)),)
+
+
+def test_batch_builder_optional_inputs_change_the_signature() -> None:
+    spec = make_spec([tensor("A", "FP32", 1), tensor("B", "FP32", 1, optional=True)])
+    builder = BatchBuilder(spec, 4, collect=False)
+    assert builder.add({"A": 1.0}) == []
+    assert sizes(builder.add({"A": 2.0, "B": 3.0})) == [1]
+    assert sizes(builder.flush()) == [1]
+
+
+def test_batch_builder_errors_travel_alone_in_collect_mode() -> None:
+    builder = BatchBuilder(MAP_SPEC, 4, collect=True)
+    assert builder.add({"X": [1.0]}) == []
+    completed = builder.add({"Y": [1.0]})  # unknown input
+    assert sizes(completed) == [1, 1]
+    assert completed[0][0].error is None
+    error_batch = completed[1]
+    assert error_batch[0].tensors is None
+    assert isinstance(error_batch[0].error, ts.InvalidInputError)
+    assert "'Y'" in str(error_batch[0].error)
+    # An error with nothing pending is one batch of its own.
+    (alone,) = builder.add(["not", "a", "mapping"])
+    assert isinstance(alone[0].error, ts.InvalidInputError)
+    assert "mapping" in str(alone[0].error)
+    assert builder.add({"X": [2.0]}) == []
+    assert sizes(builder.flush()) == [1]
+
+
+def test_batch_builder_raises_at_once_without_collect() -> None:
+    builder = BatchBuilder(MAP_SPEC, 4, collect=False)
+    builder.add({"X": [1.0]})
+    with pytest.raises(ts.InvalidInputError, match="'Y'"):
+        builder.add({"Y": [1.0]})
+    with pytest.raises(ts.InvalidInputError, match="mapping"):
+        builder.add([1.0])
+
+
+def test_default_batch_size_prefers_the_largest_preferred_size() -> None:
+    assert default_batch_size(make_spec([], max_batch_size=8, preferred_batch_sizes=(4, 8))) == 8
+    assert default_batch_size(make_spec([], max_batch_size=8, preferred_batch_sizes=(2, 4))) == 4
+    # Preferred sizes above max_batch_size are not usable.
+    assert default_batch_size(make_spec([], max_batch_size=8, preferred_batch_sizes=(2, 16))) == 2
+    assert default_batch_size(make_spec([], max_batch_size=6)) == 6
+    assert default_batch_size(make_spec([], max_batch_size=0)) == 1
+
+
+def test_check_batch_size() -> None:
+    spec = make_spec([], max_batch_size=8, preferred_batch_sizes=(4,))
+    assert check_batch_size(spec, None) == 4
+    assert check_batch_size(spec, 3) == 3
+    assert check_batch_size(spec, 8) == 8
+    assert check_batch_size(spec, 100) == 8
+    for wrong in (0, -1):
+        with pytest.raises(ts.InvalidInputError, match="batch_size"):
+            check_batch_size(spec, wrong)
+    unbatched = make_spec([], max_batch_size=0)
+    assert check_batch_size(unbatched, None) == 1
+    assert check_batch_size(unbatched, 16) == 1
+    with pytest.raises(ts.InvalidInputError, match="batch_size"):
+        check_batch_size(unbatched, 0)
+
+
+def prepared(*values: list[float]) -> list[PreparedSample]:
+    return [PreparedSample([Tensor("X", "FP32", np.array([v], np.float32))]) for v in values]
+
+
+def test_join_samples_concatenates_along_the_batch_axis() -> None:
+    samples = prepared([1.0, 2.0], [3.0, 4.0], [5.0, 6.0])
+    (joined,) = join_samples(samples, batched=True)
+    assert joined.name == "X"
+    assert joined.datatype == "FP32"
+    assert joined.array.shape == (3, 2)
+    assert joined.array.tolist() == [[1, 2], [3, 4], [5, 6]]
+
+
+def test_join_samples_of_one_or_unbatched_are_the_first() -> None:
+    one = prepared([1.0])
+    assert join_samples(one, batched=True) == one[0].tensors
+    unbatched = prepared([1.0], [2.0])
+    assert join_samples(unbatched, batched=False) == unbatched[0].tensors
+
+
+def test_join_samples_keeps_the_input_order() -> None:
+    spec = make_spec([tensor("A", "FP32", 1), tensor("B", "INT32", 1)])
+    builder = BatchBuilder(spec, 2, collect=False)
+    builder.add({"B": 1, "A": 1.5})
+    (batch,) = builder.add({"A": 2.5, "B": 2})
+    joined = join_samples(batch, batched=True)
+    assert [t.name for t in joined] == ["A", "B"]
+    assert joined[0].array.tolist() == [[1.5], [2.5]]
+    assert joined[1].array.tolist() == [[1], [2]]
+    request = batch_request(spec, "3", batch, ["OUT"])
+    assert request.version == "3"
+    assert request.outputs == (RequestedOutput("OUT"),)
+    assert request.inputs[0].array.shape == (2, 1)
+    with pytest.raises(ts.InvalidInputError, match="'NOPE'"):
+        batch_request(spec, None, batch, ["NOPE"])
+
+
+# Sequences
+
+
+SEQ_SPEC = make_spec([tensor("X", "INT32", 1)], name="acc", sequence=True)
+STR_SEQ_SPEC = make_spec(
+    [tensor("X", "INT32", 1)], name="acc_str", sequence=True, string_sequence_ids=True
+)
+
+
+def test_sequence_flags_start_first_then_end_when_asked() -> None:
+    state = SequenceState(SEQ_SPEC, 42)
+    assert state.flags(end=False) == SequenceFlags(42, True, False)
+    state.sent_one(end=False)
+    assert state.flags(end=False) == SequenceFlags(42, False, False)
+    state.sent_one(end=False)
+    assert not state.ended
+    assert state.flags(end=True) == SequenceFlags(42, False, True)
+    state.sent_one(end=True)
+    assert state.ended
+    assert state.sent == 3
+
+
+def test_sequence_of_one_request_has_start_and_end() -> None:
+    state = SequenceState(SEQ_SPEC, 5)
+    assert state.flags(end=True) == SequenceFlags(5, True, True)
+
+
+def test_ended_sequence_refuses_more_requests() -> None:
+    state = SequenceState(SEQ_SPEC, 7)
+    state.flags(end=True)
+    state.sent_one(end=True)
+    with pytest.raises(ts.TritonError, match="ended"):
+        state.flags(end=False)
+    with pytest.raises(ts.TritonError, match="ended"):
+        state.flags(end=True)
+
+
+def test_failed_request_still_counts_so_start_is_not_resent() -> None:
+    state = SequenceState(SEQ_SPEC, 7)
+    state.flags(end=False)
+    state.sent_one(end=False)  # as after a failure: the request left the client
+    assert state.flags(end=False).start is False
+
+
+def test_leaving_a_started_open_sequence_warns() -> None:
+    state = SequenceState(SEQ_SPEC, 9)
+    state.flags(end=False)
+    state.sent_one(end=False)
+    with pytest.warns(SequenceNotEndedWarning, match="end=True"):
+        state.leave()
+
+
+def test_leaving_an_unstarted_or_ended_sequence_is_silent() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SequenceState(SEQ_SPEC, 9).leave()
+        ended = SequenceState(SEQ_SPEC, 10)
+        ended.sent_one(end=True)
+        ended.leave()
+
+
+def test_sequence_not_ended_warning_is_public_and_a_user_warning() -> None:
+    assert ts.SequenceNotEndedWarning is SequenceNotEndedWarning
+    assert issubclass(SequenceNotEndedWarning, UserWarning)
+
+
+def test_non_sequence_model_is_refused() -> None:
+    with pytest.raises(ts.InvalidInputError, match="stateful"):
+        SequenceState(make_spec([tensor("X", "INT32", 1)], name="plain"), None)
+
+
+def test_explicit_sequence_ids() -> None:
+    assert SequenceState(SEQ_SPEC, 2**63 - 1).sequence_id == 2**63 - 1
+    assert SequenceState(STR_SEQ_SPEC, "conversation-1").sequence_id == "conversation-1"
+    assert SequenceState(SEQ_SPEC, None).sequence_id != 0
+
+
+@pytest.mark.parametrize("wrong", [True, False, 0, "", -5, 2**63, 1.5])
+def test_falsy_or_bool_sequence_ids_are_refused(wrong: Any) -> None:
+    with pytest.raises(ts.InvalidInputError, match="sequence id"):
+        SequenceState(SEQ_SPEC, wrong)
+
+
+def test_new_sequence_ids_are_positive_int64() -> None:
+    ids = [new_sequence_id(SEQ_SPEC) for _ in range(2000)]
+    assert all(type(value) is int and 1 <= value <= 2**63 - 1 for value in ids)
+    assert len(set(ids)) == len(ids)
+
+
+def test_new_sequence_ids_are_str_for_string_id_models() -> None:
+    ids = [new_sequence_id(STR_SEQ_SPEC) for _ in range(2000)]
+    assert all(isinstance(value, str) and value for value in ids)
+    assert len(set(ids)) == len(ids)
+    assert isinstance(SequenceState(STR_SEQ_SPEC, None).sequence_id, str)
+
+
+# InferResult.split_rows
+
+
+def test_split_rows_gives_one_result_per_sample() -> None:
+    result = result_of(
+        {
+            "OUT": np.arange(6, dtype=np.float32).reshape(3, 2),
+            "NAMES": bytes_array(b"a", b"b", b"c", shape=(3, 1)),
+        },
+        model_name="m",
+        model_version="2",
+        id="r",
+        parameters={"p": 1},
+    )
+    rows = result.split_rows(3)
+    assert len(rows) == 3
+    for index, row in enumerate(rows):
+        assert row["OUT"].shape == (2,)
+        assert row["OUT"].tolist() == [2 * index, 2 * index + 1]
+        assert row.as_strings("NAMES").tolist() == ["abc"[index]]
+        assert row.datatype("NAMES") == "BYTES"
+        assert (row.model_name, row.model_version, row.id) == ("m", "2", "r")
+        assert row.parameters == {"p": 1}
+
+
+def test_split_rows_of_fewer_than_the_batch() -> None:
+    result = result_of({"OUT": np.arange(4, dtype=np.float32).reshape(4, 1)})
+    assert [row["OUT"].tolist() for row in result.split_rows(2)] == [[0.0], [1.0]]
+
+
+# ModelCore._requests
+
+
+def requests_of(core: ModelCore, inputs: dict[str, Any], **options: Any) -> list[Any]:
+    settings: dict[str, Any] = {
+        "outputs": None,
+        "parameters": None,
+        "priority": 0,
+        "request_id": "",
+        "sample": False,
+    }
+    settings.update(options)
+    return core._requests(inputs, {}, **settings)
+
+
+def test_decoupled_model_refuses_non_streaming_calls() -> None:
+    core = ModelCore(GEN_SPEC, None)
+    with pytest.raises(ts.InvalidInputError, match=r"decoupled.*stream"):
+        requests_of(core, {"text_input": ["hi"]})
+    (request,) = requests_of(core, {"text_input": ["hi"]}, streaming=True)
+    assert request.inputs[0].array.shape == (1, 1)
+
+
+def test_sequence_requests_carry_the_flags_and_are_never_split() -> None:
+    spec = make_spec([tensor("X", "INT32", 1)], name="acc", max_batch_size=2, sequence=True)
+    core = ModelCore(spec, "1")
+    (request,) = requests_of(core, {"X": [1, 2]}, sequence=SequenceFlags(11, True, False))
+    assert (request.sequence_id, request.sequence_start, request.sequence_end) == (11, True, False)
+    assert request.version == "1"
+    assert not request.idempotent
+    with pytest.raises(ts.InvalidInputError, match=r"3.*\(2\).*sequence.*split"):
+        requests_of(core, {"X": [1, 2, 3]}, sequence=SequenceFlags(11, False, True))
+
+
+def test_stream_requests_are_never_split() -> None:
+    spec = make_spec([tensor("X", "INT32", 1)], name="rep", max_batch_size=2, decoupled=True)
+    core = ModelCore(spec, None)
+    (request,) = requests_of(core, {"X": [1, 2]}, streaming=True)
+    assert request.inputs[0].array.shape == (2, 1)
+    with pytest.raises(ts.InvalidInputError, match=r"3.*stream.*split"):
+        requests_of(core, {"X": [1, 2, 3]}, streaming=True)
+
+
+def test_plain_requests_without_sequence_carry_no_flags() -> None:
+    core = ModelCore(make_spec([tensor("X", "INT32", 1)], max_batch_size=2), None)
+    requests = requests_of(core, {"X": [1, 2, 3]})
+    assert [r.inputs[0].array.shape[0] for r in requests] == [2, 1]
+    assert all(r.sequence_id == 0 and not r.sequence_start and not r.sequence_end for r in requests)
+    assert all(r.idempotent for r in requests)
+
+
+def test_class_count_reaches_the_requested_output() -> None:
+    spec = make_spec(
+        [tensor("X", "FP32", 4)], [tensor("SCORES", "FP32", 3), tensor("NAMES", "BYTES", 1)]
+    )
+    core = ModelCore(spec, None)
+    (request,) = requests_of(core, {"X": np.zeros((2, 4))}, outputs=["SCORES"], class_count=3)
+    assert request.outputs == (RequestedOutput("SCORES", 3),)
+    (plain,) = requests_of(core, {"X": np.zeros((2, 4))}, outputs=["SCORES", "NAMES"])
+    assert plain.outputs == (RequestedOutput("SCORES", 0), RequestedOutput("NAMES", 0))
+    (every,) = requests_of(core, {"X": np.zeros((2, 4))})
+    assert every.outputs is None
+
+
+def test_class_count_reaches_every_chunk_of_a_split_batch() -> None:
+    spec = make_spec([tensor("X", "FP32", 4)], [tensor("SCORES", "FP32", 3)], max_batch_size=2)
+    core = ModelCore(spec, None)
+    requests = requests_of(core, {"X": np.zeros((5, 4))}, outputs=["SCORES"], class_count=2)
+    assert len(requests) == 3
+    assert all(r.outputs == (RequestedOutput("SCORES", 2),) for r in requests)
+
+
+# Response streams
+
+
+class Tracked:
+    """A generator whose finally block records that it ran."""
+
+    def __init__(self) -> None:
+        self.finished = False
+        self.produced = 0
+
+    def generate(self, count: int) -> Iterator[int]:
+        try:
+            for value in range(count):
+                self.produced += 1
+                yield value
+        finally:
+            self.finished = True
+
+    async def generate_async(self, count: int) -> AsyncIterator[int]:
+        try:
+            for value in range(count):
+                self.produced += 1
+                yield value
+        finally:
+            self.finished = True
+
+
+def test_response_stream_iterates_in_order() -> None:
+    tracked = Tracked()
+    assert list(ResponseStream(tracked.generate(3))) == [0, 1, 2]
+    assert tracked.finished
+
+
+def test_response_stream_close_closes_the_generator() -> None:
+    tracked = Tracked()
+    stream = ResponseStream(tracked.generate(10))
+    assert next(stream) == 0
+    assert not tracked.finished
+    stream.close()
+    assert tracked.finished
+    assert tracked.produced == 1
+    with pytest.raises(StopIteration):
+        next(stream)
+    stream.close()  # twice is harmless
+
+
+def test_response_stream_with_block_closes_on_break() -> None:
+    tracked = Tracked()
+    with ResponseStream(tracked.generate(10)) as stream:
+        for value in stream:
+            if value == 2:
+                break
+    assert tracked.finished
+    assert tracked.produced == 3
+
+
+def test_response_stream_closes_when_dropped() -> None:
+    tracked = Tracked()
+    stream = ResponseStream(tracked.generate(10))
+    next(stream)
+    del stream
+    gc.collect()
+    assert tracked.finished
+
+
+def test_response_stream_close_of_a_plain_iterator() -> None:
+    stream = ResponseStream(iter([1, 2]))
+    stream.close()  # nothing to close: no error
+    assert list(stream) == [1, 2]
+
+
+async def test_async_response_stream_aclose_closes_the_generator() -> None:
+    tracked = Tracked()
+    stream = AsyncResponseStream(tracked.generate_async(10))
+    assert await stream.__anext__() == 0
+    assert not tracked.finished
+    await stream.aclose()
+    assert tracked.finished
+    assert tracked.produced == 1
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+
+
+async def test_async_response_stream_async_with_closes_on_break() -> None:
+    tracked = Tracked()
+    async with AsyncResponseStream(tracked.generate_async(10)) as stream:
+        async for value in stream:
+            if value == 1:
+                break
+    assert tracked.finished
+    assert tracked.produced == 2
+
+
+async def test_async_response_stream_iterates_in_order() -> None:
+    tracked = Tracked()
+    assert [value async for value in AsyncResponseStream(tracked.generate_async(3))] == [0, 1, 2]
+    assert tracked.finished
