@@ -9,7 +9,7 @@ are turned into the same dicts here. Conversely, ``model.stream`` over HTTP trav
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -38,29 +38,38 @@ JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, 
 _RESPONSE_METADATA = frozenset({"model_name", "model_version", "id"})
 
 
-def _plain(value: Any) -> JSONValue:
-    """A JSON value for one output or input: bytes as text, one element as itself."""
+def _plain(value: Any, errors: str = "replace") -> JSONValue:
+    """A JSON value for one output or input: bytes as text, one element as itself.
+
+    ``errors="strict"`` refuses bytes that are not UTF-8 (inputs must not be altered).
+    """
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+        try:
+            return value.decode("utf-8", errors)
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(
+                "the generate extension carries text: bytes that are not UTF-8 cannot be "
+                "sent through it (use model.infer, or a gRPC client)"
+            ) from exc
     if isinstance(value, list):
-        items = [_plain(item) for item in value]
+        items = [_plain(item, errors) for item in value]
         return items[0] if len(items) == 1 and not isinstance(items[0], list) else items
     if isinstance(value, np.generic):
-        return _plain(value.item())
+        return _plain(value.item(), errors)
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
+        return {str(key): _plain(item, errors) for key, item in value.items()}
     raise InvalidInputError(f"cannot send a {type(value).__name__} as JSON")
 
 
 def generate_body(fields: Mapping[str, object], parameters: Mapping[str, object] | None) -> bytes:
     """The JSON body of a generate request."""
-    body = {name: _plain(value) for name, value in fields.items()}
+    body = {name: _plain(value, "strict") for name, value in fields.items()}
     if parameters:
-        body["parameters"] = {name: _plain(value) for name, value in parameters.items()}
+        body["parameters"] = {name: _plain(value, "strict") for name, value in parameters.items()}
     return json.dumps(body).encode()
 
 
@@ -137,16 +146,23 @@ def tensors_to_fields(tensors: list[Tensor], spec: ModelSpec) -> dict[str, JSONV
                 f"only; input {tensor.name!r} has shape {array.shape}: use a gRPC client",
                 model=spec.name,
             )
-        fields[tensor.name] = _plain(array)
+        fields[tensor.name] = _plain(array, "strict")
     return fields
 
 
-def event_to_result(event: Mapping[str, Any], spec: ModelSpec) -> InferResult:
-    """An InferResult from one generate_stream event, shaped by the model's output specs."""
+def event_to_result(
+    event: Mapping[str, Any], spec: ModelSpec, wanted: Collection[str] | None = None
+) -> InferResult:
+    """An InferResult from one generate_stream event, shaped by the model's output specs.
+
+    ``wanted`` keeps only those outputs (the request's ``outputs``), as gRPC would.
+    """
     outputs = {}
     datatypes = {}
     for name, value in event.items():
         if name in _RESPONSE_METADATA or name not in spec.outputs:
+            continue
+        if wanted is not None and name not in wanted:
             continue
         output = spec.outputs[name]
         flat = value if isinstance(value, list) else [value]

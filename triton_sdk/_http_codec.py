@@ -169,8 +169,15 @@ def error_from_response(
 ) -> TritonError:
     """The error of a non-200 answer, from its status and its ``{"error": ...}`` body."""
     message = body.decode("utf-8", "replace").strip()
+    if message.startswith("data:"):
+        # generate_stream refuses a request with an event-stream body.
+        message = "\n".join(
+            line.removeprefix("data:").strip()
+            for line in message.splitlines()
+            if line.startswith("data:")
+        )
     try:
-        decoded = json.loads(body)
+        decoded = json.loads(message)
     except ValueError:
         decoded = None
     if isinstance(decoded, dict) and "error" in decoded:

@@ -904,3 +904,23 @@ async def test_async_response_stream_iterates_in_order() -> None:
     tracked = Tracked()
     assert [value async for value in AsyncResponseStream(tracked.generate_async(3))] == [0, 1, 2]
     assert tracked.finished
+
+
+def test_event_to_result_keeps_only_the_requested_outputs() -> None:
+    event = {"text_output": "hello", "tokens": [4, 5, 6]}
+    assert list(event_to_result(event, GEN_SPEC, {"tokens"})) == ["tokens"]
+
+
+def test_generate_body_refuses_bytes_that_are_not_utf8() -> None:
+    with pytest.raises(ts.InvalidInputError, match="UTF-8"):
+        generate_body({"text_input": b"\xff\xfe"}, None)
+
+
+def test_event_stream_error_bodies_give_the_server_message() -> None:
+    from triton_sdk._http_codec import error_from_response
+
+    body = b'data: {"error":"Failed to process the request: negative dimensions"}\n\n'
+    error = error_from_response(400, body, model="generator")
+    assert isinstance(error, ts.InferenceError)
+    assert error.message == "Failed to process the request: negative dimensions"
+    assert error.status == 400

@@ -123,6 +123,16 @@ _STREAM_HINT: Final = (
 )
 
 
+def _wanted(request: InferRequest) -> set[str] | None:
+    return None if request.outputs is None else {output.name for output in request.outputs}
+
+
+def _refused_input(error: InferenceError) -> bool:
+    """Whether the server could not turn the JSON fields into the model's inputs."""
+    message = error.message.lower()
+    return any(hint in message for hint in ("parse", "json", "shape", "datatype", "data-type"))
+
+
 def _with_hint(error: TritonError) -> TritonError:
     return type(error)(
         error.message + _STREAM_HINT,
@@ -138,7 +148,9 @@ def _explain_stream_refusal(lines: Iterator[bytes], model: str) -> Iterator[byte
     try:
         first = next(lines, None)
     except InferenceError as error:
-        raise _with_hint(error) from error
+        if _refused_input(error):
+            raise _with_hint(error) from error
+        raise
     if first is not None:
         yield first
         yield from lines
@@ -150,7 +162,9 @@ async def _explain_async_stream_refusal(
     try:
         first = await anext(lines, None)
     except InferenceError as error:
-        raise _with_hint(error) from error
+        if _refused_input(error):
+            raise _with_hint(error) from error
+        raise
     if first is not None:
         yield first
         async for line in lines:
@@ -430,14 +444,21 @@ class HttpBackend:
         try:
             if response.status != 200:
                 call.read(response.status, None, response.read())
+            # read1 rather than readline: readline reports a stream that broke off as a
+            # clean end, read1 raises IncompleteRead.
+            pending = b""
             while True:
                 try:
-                    line = response.readline()
+                    data = response.read1(65536)
                 except (OSError, http.client.HTTPException, ValueError) as exc:
                     raise _transport_error(exc, call) from exc
-                if not line:
+                if not data:
+                    if pending:
+                        yield pending
                     return
-                yield line
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    yield line + b"\n"
         finally:
             connection.close()
 
@@ -475,7 +496,7 @@ class HttpBackend:
         for data in events:
             event = decode_json(data.encode(), "generate_stream")
             response_fields(event, spec.name)
-            yield event_to_result(event, spec)
+            yield event_to_result(event, spec, _wanted(request))
 
     def close(self) -> None:
         self._pool.close()
@@ -640,7 +661,7 @@ class AsyncHttpBackend:
         async for data in _async_events(_explain_async_stream_refusal(lines, spec.name)):
             event = decode_json(data.encode(), "generate_stream")
             response_fields(event, spec.name)
-            yield event_to_result(event, spec)
+            yield event_to_result(event, spec, _wanted(request))
 
     async def close(self) -> None:
         if self._session is not None:

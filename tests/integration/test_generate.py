@@ -1,0 +1,181 @@
+"""The generate extension against the real server: JSON fields in, JSON fields out, one
+response or a stream of them; extra fields as parameters; errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+
+
+def test_generate_one_token(client: Any) -> None:
+    result = client.model("generator").generate(text_input="hi there", max_tokens=1)
+    assert result == {"text_output": "hi ", "index": 0}
+
+
+def test_generate_takes_a_mapping_too(client: Any) -> None:
+    model = client.model("generator")
+    assert model.generate({"text_input": "hello world", "max_tokens": 1}) == {
+        "text_output": "hello ",
+        "index": 0,
+    }
+
+
+def test_more_than_one_response_is_an_inference_error(client: Any, protocol: str) -> None:
+    model = client.model("generator")
+    with pytest.raises(ts.InferenceError) as caught:
+        model.generate(text_input="hi there", max_tokens=2)
+    assert caught.value.model == "generator"
+    if protocol == "http":
+        # Triton answers 200 with {"error": ...} in the body.
+        assert caught.value.status == 200
+    assert "generate_stream" in str(caught.value) or "generate stream" in str(caught.value)
+
+
+def test_generate_stream_yields_each_chunk_in_order(client: Any) -> None:
+    chunks = list(client.model("generator").generate_stream(text_input="to be or", max_tokens=4))
+    assert chunks == [
+        {"text_output": "to ", "index": 0},
+        {"text_output": "be ", "index": 1},
+        {"text_output": "or ", "index": 2},
+        {"text_output": "to ", "index": 3},
+    ]
+
+
+def test_generate_stream_default_token_count(client: Any) -> None:
+    chunks = list(client.model("generator").generate_stream(text_input="a"))
+    assert [chunk["index"] for chunk in chunks] == [0, 1, 2, 3]
+    assert {chunk["text_output"] for chunk in chunks} == {"a "}
+
+
+def test_generate_stream_of_no_responses(client: Any) -> None:
+    assert list(client.model("generator").generate_stream(text_input="x", max_tokens=0)) == []
+
+
+def test_generate_stream_arrives_chunk_by_chunk(client: Any) -> None:
+    # `repeat` waits 300 ms after each response: the stream takes ~0.9 s after its first chunk.
+    started = time.monotonic()
+    arrivals = []
+    chunks = []
+    for chunk in client.model("repeat").generate_stream(IN=[1, 2, 3], DELAY_MS=300):
+        arrivals.append(time.monotonic() - started)
+        chunks.append(chunk)
+    ended = time.monotonic() - started
+    assert chunks == [{"OUT": 1, "IDX": 0}, {"OUT": 2, "IDX": 1}, {"OUT": 3, "IDX": 2}]
+    # The first chunk was handed over well before the stream ended.
+    assert ended - arrivals[0] > 0.45
+    assert arrivals[1] - arrivals[0] > 0.15
+
+
+def test_leaving_a_generate_stream_early(client: Any) -> None:
+    model = client.model("repeat")
+    started = time.monotonic()
+    seen = []
+    for chunk in model.generate_stream(IN=list(range(50)), DELAY_MS=50):
+        seen.append(chunk)
+        if len(seen) == 2:
+            break
+    assert seen == [{"OUT": 0, "IDX": 0}, {"OUT": 1, "IDX": 1}]
+    assert time.monotonic() - started < 1.75  # the whole stream takes 2.5 s
+    assert list(model.generate_stream(IN=[9])) == [{"OUT": 9, "IDX": 0}]
+
+
+def test_extra_fields_become_parameters(client: Any) -> None:
+    model = client.model("all_dtypes")
+    result = model.generate(IN_INT32=[1, 2], foo=3)
+    assert json.loads(result["PARAMETERS"]) == {"foo": 3}
+    assert result["OUT_INT32"] == [1, 2]
+    assert set(result) == {"OUT_INT32", "PARAMETERS"}
+
+
+def test_parameters_argument_and_extra_fields_together(client: Any) -> None:
+    model = client.model("all_dtypes")
+    result = model.generate(
+        IN_INT32=[7], mode="fast", parameters={"temperature": 0.5, "greedy": True}
+    )
+    assert json.loads(result["PARAMETERS"]) == {"mode": "fast", "temperature": 0.5, "greedy": True}
+    # A one-element output is its plain value.
+    assert result["OUT_INT32"] == 7
+
+
+def test_extra_fields_in_generate_stream(client: Any) -> None:
+    (chunk,) = list(client.model("all_dtypes").generate_stream(IN_INT32=[4, 5], top_k=2))
+    assert json.loads(chunk["PARAMETERS"]) == {"top_k": 2}
+    assert chunk["OUT_INT32"] == [4, 5]
+
+
+def test_generate_on_a_model_without_batch_axis(client: Any) -> None:
+    model = client.model("add_sub")
+    result = model.generate(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    assert result == {"OUTPUT0": [2.0, 3.0, 4.0, 5.0], "OUTPUT1": [0.0, 1.0, 2.0, 3.0]}
+    assert list(model.generate_stream(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])) == [result]
+
+
+def test_generate_on_a_batched_model_is_one_sample(client: Any) -> None:
+    model = client.model("text_embed")
+    result = model.generate(TEXT="hello")
+    assert set(result) == {"OUTPUT"}
+    assert isinstance(result["OUTPUT"], list)
+    assert len(result["OUTPUT"]) == 768
+    expected = model.infer_sample(TEXT="hello")["OUTPUT"]
+    assert np.allclose(np.array(result["OUTPUT"], dtype=np.float32), expected, atol=1e-6)
+
+
+def test_a_model_error_arrives_as_inference_error(client: Any) -> None:
+    # `zeros` fails inside the model on a negative count (numpy refuses the shape).
+    model = client.model("zeros")
+    with pytest.raises(ts.InferenceError, match="negative dimensions") as caught:
+        model.generate(COUNT=-1)
+    assert caught.value.model == "zeros"
+    assert type(caught.value).__module__.startswith("triton_sdk")
+
+
+def test_a_model_error_in_generate_stream(client: Any) -> None:
+    model = client.model("zeros")
+    with pytest.raises(ts.InferenceError, match="negative dimensions") as caught:
+        list(model.generate_stream(COUNT=-1))
+    assert caught.value.model == "zeros"
+    # The error's text is the server's message, not the event-stream framing around it.
+    message = str(caught.value)
+    assert message.startswith("Failed to process"), message
+    assert not message.startswith("data:")
+
+
+def test_a_field_the_input_cannot_take_is_refused(client: Any) -> None:
+    # max_tokens is INT32: a string cannot be converted (HTTP: by the server; gRPC: by the SDK).
+    with pytest.raises(ts.TritonError):
+        client.model("generator").generate(text_input="hi", max_tokens="many")
+
+
+async def test_async_generate_streams_run_concurrently(url: str) -> None:
+    async with ts.AsyncClient(url) as client:
+        model = await client.model("generator")
+        result = await model.generate(text_input="hi there", max_tokens=1)
+        assert result == {"text_output": "hi ", "index": 0}
+
+        async def collect(text: str) -> list[str]:
+            return [
+                str(chunk["text_output"])
+                async for chunk in model.generate_stream(text_input=text, max_tokens=3)
+            ]
+
+        first, second = await asyncio.gather(collect("a b"), collect("c d"))
+        assert first == ["a ", "b ", "a "]
+        assert second == ["c ", "d ", "c "]
+
+        # async with, and leaving early.
+        repeat = await client.model("repeat")
+        started = time.monotonic()
+        async with repeat.generate_stream(IN=list(range(50)), DELAY_MS=50) as chunks:
+            assert isinstance(chunks, ts.AsyncResponseStream)
+            assert await anext(chunks) == {"OUT": 0, "IDX": 0}
+        with pytest.raises(StopAsyncIteration):
+            await anext(chunks)
+        assert time.monotonic() - started < 1.75
+        assert [chunk async for chunk in repeat.generate_stream(IN=[3])] == [{"OUT": 3, "IDX": 0}]

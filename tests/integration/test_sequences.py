@@ -1,0 +1,409 @@
+"""Sequences (stateful models) against the real server: flags, ids, independence, the end
+of a sequence, and that requests of a sequence are never retried.
+
+`accumulate` on the session server has one sequence slot (one instance, max_batch_size 1,
+the direct strategy): a sequence left open blocks every other one until it idles out, so
+each test here ends what it opens. Tests that keep two sequences open at once use a copy
+of `accumulate` with the oldest strategy and four candidate sequences, on a server of
+their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import triton_sdk as ts
+from triton_sdk.local import LocalServer
+
+from ._blocking import Blocking, LoopThread
+from .conftest import (
+    EXAMPLE_MODELS,
+    FIXTURE_MODELS,
+    MODES,
+    PROTOCOLS,
+    close_client,
+    inference_count,
+    open_client,
+)
+
+WIDE_CONFIG = """
+name: "accumulate"
+backend: "python"
+max_batch_size: 1
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 10000000
+  oldest { max_candidate_sequences: 4 }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def total(result: ts.InferResult) -> int:
+    out = result["OUTPUT"]
+    assert out.size == 1
+    return int(out.reshape(-1)[0])
+
+
+def raw_sequence_request(
+    http_url: str,
+    model: str,
+    sequence_id: int | str,
+    value: int,
+    *,
+    start: bool = False,
+    end: bool = False,
+) -> tuple[int, Any]:
+    """One request of a sequence sent as plain HTTP JSON, past the SDK: (status, body)."""
+    body = {
+        "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [value]}],
+        "parameters": {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end},
+    }
+    request = urllib.request.Request(
+        f"{http_url}/v2/models/{model}/infer",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def raw_total(answer: tuple[int, Any]) -> int:
+    status, body = answer
+    assert status == 200, body
+    return int(body["outputs"][0]["data"][0])
+
+
+def new_sequence(model: Any, loop: LoopThread, sequence_id: int | str | None = None) -> Any:
+    """A sequence of a Model, or a blocking view of an AsyncModel's one."""
+    if isinstance(model, Blocking):
+        return Blocking(model.target.sequence(sequence_id), loop)
+    return model.sequence(sequence_id)
+
+
+@contextlib.contextmanager
+def sequence(model: Any, loop: LoopThread, sequence_id: int | str | None = None) -> Iterator[Any]:
+    """``with model.sequence()`` on a Model; ``async with`` (run on the loop) on an AsyncModel."""
+    if not isinstance(model, Blocking):
+        with model.sequence(sequence_id) as seq:
+            yield seq
+        return
+    handle = model.target.sequence(sequence_id)
+    entered = loop.run(handle.__aenter__())
+    try:
+        yield Blocking(entered, loop)
+    except BaseException as exc:
+        loop.run(handle.__aexit__(type(exc), exc, exc.__traceback__))
+        raise
+    loop.run(handle.__aexit__(None, None, None))
+
+
+def retry_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        record
+        for record in caplog.records
+        if record.name == "triton_sdk" and record.levelno == logging.INFO
+    ]
+
+
+# One sequence at a time, on the session server
+
+
+def test_running_sums_with_start_and_end(
+    client: Any, server: LocalServer, loop_thread: LoopThread
+) -> None:
+    model = client.model("accumulate")
+    assert model.spec.sequence
+    with sequence(model, loop_thread) as seq:
+        assert not seq.ended
+        # START on the first request: the server would refuse a new sequence without it.
+        assert total(seq.infer(INPUT=[1])) == 1
+        assert total(seq.infer(INPUT=[2])) == 3
+        assert not seq.ended
+        assert total(seq.infer(INPUT=[3], end=True)) == 6
+        assert seq.ended
+    # END reached the server: the sequence is gone, a request continuing it is refused.
+    status, body = raw_sequence_request(server.http_url, "accumulate", seq.sequence_id, 1)
+    assert status == 400
+    assert "START" in body["error"]
+
+
+def test_results_are_batched_like_infer(client: Any, loop_thread: LoopThread) -> None:
+    with sequence(client.model("accumulate"), loop_thread) as seq:
+        first = seq.infer(INPUT=[4])
+        assert first["OUTPUT"].shape == (1, 1)
+        assert first.model_name == "accumulate"
+        sample = seq.infer_sample(INPUT=5)
+        assert sample["OUTPUT"].shape == (1,)
+        assert sample["OUTPUT"].tolist() == [9]
+        assert total(seq.infer_sample(INPUT=[1], end=True)) == 10
+
+
+def test_single_request_sequence(client: Any, server: LocalServer, loop_thread: LoopThread) -> None:
+    # START and END on the same request.
+    with sequence(client.model("accumulate"), loop_thread) as seq:
+        assert total(seq.infer(INPUT=[7], end=True)) == 7
+    status, _ = raw_sequence_request(server.http_url, "accumulate", seq.sequence_id, 1)
+    assert status == 400
+
+
+def test_a_new_sequence_starts_from_zero(client: Any, loop_thread: LoopThread) -> None:
+    model = client.model("accumulate")
+    for _ in range(2):
+        with sequence(model, loop_thread) as seq:
+            assert total(seq.infer(INPUT=[5])) == 5
+            assert total(seq.infer(INPUT=[5], end=True)) == 10
+
+
+def test_sequence_ids_are_unique_ints(client: Any) -> None:
+    model = client.model("accumulate")
+    ids = [model.sequence().sequence_id for _ in range(200)]
+    assert all(type(sequence_id) is int for sequence_id in ids)
+    assert all(0 < sequence_id < 2**63 for sequence_id in ids)
+    assert len(set(ids)) == len(ids)
+
+
+def test_explicit_int_id(client: Any, server: LocalServer, loop_thread: LoopThread) -> None:
+    with sequence(client.model("accumulate"), loop_thread, 424242) as seq:
+        assert seq.sequence_id == 424242
+        assert total(seq.infer(INPUT=[2])) == 2
+        # The server keys the sequence by that id: a plain request continues it.
+        assert raw_total(raw_sequence_request(server.http_url, "accumulate", 424242, 3)) == 5
+        assert total(seq.infer(INPUT=[1], end=True)) == 6
+
+
+@pytest.mark.parametrize("bad_id", [0, "", True])
+def test_invalid_ids_are_refused(client: Any, bad_id: Any) -> None:
+    with pytest.raises(ts.InvalidInputError):
+        client.model("accumulate").sequence(bad_id)
+
+
+def test_requests_after_the_end_are_refused(
+    client: Any, server: LocalServer, loop_thread: LoopThread
+) -> None:
+    model = client.model("accumulate")
+    with sequence(model, loop_thread) as seq:
+        assert total(seq.infer(INPUT=[1], end=True)) == 1
+        before = inference_count(server, "accumulate")
+        with pytest.raises(ts.TritonError, match="ended"):
+            seq.infer(INPUT=[2])
+        with pytest.raises(ts.TritonError, match="ended"):
+            seq.infer_sample(INPUT=2, end=True)
+        assert inference_count(server, "accumulate") == before
+
+
+def test_leaving_without_end_warns_and_sends_nothing(
+    client: Any, server: LocalServer, loop_thread: LoopThread
+) -> None:
+    model = client.model("accumulate")
+    block = contextlib.ExitStack()
+    seq = block.enter_context(sequence(model, loop_thread))
+    assert total(seq.infer(INPUT=[1])) == 1
+    assert total(seq.infer(INPUT=[2])) == 3
+    sent = inference_count(server, "accumulate")
+    with pytest.warns(ts.SequenceNotEndedWarning, match="end=True"):
+        block.close()  # leaves the with block
+    assert not seq.ended
+    assert inference_count(server, "accumulate") == sent
+    # The sequence is still open on the server, untouched: a plain request continues it
+    # (and ends it, freeing the model's only sequence slot for the other tests).
+    answer = raw_sequence_request(server.http_url, "accumulate", seq.sequence_id, 4, end=True)
+    assert raw_total(answer) == 7
+
+
+def test_a_sequence_that_sent_nothing_does_not_warn(client: Any, loop_thread: LoopThread) -> None:
+    with sequence(client.model("accumulate"), loop_thread) as seq:
+        pass
+    assert not seq.ended
+
+
+def _fail_inside_a_sequence(model: Any, loop: LoopThread, ids: list[int | str]) -> None:
+    with sequence(model, loop) as seq:
+        ids.append(seq.sequence_id)
+        assert total(seq.infer(INPUT=[3])) == 3
+        raise RuntimeError("boom")
+
+
+def test_leaving_on_an_exception_still_warns(
+    client: Any, server: LocalServer, loop_thread: LoopThread
+) -> None:
+    ids: list[int | str] = []
+    with pytest.warns(ts.SequenceNotEndedWarning), pytest.raises(RuntimeError, match="boom"):
+        _fail_inside_a_sequence(client.model("accumulate"), loop_thread, ids)
+    answer = raw_sequence_request(server.http_url, "accumulate", ids[0], 1, end=True)
+    assert raw_total(answer) == 4
+
+
+@pytest.mark.parametrize("name", ["add_sub", "text_embed", "repeat"])
+def test_sequence_on_a_stateless_model_is_refused(client: Any, name: str) -> None:
+    model = client.model(name)
+    assert not model.spec.sequence
+    with pytest.raises(ts.InvalidInputError, match=rf"'{name}'.*not stateful"):
+        model.sequence()
+
+
+def test_explicit_string_id(client: Any, loop_thread: LoopThread) -> None:
+    model = client.model("accumulate_str")
+    with sequence(model, loop_thread, "session-1") as seq:
+        assert seq.sequence_id == "session-1"
+        assert total(seq.infer(INPUT=[5])) == 5
+        assert total(seq.infer(INPUT=[6])) == 11
+        assert total(seq.infer(INPUT=[7], end=True)) == 18
+    # The same string id again is a new sequence.
+    with sequence(model, loop_thread, "session-1") as again:
+        assert total(again.infer(INPUT=[1], end=True)) == 1
+
+
+def test_a_refused_input_sends_nothing_and_keeps_the_sequence(
+    client: Any, server: LocalServer, loop_thread: LoopThread
+) -> None:
+    model = client.model("accumulate")
+    with sequence(model, loop_thread) as seq:
+        assert total(seq.infer(INPUT=[1])) == 1
+        before = inference_count(server, "accumulate")
+        with pytest.raises(ts.InvalidInputError):
+            seq.infer(INPUT=[1.5])
+        with pytest.raises(ts.InvalidInputError):
+            seq.infer(INPUT=[1, 2])  # a batch of two: the model takes one
+        assert inference_count(server, "accumulate") == before
+        assert total(seq.infer(INPUT=[2], end=True)) == 3
+
+
+async def test_async_with_on_async_model(url: str, server: LocalServer) -> None:
+    async with ts.AsyncClient(url) as client:
+        model = await client.model("accumulate")
+        async with model.sequence() as seq:
+            assert isinstance(seq, ts.AsyncModelSequence)
+            assert total(await seq.infer(INPUT=[1])) == 1
+            assert total(await seq.infer(INPUT=[2])) == 3
+            assert total(await seq.infer_sample(INPUT=3, end=True)) == 6
+            assert seq.ended
+        with pytest.raises(ts.TritonError, match="ended"):
+            await seq.infer(INPUT=[1])
+        with pytest.warns(ts.SequenceNotEndedWarning):
+            async with model.sequence() as open_seq:
+                assert total(await open_seq.infer(INPUT=[10])) == 10
+        answer = raw_sequence_request(
+            server.http_url, "accumulate", open_seq.sequence_id, 1, end=True
+        )
+        assert raw_total(answer) == 11
+
+
+# Several sequences at once: a copy of `accumulate` with four sequence slots
+
+
+@pytest.fixture(scope="module")
+def wide_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repository = tmp_path_factory.mktemp("sequence_repository")
+    accumulate = repository / "accumulate"
+    (accumulate / "1").mkdir(parents=True)
+    (accumulate / "config.pbtxt").write_text(WIDE_CONFIG)
+    (accumulate / "1" / "model.py").symlink_to(FIXTURE_MODELS / "accumulate" / "1" / "model.py")
+    (repository / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub", target_is_directory=True)
+    return repository
+
+
+@pytest.fixture(scope="module")
+def wide_server(wide_repository: Path) -> Iterator[LocalServer]:
+    with LocalServer(wide_repository) as running:
+        yield running
+
+
+@pytest.fixture
+def wide_client(
+    wide_server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
+) -> Iterator[Any]:
+    url = wide_server.grpc_url if protocol == "grpc" else wide_server.http_url
+    client = open_client(url, mode, loop_thread)
+    yield client
+    close_client(client, loop_thread)
+
+
+def test_interleaved_sequences_stay_independent(wide_client: Any, loop_thread: LoopThread) -> None:
+    model = wide_client.model("accumulate")
+    with sequence(model, loop_thread) as first, sequence(model, loop_thread) as second:
+        assert first.sequence_id != second.sequence_id
+        assert total(first.infer(INPUT=[1])) == 1
+        assert total(second.infer(INPUT=[10])) == 10
+        assert total(first.infer(INPUT=[2])) == 3
+        assert total(second.infer(INPUT=[20])) == 30
+        with sequence(model, loop_thread) as third:
+            assert total(third.infer(INPUT=[100])) == 100
+            assert total(first.infer(INPUT=[3])) == 6
+            assert total(third.infer(INPUT=[100], end=True)) == 200
+        assert total(second.infer(INPUT=[30], end=True)) == 60
+        assert total(first.infer(INPUT=[4], end=True)) == 10
+
+
+async def test_async_sequences_run_concurrently(wide_server: LocalServer, protocol: str) -> None:
+    url = wide_server.grpc_url if protocol == "grpc" else wide_server.http_url
+    async with ts.AsyncClient(url) as client:
+        model = await client.model("accumulate")
+
+        async def run(step: int) -> list[int]:
+            sums = []
+            async with model.sequence() as seq:
+                for index in range(5):
+                    result = await seq.infer(INPUT=[step], end=index == 4)
+                    sums.append(total(result))
+                    await asyncio.sleep(0)
+            return sums
+
+        results = await asyncio.gather(*(run(step) for step in (1, 10, 100)))
+        assert results == [[step * n for n in range(1, 6)] for step in (1, 10, 100)]
+
+
+# Never retried: a server of its own, killed
+
+
+def test_sequence_requests_are_never_retried(
+    wide_repository: Path, loop_thread: LoopThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    policy = ts.RetryPolicy(max_attempts=5, initial_backoff=0.01, max_backoff=0.05, jitter=False)
+    with LocalServer(wide_repository) as server:
+        clients = []
+        try:
+            handles = []
+            for protocol in PROTOCOLS:
+                url = server.grpc_url if protocol == "grpc" else server.http_url
+                for mode in MODES:
+                    client = open_client(url, mode, loop_thread, retry=policy, timeout=10.0)
+                    clients.append(client)
+                    seq = new_sequence(client.model("accumulate"), loop_thread)
+                    assert total(seq.infer(INPUT=[1])) == 1
+                    handles.append((f"{protocol}/{mode}", seq, client.model("add_sub")))
+            server.kill()
+            for name, seq, add_sub in handles:
+                caplog.clear()
+                with pytest.raises(ts.TritonConnectionError):
+                    seq.infer(INPUT=[2], end=True)
+                assert retry_records(caplog) == [], name
+                # The same client retries a stateless request under the same policy.
+                caplog.clear()
+                with pytest.raises(ts.TritonConnectionError) as caught:
+                    add_sub.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+                retried = len(retry_records(caplog))
+                assert retried == policy.max_attempts - 1, (name, repr(caught.value))
+        finally:
+            for client in clients:
+                close_client(client, loop_thread)

@@ -1,0 +1,308 @@
+"""Streams over decoupled models against the real server: order, concurrency, leaving early,
+timeouts, errors; and how HTTP carries them (the generate_stream extension)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+from triton_sdk.local import LocalServer
+
+from ._blocking import LoopThread
+from .conftest import FIXTURE_MODELS, MODES, PROTOCOLS, close_client, inference_count, open_client
+
+# `repeat` waits DELAY_MS after each response; a stream of LONG of them takes this long.
+LONG = 50
+LONG_DELAY_MS = 50
+LONG_STREAM_SECONDS = LONG * LONG_DELAY_MS / 1000
+
+
+def values(results: list[ts.InferResult]) -> list[tuple[int, int]]:
+    return [(int(res["OUT"][0]), int(res["IDX"][0])) for res in results]
+
+
+def test_one_result_per_response_in_order(client: Any) -> None:
+    results = list(client.model("repeat").stream(IN=[4, 2, 0]))
+    assert len(results) == 3
+    assert all(isinstance(res, ts.InferResult) for res in results)
+    assert values(results) == [(4, 0), (2, 1), (0, 2)]
+    for res in results:
+        assert res.model_name == "repeat"
+        assert res["OUT"].shape == (1,)
+        assert res["OUT"].dtype == np.int32
+        assert res["IDX"].dtype == np.uint32
+        assert set(res) == {"OUT", "IDX"}
+
+
+def test_stream_ends_after_the_final_response(client: Any) -> None:
+    stream = client.model("repeat").stream(IN=[7])
+    first = next(stream)
+    assert values([first]) == [(7, 0)]
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+def test_zero_responses_is_an_empty_iteration(client: Any) -> None:
+    assert list(client.model("repeat").stream(IN=np.array([], dtype=np.int32))) == []
+
+
+def test_stream_of_generated_text(client: Any) -> None:
+    results = list(client.model("generator").stream(text_input="to be or", max_tokens=5))
+    assert [res.as_strings("text_output").tolist() for res in results] == [
+        ["to "],
+        ["be "],
+        ["or "],
+        ["to "],
+        ["be "],
+    ]
+    assert [int(res["index"][0]) for res in results] == [0, 1, 2, 3, 4]
+
+
+def test_outputs_selects(client: Any) -> None:
+    results = list(client.model("repeat").stream(IN=[5, 6], outputs=["OUT"]))
+    assert [res["OUT"].tolist() for res in results] == [[5], [6]]
+    assert all("IDX" not in res for res in results)
+
+
+def test_two_streams_at_once_on_one_client(client: Any) -> None:
+    model = client.model("repeat")
+    first = model.stream(IN=[1, 2, 3, 4], DELAY_MS=20)
+    second = model.stream(IN=[10, 20, 30, 40], DELAY_MS=20)
+    got: dict[str, list[tuple[int, int]]] = {"first": [], "second": []}
+    # Read alternately: both requests are in flight at the same time.
+    for _ in range(4):
+        got["first"] += values([next(first)])
+        got["second"] += values([next(second)])
+    assert list(first) == []
+    assert list(second) == []
+    assert got["first"] == [(1, 0), (2, 1), (3, 2), (4, 3)]
+    assert got["second"] == [(10, 0), (20, 1), (30, 2), (40, 3)]
+
+
+def test_leaving_early_cancels_and_frees_the_client(client: Any) -> None:
+    model = client.model("repeat")
+    started = time.monotonic()
+    seen = []
+    for res in model.stream(IN=list(range(LONG)), DELAY_MS=LONG_DELAY_MS):
+        seen.append(int(res["OUT"][0]))
+        if len(seen) == 2:
+            break
+    left = time.monotonic() - started
+    assert seen == [0, 1]
+    # The whole stream takes 2.5 s; leaving it does not wait for the rest.
+    assert left < LONG_STREAM_SECONDS * 0.7
+    # The client is usable at once for another stream, which gets all of its values.
+    assert values(list(model.stream(IN=[7, 8, 9]))) == [(7, 0), (8, 1), (9, 2)]
+    assert time.monotonic() - started < LONG_STREAM_SECONDS * 0.8
+
+
+def test_with_block_and_close(client: Any, mode: str, loop_thread: LoopThread) -> None:
+    model = client.model("repeat")
+    if mode == "sync":
+        with model.stream(IN=list(range(LONG)), DELAY_MS=LONG_DELAY_MS) as stream:
+            assert isinstance(stream, ts.ResponseStream)
+            assert int(next(stream)["OUT"][0]) == 0
+        # Left: the stream is over.
+        with pytest.raises(StopIteration):
+            next(stream)
+        stream = model.stream(IN=list(range(LONG)), DELAY_MS=LONG_DELAY_MS)
+        assert int(next(stream)["OUT"][0]) == 0
+        stream.close()
+        stream.close()  # closing twice is harmless
+        assert list(stream) == []
+    else:
+
+        async def run() -> None:
+            target = model.target
+            async with target.stream(IN=list(range(LONG)), DELAY_MS=LONG_DELAY_MS) as stream:
+                assert isinstance(stream, ts.AsyncResponseStream)
+                assert int((await anext(stream))["OUT"][0]) == 0
+            with pytest.raises(StopAsyncIteration):
+                await anext(stream)
+            stream = target.stream(IN=list(range(LONG)), DELAY_MS=LONG_DELAY_MS)
+            assert int((await anext(stream))["OUT"][0]) == 0
+            await stream.aclose()
+            await stream.aclose()
+            assert [res async for res in stream] == []
+
+        started = time.monotonic()
+        loop_thread.run(run())
+        assert time.monotonic() - started < LONG_STREAM_SECONDS * 0.8
+    assert values(list(model.stream(IN=[3]))) == [(3, 0)]
+
+
+def test_per_response_timeout(client: Any) -> None:
+    model = client.model("repeat")
+    stream = model.stream(IN=[1, 2], DELAY_MS=3000, timeout=0.3)
+    assert values([next(stream)]) == [(1, 0)]
+    started = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError):
+        next(stream)
+    assert time.monotonic() - started < 2.0
+    # The client still works.
+    assert values(list(model.stream(IN=[4]))) == [(4, 0)]
+
+
+def test_a_model_error_arrives_as_inference_error(client: Any) -> None:
+    # `zeros` fails on a negative count (numpy refuses the shape) inside the model.
+    with pytest.raises(ts.InferenceError, match="negative dimensions") as caught:
+        list(client.model("zeros").stream(COUNT=[-1]))
+    assert type(caught.value).__module__.startswith("triton_sdk")
+    assert caught.value.model == "zeros"
+
+
+def test_infer_on_a_decoupled_model_is_refused(client: Any, server: LocalServer) -> None:
+    model = client.model("repeat")
+    assert model.spec.decoupled
+    before = inference_count(server, "repeat")
+    with pytest.raises(ts.InvalidInputError, match=r"decoupled.*stream"):
+        model.infer(IN=[1, 2])
+    with pytest.raises(ts.InvalidInputError, match=r"stream"):
+        model.infer_sample(IN=[1, 2])
+    assert inference_count(server, "repeat") == before
+
+
+def test_stream_on_a_model_that_answers_once(
+    client: Any, protocol: str, server: LocalServer
+) -> None:
+    model = client.model("scale")
+    image = np.arange(4, dtype=np.uint8).reshape(1, 2, 2)
+    if protocol == "grpc":
+        # gRPC streams anything, also a batch of 2-D samples.
+        (res,) = list(model.stream(IMAGE=np.concatenate([image, image]), SCALE=[2.0, 3.0]))
+        assert res["OUT"].shape == (2, 2, 2)
+        assert np.array_equal(res["OUT"], np.stack([image[0] * 2.0, image[0] * 3.0]))
+        return
+    # HTTP streams through generate_stream, which carries one sample of scalars or 1-D values.
+    before = inference_count(server, "scale")
+    with pytest.raises(ts.TritonError, match="gRPC"):
+        list(model.stream(IMAGE=image, SCALE=[2.0]))
+    with pytest.raises(ts.TritonError, match="gRPC"):
+        list(model.stream(IMAGE=np.concatenate([image, image]), SCALE=[2.0, 3.0]))
+    assert inference_count(server, "scale") == before
+
+
+def test_a_batched_stream_over_http_is_refused(client: Any, protocol: str) -> None:
+    model = client.model("all_dtypes")
+    if protocol == "grpc":
+        (res,) = list(model.stream(IN_INT32=[[1, 2], [3, 4]], outputs=["OUT_INT32"]))
+        assert res["OUT_INT32"].tolist() == [[1, 2], [3, 4]]
+        return
+    with pytest.raises(ts.TritonError, match="gRPC"):
+        list(model.stream(IN_INT32=[[1, 2], [3, 4]]))
+    # One sample of a 1-D input is what the extension carries.
+    (res,) = list(model.stream(IN_INT32=[[1, 2]], outputs=["OUT_INT32"]))
+    assert res["OUT_INT32"].tolist() == [[1, 2]]
+
+
+# Native asyncio
+
+
+async def test_async_streams_run_concurrently(url: str) -> None:
+    async with ts.AsyncClient(url) as client:
+        model = await client.model("repeat")
+        arrivals: list[str] = []
+
+        async def collect(name: str, items: list[int]) -> list[tuple[int, int]]:
+            got = []
+            async for res in model.stream(IN=items, DELAY_MS=100):
+                arrivals.append(name)
+                got.append((int(res["OUT"][0]), int(res["IDX"][0])))
+            return got
+
+        first, second = await asyncio.gather(
+            collect("first", [1, 2, 3, 4]), collect("second", [10, 20, 30, 40])
+        )
+        assert first == [(1, 0), (2, 1), (3, 2), (4, 3)]
+        assert second == [(10, 0), (20, 1), (30, 2), (40, 3)]
+        # The responses of both streams arrived interleaved, not one stream after the other.
+        assert arrivals.index("second") < len(arrivals) - 1 - arrivals[::-1].index("first")
+        assert arrivals.index("first") < len(arrivals) - 1 - arrivals[::-1].index("second")
+
+
+async def test_async_leaving_early_with_async_with(url: str) -> None:
+    async with ts.AsyncClient(url) as client:
+        model = await client.model("repeat")
+        started = time.monotonic()
+        seen = []
+        async with model.stream(IN=list(range(LONG)), DELAY_MS=LONG_DELAY_MS) as stream:
+            async for res in stream:
+                seen.append(int(res["OUT"][0]))
+                if len(seen) == 2:
+                    break
+        assert seen == [0, 1]
+        assert time.monotonic() - started < LONG_STREAM_SECONDS * 0.7
+        again = [int(res["OUT"][0]) async for res in model.stream(IN=[5, 6])]
+        assert again == [5, 6]
+
+
+async def test_async_timeout_and_cancelled_task(url: str) -> None:
+    async with ts.AsyncClient(url) as client:
+        model = await client.model("repeat")
+        stream = model.stream(IN=[1, 2], DELAY_MS=3000, timeout=0.3)
+        assert int((await anext(stream))["OUT"][0]) == 1
+        started = time.monotonic()
+        with pytest.raises(ts.TritonTimeoutError):
+            await anext(stream)
+        assert time.monotonic() - started < 2.0
+
+        # A task reading a stream can be cancelled; the client stays usable.
+        async def read_all() -> list[int]:
+            return [int(res["OUT"][0]) async for res in model.stream(IN=[1] * LONG, DELAY_MS=100)]
+
+        task = asyncio.create_task(read_all())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [int(res["OUT"][0]) async for res in model.stream(IN=[8])] == [8]
+
+
+# A server that dies mid-stream: errors are SDK errors, never raw grpc/aiohttp/http.client ones
+
+
+@pytest.fixture
+def repeat_repository(tmp_path: Path) -> Path:
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    (repository / "repeat").symlink_to(FIXTURE_MODELS / "repeat", target_is_directory=True)
+    return repository
+
+
+def test_server_dying_mid_stream_raises_triton_errors(
+    repeat_repository: Path, loop_thread: LoopThread
+) -> None:
+    with LocalServer(repeat_repository) as server:
+        clients = []
+        streams = []
+        try:
+            for protocol in PROTOCOLS:
+                url = server.grpc_url if protocol == "grpc" else server.http_url
+                for mode in MODES:
+                    client = open_client(url, mode, loop_thread)
+                    clients.append(client)
+                    stream = client.model("repeat").stream(IN=list(range(100)), DELAY_MS=100)
+                    assert int(next(stream)["OUT"][0]) == 0
+                    streams.append((f"{protocol}/{mode}", stream))
+            server.kill()
+            outcomes = {}
+            for name, stream in streams:
+                try:
+                    rest = list(stream)
+                except ts.TritonError as error:
+                    outcomes[name] = type(error).__name__
+                except Exception as error:
+                    outcomes[name] = f"raw {type(error).__module__}.{type(error).__name__}"
+                else:
+                    outcomes[name] = f"ended without an error after {len(rest)} more responses"
+            # A stream cut short is an error, never a silent (truncated) end.
+            assert outcomes == {name: "TritonConnectionError" for name, _ in streams}
+        finally:
+            for client in clients:
+                close_client(client, loop_thread)
