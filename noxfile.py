@@ -47,7 +47,7 @@ def tests_numpy2(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
-    session.install("ruff>=0.6")
+    session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -55,5 +55,5 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and on the usage examples in tests/typing."""
-    session.install(".", "mypy>=1.10")
+    session.install(".", "mypy==2.4.1")
     session.run("mypy", "--strict", "triton_sdk", "tests/typing")

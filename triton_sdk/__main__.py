@@ -117,8 +117,11 @@ def serve(repository: Path) -> int:
         print(f"  log      {server.log_path}")
         print("Press Ctrl+C to stop.", flush=True)
         try:
-            while server.pid is not None:
+            while server.running:
                 time.sleep(1)
+            print(f"The server stopped on its own; log {server.log_path}:")
+            print(server.log_tail())
+            return 1
         except KeyboardInterrupt:
             print("Stopping.")
     return 0

@@ -230,7 +230,13 @@ class AsyncClient:
         Read from ``url``, else the client's ``metrics_url`` (the server's metrics port,
         8002 by default).
         """
-        attempt = partial(fetch_metrics_async, url or self._settings.metrics_url)
+        settings = self._settings
+        attempt = partial(
+            fetch_metrics_async,
+            url or settings.metrics_url,
+            headers=settings.headers,
+            tls=settings.tls,
+        )
         return ServerMetrics.from_text(await self._call("metrics", attempt, timeout=timeout))
 
     async def trace_settings(
@@ -641,6 +647,8 @@ class AsyncModelSequence:
             sample=sample,
             sequence=self._state.flags(end),
         )
+        if model._client._closed:
+            raise closed_error("AsyncClient")
         try:
             result = await model._client._infer_one(request, timeout, _ONCE)
         finally:

@@ -231,7 +231,10 @@ class Client:
         Read from ``url``, else the client's ``metrics_url`` (the server's metrics port,
         8002 by default).
         """
-        attempt = partial(fetch_metrics, url or self._settings.metrics_url)
+        settings = self._settings
+        attempt = partial(
+            fetch_metrics, url or settings.metrics_url, headers=settings.headers, tls=settings.tls
+        )
         return ServerMetrics.from_text(self._call("metrics", attempt, timeout=timeout))
 
     def trace_settings(
@@ -691,6 +694,8 @@ class ModelSequence:
             sample=sample,
             sequence=self._state.flags(end),
         )
+        if model._client._closed:
+            raise closed_error("Client")
         try:
             result = model._client._infer_one(request, timeout, _ONCE)
         finally:

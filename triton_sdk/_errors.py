@@ -18,6 +18,7 @@ Tree::
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import ssl
 
@@ -157,6 +158,8 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
         if _has(lowered, _TLS_HINTS):
             return TritonConnectionError, False
         return TritonConnectionError, True
+    if http_status == 503 and _has(lowered, _REFUSED_HINTS):
+        return InferenceError, False
     return InferenceError, http_status in _RETRYABLE_HTTP
 
 
@@ -171,7 +174,7 @@ def classify_transport_error(
     TLS failures are not retried: a bad certificate does not heal by waiting.
     """
     detail = str(exc) or type(exc).__name__
-    if isinstance(exc, TimeoutError):  # socket.timeout and asyncio.TimeoutError too
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):  # distinct before Python 3.11
         return TritonTimeoutError(f"timed out: {detail}", model=model, request_id=request_id)
     if isinstance(exc, ssl.SSLError):
         return TritonConnectionError(f"TLS failure: {detail}", model=model, request_id=request_id)

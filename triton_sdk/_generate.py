@@ -65,9 +65,15 @@ def _plain(value: Any, errors: str = "replace") -> JSONValue:
     raise InvalidInputError(f"cannot send a {type(value).__name__} as JSON")
 
 
-def generate_body(fields: Mapping[str, object], parameters: Mapping[str, object] | None) -> bytes:
+def generate_body(
+    fields: Mapping[str, object],
+    parameters: Mapping[str, object] | None,
+    request_id: str = "",
+) -> bytes:
     """The JSON body of a generate request."""
     body = {name: _plain(value, "strict") for name, value in fields.items()}
+    if request_id:
+        body["id"] = request_id
     if parameters:
         body["parameters"] = {name: _plain(value, "strict") for name, value in parameters.items()}
     return json.dumps(body).encode()
@@ -117,8 +123,9 @@ def response_fields(document: Any, model: str) -> dict[str, JSONValue]:
 
 def result_fields(result: InferResult, *, batched: bool) -> dict[str, JSONValue]:
     """A generate-style dict from an inference result (gRPC path)."""
+    # Flat, as the HTTP extension writes them.
     return {
-        name: _plain(array[0] if batched and array.ndim else array)
+        name: _plain((array[0] if batched and array.ndim else array).reshape(-1))
         for name, array in result.items()
     }
 

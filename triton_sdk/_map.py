@@ -43,6 +43,13 @@ def default_batch_size(spec: ModelSpec) -> int:
 
 
 def check_batch_size(spec: ModelSpec, batch_size: int | None) -> int:
+    """The batch size map uses; refuses models map cannot serve (decoupled ones)."""
+    if spec.decoupled:
+        raise InvalidInputError(
+            f"model {spec.name!r} is decoupled: map runs one request per batch and takes one "
+            "response each; use model.stream(...) per request",
+            model=spec.name,
+        )
     size = default_batch_size(spec) if batch_size is None else batch_size
     if size < 1:
         raise InvalidInputError(f"batch_size must be >= 1, got {size}")

@@ -181,6 +181,28 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+# Kills the server's process group once its stdin closes: when the LocalServer stops it,
+# or when this Python process dies without stopping it (SIGKILL, a crash), so that no
+# tritonserver outlives the program that started it.
+_WATCHDOG: Final = """
+import os, signal, sys
+sys.stdin.buffer.read()
+try:
+    os.killpg(int(sys.argv[1]), signal.SIGKILL)
+except (ProcessLookupError, PermissionError):
+    pass
+"""
+
+
+def _start_watchdog(pid: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 _running: weakref.WeakSet[LocalServer] = weakref.WeakSet()
 
 
@@ -230,6 +252,7 @@ class LocalServer:
         self.log_verbose = log_verbose
         self.extra_args = tuple(extra_args)
         self._process: subprocess.Popen[bytes] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
         self._ports: tuple[int, int, int] | None = None
 
@@ -273,6 +296,11 @@ class LocalServer:
         if self._log_path is None:
             raise ServerStartError("the server has not been started")
         return self._log_path
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._process is not None and self._process.poll() is None
 
     @property
     def pid(self) -> int | None:
@@ -365,6 +393,7 @@ class LocalServer:
                 env=env,
                 start_new_session=True,
             )
+        self._watchdog = _start_watchdog(self._process.pid)
         _running.add(self)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
@@ -386,6 +415,7 @@ class LocalServer:
         process, self._process = self._process, None
         _running.discard(self)
         if process is None:
+            self._stop_watchdog()
             return
         if process.poll() is None:
             process.terminate()
@@ -397,6 +427,7 @@ class LocalServer:
         # Python-backend stubs share the server's process group; take any stragglers.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+        self._stop_watchdog()
 
     def _remove_workdir(self, keep_log: bool = False) -> None:
         workdir, self._workdir = self._workdir, None
@@ -423,6 +454,15 @@ class LocalServer:
             self._process.wait()
             self._process = None
             _running.discard(self)
+            self._stop_watchdog()
+
+    def _stop_watchdog(self) -> None:
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            # Closing its stdin makes it kill the (already stopped) server group and exit.
+            if watchdog.stdin is not None:
+                watchdog.stdin.close()
+            watchdog.wait()
 
     def restart(self) -> LocalServer:
         """Stop the server if it runs and start it again on the same ports."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,29 @@ def test_demo_runs_against_a_real_server() -> None:
         assert f"[{label:<12}] text_embed" in output
         assert f"[{label:<12}] add_sub" in output
     assert output.count("-> OUTPUT0 [11. 22. 33. 44.]") == 4
+
+
+def test_server_does_not_outlive_a_killed_program() -> None:
+    script = (
+        "import sys, time\n"
+        "from triton_sdk.local import LocalServer\n"
+        "server = LocalServer(sys.argv[1]).start()\n"
+        "print(server.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    program = subprocess.Popen(
+        [sys.executable, "-c", script, str(EXAMPLE_MODELS)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert program.stdout is not None
+        server_pid = int(program.stdout.readline())
+        assert _process_group_alive(server_pid)
+        program.kill()
+        program.wait()
+        deadline = time.monotonic() + 20
+        while _process_group_alive(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _process_group_alive(server_pid)
+    finally:
+        program.kill()
+        program.wait()

@@ -313,7 +313,7 @@ def test_result_fields_batched_drop_the_batch_axis() -> None:
     }
 
 
-def test_result_fields_unbatched_keep_every_axis() -> None:
+def test_result_fields_are_flat_like_the_http_extension() -> None:
     result = result_of(
         {
             "text_output": bytes_array(b"hi"),
@@ -323,7 +323,7 @@ def test_result_fields_unbatched_keep_every_axis() -> None:
     )
     assert result_fields(result, batched=False) == {
         "text_output": "hi",
-        "pair": [[1.0, 2.0]],
+        "pair": [1.0, 2.0],
         "many": ["a", "b"],
     }
 

@@ -300,6 +300,10 @@ def _response_timeout(timeout: float | None, request: InferRequest) -> TritonTim
 _END: Final = object()
 
 
+def _closed(exc: BaseException) -> TritonError:
+    return TritonError(f"the client's connection is closed ({exc})")
+
+
 class GrpcBackend:
     """Blocking gRPC. grpc's channel is thread-safe, so one backend serves all threads."""
 
@@ -327,6 +331,8 @@ class GrpcBackend:
     ) -> Any:
         try:
             return method(request, timeout=timeout, metadata=self._metadata)
+        except ValueError as exc:  # grpc's answer to a call on a closed channel
+            raise _closed(exc) from exc
         except grpc.RpcError as exc:
             raise _error(exc, model, request_id) from exc
 
@@ -434,9 +440,12 @@ class GrpcBackend:
         generator (a ``break`` in the caller's loop) cancels the call, which stops the
         request on the server.
         """
-        call = self._stub.ModelStreamInfer(
-            iter((_stream_message(request),)), metadata=self._metadata
-        )
+        try:
+            call = self._stub.ModelStreamInfer(
+                iter((_stream_message(request),)), metadata=self._metadata
+            )
+        except ValueError as exc:
+            raise _closed(exc) from exc
         messages: queue.Queue[Any] = queue.Queue()
 
         def read() -> None:
@@ -482,8 +491,11 @@ class AsyncGrpcBackend:
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
 
     def _open(self) -> Any:
+        if self._closed:
+            raise _closed(RuntimeError("closed by aclose()"))
         target = self.endpoint.authority
         if self.endpoint.tls:
             self._channel = grpc.aio.secure_channel(
@@ -635,6 +647,7 @@ class AsyncGrpcBackend:
             call.cancel()
 
     async def close(self) -> None:
+        self._closed = True
         if self._channel is not None:
             await self._channel.close()
             self._channel = None

@@ -490,7 +490,7 @@ class HttpBackend:
         self, request: InferRequest, spec: ModelSpec, timeout: float | None
     ) -> Iterator[InferResult]:
         fields = tensors_to_fields(list(request.inputs), spec)
-        body = generate_body(fields, request.parameters)
+        body = generate_body(fields, request.parameters, request.request_id)
         lines = self._lines(self._routes.generate_stream(spec.name, request.version, body), timeout)
         events = ServerSentEvents().events(_explain_stream_refusal(lines, spec.name))
         for data in events:
@@ -515,8 +515,11 @@ class AsyncHttpBackend:
         self._origin = f"{'https' if endpoint.tls else 'http'}://{endpoint.authority}"
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
 
     def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise TritonError("the client's connection is closed (closed by aclose())")
         context: ssl.SSLContext | bool = ssl_context(self._tls) if self.endpoint.tls else False
         connector = aiohttp.TCPConnector(limit=0, ssl=context)
         self._session = aiohttp.ClientSession(
@@ -656,7 +659,7 @@ class AsyncHttpBackend:
         self, request: InferRequest, spec: ModelSpec, timeout: float | None
     ) -> AsyncIterator[InferResult]:
         fields = tensors_to_fields(list(request.inputs), spec)
-        body = generate_body(fields, request.parameters)
+        body = generate_body(fields, request.parameters, request.request_id)
         lines = self._lines(self._routes.generate_stream(spec.name, request.version, body), timeout)
         async for data in _async_events(_explain_async_stream_refusal(lines, spec.name)):
             event = decode_json(data.encode(), "generate_stream")
@@ -664,6 +667,7 @@ class AsyncHttpBackend:
             yield event_to_result(event, spec, _wanted(request))
 
     async def close(self) -> None:
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None

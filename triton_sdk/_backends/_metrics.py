@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import http.client
 import ssl
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from .._config import TLSConfig
 from .._errors import (
     TritonConnectionError,
     TritonError,
     classify_transport_error,
 )
 from .._http_codec import error_from_response
-from ._http import aiohttp_error
+from ._http import aiohttp_error, ssl_context
 
 __all__ = ["fetch_metrics", "fetch_metrics_async"]
 
@@ -25,18 +27,20 @@ def _failure(exc: BaseException, url: str) -> TritonError:
     return error or TritonConnectionError(f"cannot read metrics from {url}: {exc!r}")
 
 
-def fetch_metrics(url: str, timeout: float | None) -> str:
-    """The metrics text at ``url``."""
+def fetch_metrics(
+    url: str, timeout: float | None, headers: Mapping[str, str], tls: TLSConfig | None
+) -> str:
+    """The metrics text at ``url``, sent with the client's headers and TLS files."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.scheme == "https":
         connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-            host, parts.port, timeout=timeout, context=ssl.create_default_context()
+            host, parts.port, timeout=timeout, context=ssl_context(tls)
         )
     else:
         connection = http.client.HTTPConnection(host, parts.port, timeout=timeout)
     try:
-        connection.request("GET", parts.path or "/metrics")
+        connection.request("GET", parts.path or "/metrics", headers=dict(headers))
         response = connection.getresponse()
         body = response.read()
     except (OSError, http.client.HTTPException) as exc:
@@ -48,12 +52,15 @@ def fetch_metrics(url: str, timeout: float | None) -> str:
     return body.decode("utf-8")
 
 
-async def fetch_metrics_async(url: str, timeout: float | None) -> str:
+async def fetch_metrics_async(
+    url: str, timeout: float | None, headers: Mapping[str, str], tls: TLSConfig | None
+) -> str:
     """The metrics text at ``url``, without blocking the event loop."""
+    context: ssl.SSLContext | bool = ssl_context(tls) if url.startswith("https:") else True
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-            session.get(url) as response,
+            session.get(url, headers=headers, ssl=context) as response,
         ):
             body = await response.read()
             status = response.status
