@@ -109,7 +109,7 @@ class InferenceError(TritonError):
 _NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready")
 _NOT_FOUND_HINTS = ("unknown model", "is not found", "is not available")
 _QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
-_TLS_HINTS = ("ssl", "tls", "handshake", "certificate")
+_TLS_HINTS = ("ssl", "tls", "handshake", "certificate", "verification", "unauthenticated")
 _REFUSED_HINTS = ("restricted", "not allowed")
 _RETRYABLE_HTTP = frozenset({502, 503, 504})
 

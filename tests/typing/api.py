@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -67,3 +68,50 @@ def local_server(repository: str) -> str:
 
     with LocalServer(repository) as server:
         return server.grpc_url + server.http_url + server.metrics_url
+
+
+def model_kinds(client: ts.Client, samples: list[dict[str, ts.InputValue]]) -> int:
+    classes: list[list[ts.Classification]] = client.model("classifier").classify(
+        top_k=3, output="SCORES", FEATURES=np.zeros((2, 4), dtype=np.float32)
+    )
+    best: str | None = classes[0][0].label
+    stream: ts.ResponseStream[ts.InferResult] = client.model("repeat").stream(IN=[4, 2, 0])
+    with stream:
+        values = [int(result["OUT"][0]) for result in stream]
+    with client.model("accumulate").sequence() as sequence:
+        sequence.infer(INPUT=[1])
+        total: ts.InferResult = sequence.infer(INPUT=[2], end=True)
+        sequence_id: int | str = sequence.sequence_id
+    results: list[ts.InferResult] = list(client.model("scale").map(samples, concurrency=2))
+    outcomes: list[ts.InferResult | ts.TritonError] = list(
+        client.model("scale").map(samples, errors="collect", progress=True)
+    )
+    generated: dict[str, ts.JSONValue] = client.model("generator").generate(text_input="hi")
+    chunks = [
+        chunk["text_output"] for chunk in client.model("generator").generate_stream(text_input="hi")
+    ]
+    statistics: list[ts.ModelStatistics] = client.model_statistics("scale")
+    metrics: ts.ModelMetrics = client.metrics().model("scale")
+    trace: ts.TraceSettings = client.update_trace_settings("scale", rate=10)
+    log: ts.LogSettings = client.update_log_settings(verbose_level=1)
+    del best, total, sequence_id, generated, chunks, trace, log
+    return (
+        len(values) + len(results) + len(outcomes) + len(statistics) + int(metrics.request_success)
+    )
+
+
+async def async_model_kinds(client: ts.AsyncClient) -> list[int]:
+    model = await client.model("repeat")
+    values = [int(result["OUT"][0]) async for result in model.stream(IN=[1, 2])]
+    accumulate = await client.model("accumulate")
+    async with accumulate.sequence() as sequence:
+        await sequence.infer_sample(INPUT=1, end=True)
+    scale = await client.model("scale")
+
+    async def samples() -> AsyncIterator[dict[str, ts.InputValue]]:
+        yield {"IMAGE": np.zeros((2, 2), dtype=np.uint8), "SCALE": 1.0}
+
+    values += [len(result) async for result in scale.map(samples())]
+    async for chunk in (await client.model("generator")).generate_stream(text_input="hi"):
+        values.append(len(chunk))
+    return values

@@ -30,6 +30,10 @@ TLS_BAD_CERT = (
     "OPENSSL_internal:CERTIFICATE_VERIFY_FAILED"
 )
 TLS_HANDSHAKE = "failed to connect to all addresses; last error: Handshake failed"
+TLS_WRONG_NAME = (
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8001: Custom "
+    "verification check failed with error: UNAUTHENTICATED: Hostname Verification Check failed."
+)
 RESTRICTED = "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'"
 SHAPE = "unexpected shape for input 'IN' for model 'm'. Expected [-1,3], got [2,4]."
 MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: ValueError: boom"
@@ -70,6 +74,7 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         ("UNAVAILABLE", TLS_WRONG_VERSION, ts.TritonConnectionError, False),
         ("UNAVAILABLE", TLS_BAD_CERT, ts.TritonConnectionError, False),
         ("UNAVAILABLE", TLS_HANDSHAKE, ts.TritonConnectionError, False),
+        ("UNAVAILABLE", TLS_WRONG_NAME, ts.TritonConnectionError, False),
         # restricted protocol: an authentication refusal
         ("UNAVAILABLE", RESTRICTED, ts.InferenceError, False),
         # load/unload on a server that does not allow it

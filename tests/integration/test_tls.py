@@ -1,0 +1,114 @@
+"""gRPC over TLS against a real server that serves it (tritonserver --grpc-use-ssl).
+
+Certificates are made for the test with openssl: a certificate authority, and a server
+certificate for the name ``triton.test`` only, so that the name check is exercised too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import triton_sdk as ts
+from triton_sdk.local import LocalServer
+
+from .conftest import EXAMPLE_MODELS
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _authority(folder: Path, name: str) -> None:
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN={name}",
+        cwd=folder,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tls")
+    _authority(folder, "ca")
+    _authority(folder, "other-ca")
+    (folder / "san.cnf").write_text("subjectAltName=DNS:triton.test\n")
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
+        "-out", "server.csr", "-subj", "/CN=triton.test",
+        cwd=folder,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.pem",
+        cwd=folder,
+    )  # fmt: skip
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tls_server(certificates: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    repository = tmp_path_factory.mktemp("tls_repository")
+    (repository / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub", target_is_directory=True)
+    arguments = [
+        "--grpc-use-ssl=true",
+        f"--grpc-server-cert={certificates / 'server.pem'}",
+        f"--grpc-server-key={certificates / 'server.key'}",
+    ]
+    with LocalServer(repository, extra_args=arguments) as server:
+        yield f"grpcs://127.0.0.1:{server.grpc_port}"
+
+
+def _add(model: ts.Model) -> list[float]:
+    result = model.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])["OUTPUT0"]
+    return [float(value) for value in result]
+
+
+def test_trusted_certificate_with_its_name(tls_server: str, certificates: Path) -> None:
+    tls = ts.TLSConfig(ca_file=str(certificates / "ca.pem"), server_hostname="triton.test")
+    with ts.Client(tls_server, tls=tls) as client:
+        assert client.is_ready()
+        assert _add(client.model("add_sub")) == [2, 3, 4, 5]
+
+
+def test_asyncio_client_over_tls(tls_server: str, certificates: Path) -> None:
+    tls = ts.TLSConfig(ca_file=str(certificates / "ca.pem"), server_hostname="triton.test")
+
+    async def run() -> list[float]:
+        async with ts.AsyncClient(tls_server, tls=tls) as client:
+            model = await client.model("add_sub")
+            result = await model.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+            return [float(value) for value in result["OUTPUT0"]]
+
+    assert asyncio.run(run()) == [2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("authority", "hostname"),
+    [("other-ca.pem", "triton.test"), ("ca.pem", None)],
+    ids=["untrusted-authority", "wrong-name"],
+)
+def test_refused_certificates_are_not_retried(
+    tls_server: str,
+    certificates: Path,
+    caplog: pytest.LogCaptureFixture,
+    authority: str,
+    hostname: str | None,
+) -> None:
+    tls = ts.TLSConfig(ca_file=str(certificates / authority), server_hostname=hostname)
+    policy = ts.RetryPolicy(max_attempts=5, initial_backoff=0.01)
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    with ts.Client(tls_server, tls=tls, retry=policy, timeout=10) as client:
+        assert not client.is_live()
+        with pytest.raises(ts.TritonConnectionError) as caught:
+            client.server_metadata()
+    assert caught.value.retryable is False
+    assert "retrying" not in caplog.text
