@@ -6,6 +6,7 @@ package ships. The server listens on free loopback ports and stops with the sess
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
@@ -62,7 +63,7 @@ def protocol(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def url(server: LocalServer, protocol: str) -> str:
-    return server.grpc_url if protocol == "grpc" else server.http_url
+    return server_url(server, protocol)
 
 
 @pytest.fixture
@@ -84,6 +85,22 @@ def close_client(client: Any, loop: LoopThread) -> None:
         loop.run(client.target.aclose())
     else:
         client.close()
+
+
+def server_url(server: LocalServer, protocol: str) -> str:
+    return server.grpc_url if protocol == "grpc" else server.http_url
+
+
+@contextlib.contextmanager
+def client_for(
+    server: LocalServer, protocol: str, mode: str, loop: LoopThread, **options: Any
+) -> Iterator[Any]:
+    """A client (see open_client) of a server other than the session's, closed on exit."""
+    client = open_client(server_url(server, protocol), mode, loop, **options)
+    try:
+        yield client
+    finally:
+        close_client(client, loop)
 
 
 @pytest.fixture(params=MODES)

@@ -22,7 +22,7 @@ from triton_sdk._shaping import Tensor
 from triton_sdk.local import LocalServer
 
 from ._blocking import Blocking, LoopThread
-from .conftest import EXAMPLE_MODELS, close_client, inference_count, open_client
+from .conftest import EXAMPLE_MODELS, client_for, close_client, inference_count, open_client
 
 ADD_SUB_INPUTS: dict[str, Any] = {"INPUT0": [1.0, 2.0, 3.0, 4.0], "INPUT1": [1.0, 1.0, 1.0, 1.0]}
 
@@ -107,10 +107,8 @@ def unload_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSer
 def unload_client(
     unload_server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
 ) -> Iterator[Any]:
-    url = unload_server.grpc_url if protocol == "grpc" else unload_server.http_url
-    client = open_client(url, mode, loop_thread)
-    yield client
-    close_client(client, loop_thread)
+    with client_for(unload_server, protocol, mode, loop_thread) as client:
+        yield client
 
 
 def test_unloaded_model(unload_client: Any) -> None:

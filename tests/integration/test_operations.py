@@ -22,7 +22,7 @@ import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
 from ._blocking import Blocking, LoopThread
-from .conftest import build_repository, close_client, inference_count, open_client
+from .conftest import build_repository, client_for, close_client, inference_count
 
 T = TypeVar("T")
 
@@ -388,10 +388,8 @@ def own_server(tmp_path_factory: pytest.TempPathFactory, trace_file: Path) -> It
 def own_client(
     own_server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
 ) -> Iterator[Any]:
-    url = own_server.grpc_url if protocol == "grpc" else own_server.http_url
-    client = open_client(url, mode, loop_thread)
-    yield client
-    close_client(client, loop_thread)
+    with client_for(own_server, protocol, mode, loop_thread) as client:
+        yield client
 
 
 # The complete config of `scale` (tests/models/scale/config.pbtxt) in its JSON form, with

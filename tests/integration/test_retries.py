@@ -21,7 +21,7 @@ import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
 from ._blocking import LoopThread
-from .conftest import EXAMPLE_MODELS, close_client, open_client
+from .conftest import EXAMPLE_MODELS, client_for, close_client, open_client
 
 BURST = 6
 PATIENT = ts.RetryPolicy(max_attempts=20, initial_backoff=0.05, max_backoff=0.3)
@@ -222,16 +222,11 @@ def restart_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSe
 def restart_client(
     restart_server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
 ) -> Iterator[Any]:
-    url = restart_server.grpc_url if protocol == "grpc" else restart_server.http_url
-    client = open_client(
-        url,
-        mode,
-        loop_thread,
-        retry=ts.RetryPolicy(max_attempts=10, initial_backoff=0.05, max_backoff=0.2, deadline=10),
-        timeout=10.0,
-    )
-    yield client
-    close_client(client, loop_thread)
+    policy = ts.RetryPolicy(max_attempts=10, initial_backoff=0.05, max_backoff=0.2, deadline=10)
+    with client_for(
+        restart_server, protocol, mode, loop_thread, retry=policy, timeout=10.0
+    ) as client:
+        yield client
 
 
 def test_recovers_after_server_restart(restart_server: LocalServer, restart_client: Any) -> None:

@@ -31,6 +31,7 @@ from .conftest import (
     FIXTURE_MODELS,
     MODES,
     PROTOCOLS,
+    client_for,
     close_client,
     inference_count,
     open_client,
@@ -332,10 +333,8 @@ def wide_server(wide_repository: Path) -> Iterator[LocalServer]:
 def wide_client(
     wide_server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
 ) -> Iterator[Any]:
-    url = wide_server.grpc_url if protocol == "grpc" else wide_server.http_url
-    client = open_client(url, mode, loop_thread)
-    yield client
-    close_client(client, loop_thread)
+    with client_for(wide_server, protocol, mode, loop_thread) as client:
+        yield client
 
 
 def test_interleaved_sequences_stay_independent(wide_client: Any, loop_thread: LoopThread) -> None:
