@@ -23,9 +23,9 @@ from ._base import (
 )
 from ._classify import Classification, parse_classifications
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
-from ._errors import InvalidInputError, TritonError, TritonTimeoutError
+from ._errors import TritonError, TritonTimeoutError
 from ._generate import JSONValue
-from ._map import BatchBuilder, PreparedSample, batch_request, check_batch_size, progress_bar
+from ._map import MapPlan, Outcome, PreparedSample, progress_bar
 from ._operations import (
     LogSettings,
     ModelStatistics,
@@ -113,6 +113,7 @@ class AsyncClient:
         timeout: Timeout = NOT_GIVEN,
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
         idempotent: bool = True,
+        started: float | None = None,
     ) -> T:
         if self._closed:
             raise closed_error("AsyncClient")
@@ -122,6 +123,7 @@ class AsyncClient:
             timeout=self._settings.timeout_for(timeout),
             idempotent=idempotent,
             what=what,
+            started=started,
         )
 
     # Health and server
@@ -299,11 +301,18 @@ class AsyncClient:
         self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
     ) -> ModelSpec:
         """The typed description of a model, read from its metadata and config."""
+        started = time.monotonic()
         metadata = await self._call(
-            "model_metadata", partial(self._backend.model_metadata, name, version), timeout=timeout
+            "model_metadata",
+            partial(self._backend.model_metadata, name, version),
+            timeout=timeout,
+            started=started,
         )
         config = await self._call(
-            "model_config", partial(self._backend.model_config, name, version), timeout=timeout
+            "model_config",
+            partial(self._backend.model_config, name, version),
+            timeout=timeout,
+            started=started,
         )
         return ModelSpec.from_metadata(metadata, config)
 
@@ -319,7 +328,11 @@ class AsyncClient:
     # Inference plumbing for AsyncModel
 
     async def _infer_one(
-        self, request: InferRequest, timeout: Timeout, retry: RetryPolicy | NotGiven
+        self,
+        request: InferRequest,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+        started: float | None = None,
     ) -> InferResult:
         return await self._call(
             request.model,
@@ -327,6 +340,7 @@ class AsyncClient:
             timeout=timeout,
             retry=retry,
             idempotent=request.idempotent,
+            started=started,
         )
 
     async def _infer(
@@ -335,10 +349,11 @@ class AsyncClient:
         if len(requests) == 1:
             return await self._infer_one(requests[0], timeout, retry)
         slots = asyncio.Semaphore(MAX_CHUNKS_IN_FLIGHT)
+        started = time.monotonic()  # one retry deadline for all the chunks
 
         async def one(request: InferRequest) -> InferResult:
             async with slots:
-                return await self._infer_one(request, timeout, retry)
+                return await self._infer_one(request, timeout, retry, started)
 
         tasks = [asyncio.ensure_future(one(request)) for request in requests]
         try:
@@ -600,8 +615,8 @@ class AsyncModel(ModelCore):
 
         ``samples`` may be a plain or an asynchronous iterable.
         """
-        runner = _AsyncMapRunner(self, batch_size, concurrency, errors, outputs, timeout, retry)
-        return runner.run(samples, progress)
+        plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
+        return _AsyncMapRunner(self, plan, timeout, retry).run(samples, progress)
 
 
 class AsyncModelSequence:
@@ -649,10 +664,10 @@ class AsyncModelSequence:
         )
         if model._client._closed:
             raise closed_error("AsyncClient")
-        try:
-            result = await model._client._infer_one(request, timeout, _ONCE)
-        finally:
-            self._state.sent_one(end)
+        # Counted before it goes out, so that a request sent meanwhile (from another
+        # task or thread) cannot carry START a second time.
+        self._state.sent_one(end)
+        result = await model._client._infer_one(request, timeout, _ONCE)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     async def infer(
@@ -734,69 +749,55 @@ class _AsyncMapRunner:
     """The asyncio driver of :meth:`AsyncModel.map`: a window of batch tasks."""
 
     def __init__(
-        self,
-        model: AsyncModel,
-        batch_size: int | None,
-        concurrency: int,
-        errors: Literal["raise", "collect"],
-        outputs: Iterable[str] | None,
-        timeout: Timeout,
-        retry: RetryPolicy | NotGiven,
-    ) -> None:
-        if concurrency < 1:
-            raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
-        if errors not in ("raise", "collect"):
-            raise InvalidInputError(f"errors must be 'raise' or 'collect', got {errors!r}")
+        self, model: AsyncModel, plan: MapPlan, timeout: Timeout, retry: RetryPolicy | NotGiven
+    ):
         self.model = model
-        self.builder = BatchBuilder(
-            model.spec, check_batch_size(model.spec, batch_size), errors == "collect"
-        )
-        self.concurrency = concurrency
-        self.collect = errors == "collect"
-        self.outputs = None if outputs is None else list(outputs)
+        self.plan = plan
         self.timeout = timeout
         self.retry = retry
 
-    async def _run_batch(self, samples: list[PreparedSample]) -> list[InferResult | TritonError]:
+    async def _run_batch(self, samples: list[PreparedSample]) -> list[Outcome]:
         if samples[0].error is not None:
             return [samples[0].error]
-        model = self.model
-        request = batch_request(model.spec, model.version, samples, self.outputs)
+        plan = self.plan
+        client = self.model._client
         try:
-            result = await model._client._infer_one(request, self.timeout, self.retry)
+            result = await client._infer_one(plan.request(samples), self.timeout, self.retry)
         except TritonError as error:
-            if not self.collect:
-                raise
-            if len(samples) == 1:
-                return [error]
-            return [outcome for sample in samples for outcome in await self._run_batch([sample])]
-        if not model.spec.batched:
-            return [result]
-        return list(result.split_rows(len(samples)))
+            if plan.isolate(samples, error):
+                return [
+                    outcome for sample in samples for outcome in await self._run_batch([sample])
+                ]
+            return [error] * len(samples)
+        return plan.outcomes(samples, result)
 
     async def run(
         self,
         samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
         progress: bool,
-    ) -> AsyncIterator[InferResult | TritonError]:
+    ) -> AsyncIterator[Outcome]:
+        plan = self.plan
         bar = progress_bar(samples) if progress else None
-        window: deque[asyncio.Task[list[InferResult | TritonError]]] = deque()
+        window: deque[asyncio.Task[list[Outcome]]] = deque()
+
+        async def finish_oldest() -> list[Outcome]:
+            outcomes = await window.popleft()
+            if bar is not None:
+                bar.update(len(outcomes))
+            return outcomes
+
         try:
             async for sample in _each(samples):
-                for batch in self.builder.add(sample):
+                for batch in plan.builder.add(sample):
                     window.append(asyncio.ensure_future(self._run_batch(batch)))
-                    while len(window) >= self.concurrency:
-                        for outcome in await window.popleft():
-                            if bar is not None:
-                                bar.update(1)
-                            yield outcome
-            for batch in self.builder.flush():
+                    while len(window) >= plan.concurrency:
+                        for outcome in await finish_oldest():
+                            yield plan.emit(outcome)
+            for batch in plan.builder.flush():
                 window.append(asyncio.ensure_future(self._run_batch(batch)))
             while window:
-                for outcome in await window.popleft():
-                    if bar is not None:
-                        bar.update(1)
-                    yield outcome
+                for outcome in await finish_oldest():
+                    yield plan.emit(outcome)
         finally:
             for task in window:
                 task.cancel()

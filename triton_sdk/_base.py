@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
@@ -22,6 +23,7 @@ from ._request import (
     RequestedOutput,
     check_outputs,
     check_parameters,
+    check_priority,
 )
 from ._shaping import InputValue, prepare_inputs, split_batch
 from ._spec import ModelSpec
@@ -65,7 +67,7 @@ class ClientSettings:
             endpoint=endpoint,
             timeout=timeout,
             retry=RetryPolicy.none() if retry is None else retry,
-            headers=dict(headers or {}),
+            headers=check_headers(headers or {}),
             tls=tls,
             metrics_url=metrics_url or default_metrics_url(endpoint),
         )
@@ -81,10 +83,27 @@ class ClientSettings:
         return self.retry if isinstance(retry, NotGiven) else retry
 
 
+_HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
+
+
+def check_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers both protocols can carry: token names, printable ASCII values."""
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(str(name)):
+            raise InvalidInputError(f"invalid header name {name!r}")
+        given: object = value  # callers without type checking can pass anything
+        if not isinstance(given, str) or not _HEADER_VALUE.fullmatch(given):
+            # The value is not shown: headers often carry credentials.
+            raise InvalidInputError(
+                f"header {name!r}: values must be printable ASCII without line breaks"
+            )
+    return dict(headers)
+
+
 def default_metrics_url(endpoint: Endpoint) -> str:
     """Triton's default: the same host, port 8002."""
-    host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
-    return f"{'https' if endpoint.tls else 'http'}://{host}:8002/metrics"
+    return f"{'https' if endpoint.tls else 'http'}://{endpoint.authority_with_port(8002)}/metrics"
 
 
 def client_repr(kind: str, settings: ClientSettings) -> str:
@@ -180,7 +199,7 @@ class ModelCore:
             outputs=self._outputs(outputs, class_count),
             request_id=request_id,
             parameters=check_parameters(parameters, self.name),
-            priority=priority,
+            priority=check_priority(priority, self.name),
             sequence_id=sequence.sequence_id if sequence else 0,
             sequence_start=sequence.start if sequence else False,
             sequence_end=sequence.end if sequence else False,

@@ -24,9 +24,9 @@ from ._base import (
 )
 from ._classify import Classification, parse_classifications
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
-from ._errors import InvalidInputError, TritonError, TritonTimeoutError
+from ._errors import TritonError, TritonTimeoutError
 from ._generate import JSONValue
-from ._map import BatchBuilder, PreparedSample, batch_request, check_batch_size, progress_bar
+from ._map import MapPlan, Outcome, PreparedSample, progress_bar
 from ._operations import (
     LogSettings,
     ModelStatistics,
@@ -117,6 +117,7 @@ class Client:
         timeout: Timeout = NOT_GIVEN,
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
         idempotent: bool = True,
+        started: float | None = None,
     ) -> T:
         if self._closed:
             raise closed_error("Client")
@@ -126,6 +127,7 @@ class Client:
             timeout=self._settings.timeout_for(timeout),
             idempotent=idempotent,
             what=what,
+            started=started,
         )
 
     # Health and server
@@ -297,11 +299,18 @@ class Client:
         self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
     ) -> ModelSpec:
         """The typed description of a model, read from its metadata and config."""
+        started = time.monotonic()
         metadata = self._call(
-            "model_metadata", partial(self._backend.model_metadata, name, version), timeout=timeout
+            "model_metadata",
+            partial(self._backend.model_metadata, name, version),
+            timeout=timeout,
+            started=started,
         )
         config = self._call(
-            "model_config", partial(self._backend.model_config, name, version), timeout=timeout
+            "model_config",
+            partial(self._backend.model_config, name, version),
+            timeout=timeout,
+            started=started,
         )
         return ModelSpec.from_metadata(metadata, config)
 
@@ -317,7 +326,11 @@ class Client:
     # Inference plumbing for Model
 
     def _infer_one(
-        self, request: InferRequest, timeout: Timeout, retry: RetryPolicy | NotGiven
+        self,
+        request: InferRequest,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+        started: float | None = None,
     ) -> InferResult:
         return self._call(
             request.model,
@@ -325,6 +338,7 @@ class Client:
             timeout=timeout,
             retry=retry,
             idempotent=request.idempotent,
+            started=started,
         )
 
     def _infer(
@@ -332,8 +346,14 @@ class Client:
     ) -> InferResult:
         if len(requests) == 1:
             return self._infer_one(requests[0], timeout, retry)
+        started = time.monotonic()  # one retry deadline for all the chunks
         executor = self._chunk_executor()
-        parts = executor.map(lambda request: self._infer_one(request, timeout, retry), requests)
+        try:
+            parts = executor.map(
+                lambda request: self._infer_one(request, timeout, retry, started), requests
+            )
+        except RuntimeError as exc:  # the pool was shut down by close() meanwhile
+            raise closed_error("Client") from exc
         return InferResult.concatenate(list(parts))
 
     def _chunk_executor(self) -> ThreadPoolExecutor:
@@ -642,8 +662,8 @@ class Model(ModelCore):
         the server refuses is then retried sample by sample to find the culprits.
         ``progress=True`` shows a tqdm progress bar.
         """
-        runner = _MapRunner(self, batch_size, concurrency, errors, outputs, timeout, retry)
-        return runner.run(samples, progress)
+        plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
+        return _MapRunner(self, plan, timeout, retry).run(samples, progress)
 
 
 class ModelSequence:
@@ -696,10 +716,10 @@ class ModelSequence:
         )
         if model._client._closed:
             raise closed_error("Client")
-        try:
-            result = model._client._infer_one(request, timeout, _ONCE)
-        finally:
-            self._state.sent_one(end)
+        # Counted before it goes out, so that a request sent meanwhile (from another
+        # task or thread) cannot carry START a second time.
+        self._state.sent_one(end)
+        result = model._client._infer_one(request, timeout, _ONCE)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     def infer(
@@ -770,66 +790,44 @@ class _MapRunner:
     """The blocking driver of :meth:`Model.map`: a window of batches on a thread pool."""
 
     def __init__(
-        self,
-        model: Model,
-        batch_size: int | None,
-        concurrency: int,
-        errors: Literal["raise", "collect"],
-        outputs: Iterable[str] | None,
-        timeout: Timeout,
-        retry: RetryPolicy | NotGiven,
-    ) -> None:
-        if concurrency < 1:
-            raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
-        if errors not in ("raise", "collect"):
-            raise InvalidInputError(f"errors must be 'raise' or 'collect', got {errors!r}")
+        self, model: Model, plan: MapPlan, timeout: Timeout, retry: RetryPolicy | NotGiven
+    ):
         self.model = model
-        self.builder = BatchBuilder(
-            model.spec, check_batch_size(model.spec, batch_size), errors == "collect"
-        )
-        self.concurrency = concurrency
-        self.collect = errors == "collect"
-        self.outputs = None if outputs is None else list(outputs)
+        self.plan = plan
         self.timeout = timeout
         self.retry = retry
 
-    def _run_batch(self, samples: list[PreparedSample]) -> list[InferResult | TritonError]:
+    def _run_batch(self, samples: list[PreparedSample]) -> list[Outcome]:
         if samples[0].error is not None:
             return [samples[0].error]
-        model = self.model
-        request = batch_request(model.spec, model.version, samples, self.outputs)
+        plan = self.plan
         try:
-            result = model._client._infer_one(request, self.timeout, self.retry)
+            result = self.model._client._infer_one(plan.request(samples), self.timeout, self.retry)
         except TritonError as error:
-            if not self.collect:
-                raise
-            if len(samples) == 1:
-                return [error]
-            return [outcome for sample in samples for outcome in self._run_batch([sample])]
-        if not self.model.spec.batched:
-            return [result]
-        return list(result.split_rows(len(samples)))
+            if plan.isolate(samples, error):
+                return [outcome for sample in samples for outcome in self._run_batch([sample])]
+            return [error] * len(samples)
+        return plan.outcomes(samples, result)
 
-    def run(
-        self, samples: Iterable[Mapping[str, InputValue]], progress: bool
-    ) -> Iterator[InferResult | TritonError]:
+    def run(self, samples: Iterable[Mapping[str, InputValue]], progress: bool) -> Iterator[Outcome]:
+        plan = self.plan
         bar = progress_bar(samples) if progress else None
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="triton_sdk-map")
-        window: deque[Future[list[InferResult | TritonError]]] = deque()
+        pool = ThreadPoolExecutor(plan.concurrency, thread_name_prefix="triton_sdk-map")
+        window: deque[Future[list[Outcome]]] = deque()
 
-        def drain(limit: int) -> Iterator[InferResult | TritonError]:
+        def drain(limit: int) -> Iterator[Outcome]:
             while len(window) > limit:
                 for outcome in window.popleft().result():
                     if bar is not None:
                         bar.update(1)
-                    yield outcome
+                    yield plan.emit(outcome)
 
         try:
             for sample in samples:
-                for batch in self.builder.add(sample):
+                for batch in plan.builder.add(sample):
                     window.append(pool.submit(self._run_batch, batch))
-                    yield from drain(self.concurrency - 1)
-            for batch in self.builder.flush():
+                    yield from drain(plan.concurrency - 1)
+            for batch in plan.builder.flush():
                 window.append(pool.submit(self._run_batch, batch))
             yield from drain(0)
         finally:

@@ -144,8 +144,12 @@ class Endpoint:
 
     @property
     def authority(self) -> str:
+        """``host:port``, an IPv6 host in brackets."""
+        return self.authority_with_port(self.port)
+
+    def authority_with_port(self, port: int) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return f"{host}:{port}"
 
     def __str__(self) -> str:
         scheme = {("grpc", False): "grpc", ("grpc", True): "grpcs"}.get(

@@ -109,7 +109,16 @@ class InferenceError(TritonError):
 _NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready")
 _NOT_FOUND_HINTS = ("unknown model", "is not found", "is not available")
 _QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
-_TLS_HINTS = ("ssl", "tls", "handshake", "certificate", "verification", "unauthenticated")
+# gRPC's own phrases: a bare "tls" or "ssl" could be part of a host name.
+_TLS_HINTS = (
+    "ssl handshake",
+    "ssl_error",
+    "tls handshake",
+    "handshake failed",
+    "certificate",
+    "verification check failed",
+    "unauthenticated",
+)
 _REFUSED_HINTS = ("restricted", "not allowed")
 _RETRYABLE_HTTP = frozenset({502, 503, 504})
 
@@ -161,6 +170,24 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
     if http_status == 503 and _has(lowered, _REFUSED_HINTS):
         return InferenceError, False
     return InferenceError, http_status in _RETRYABLE_HTTP
+
+
+def classify_message(
+    message: str,
+    *,
+    status: Status | None = None,
+    model: str | None = None,
+    request_id: str | None = None,
+) -> TritonError:
+    """An error reported inside an answer that itself succeeded (a gRPC stream message,
+    an HTTP 200 body): there is no error status, so the message decides."""
+    lowered = message.lower()
+    error_class: type[TritonError] = InferenceError
+    if _has(lowered, _NOT_READY_HINTS):
+        error_class = ModelNotReadyError
+    elif "model" in lowered and _has(lowered, _NOT_FOUND_HINTS):
+        error_class = ModelNotFoundError
+    return error_class(message, status=status, model=model, request_id=request_id)
 
 
 def classify_transport_error(

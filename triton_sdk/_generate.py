@@ -9,13 +9,13 @@ are turned into the same dicts here. Conversely, ``model.stream`` over HTTP trav
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeAlias
 
 import numpy as np
 
-from ._errors import InferenceError, InvalidInputError
-from ._request import InferRequest, ParameterValue, check_parameters
+from ._errors import InferenceError, InvalidInputError, classify_message
+from ._request import InferRequest, ParameterValue, check_parameter_names, check_parameters
 from ._result import InferResult, decode_json_output
 from ._shaping import Tensor, prepare_inputs
 from ._spec import ModelSpec
@@ -69,8 +69,16 @@ def generate_body(
     fields: Mapping[str, object],
     parameters: Mapping[str, object] | None,
     request_id: str = "",
+    spec: ModelSpec | None = None,
 ) -> bytes:
-    """The JSON body of a generate request."""
+    """The JSON body of a generate request.
+
+    With ``spec``, the fields that are not inputs (the server makes them parameters)
+    and ``parameters`` are checked for reserved names, as on the gRPC path.
+    """
+    if spec is not None:
+        check_parameter_names([name for name in fields if name not in spec.inputs], spec.name)
+        check_parameter_names(parameters or (), spec.name)
     body = {name: _plain(value, "strict") for name, value in fields.items()}
     if request_id:
         body["id"] = request_id
@@ -115,7 +123,7 @@ def response_fields(document: Any, model: str) -> dict[str, JSONValue]:
     if not isinstance(document, dict):
         raise InferenceError(f"generate answered with a non-object: {document!r}", model=model)
     if "error" in document:
-        raise InferenceError(str(document["error"]), status=200, model=model)
+        raise classify_message(str(document["error"]), status=200, model=model)
     return {
         name: _plain(value) for name, value in document.items() if name not in _RESPONSE_METADATA
     }
@@ -190,14 +198,32 @@ def event_to_result(
 
 
 class ServerSentEvents:
-    """An incremental parser of a ``text/event-stream``: feed lines, get ``data`` payloads."""
+    """An incremental parser of a ``text/event-stream``: feed bytes as they arrive, in
+    chunks of any size, and get the ``data`` of each event that ends."""
 
     def __init__(self) -> None:
+        self._pending = b""
         self._data: list[str] = []
 
-    def feed(self, line: bytes) -> str | None:
-        """Take one line (with or without its newline); return an event's data when one ends."""
-        text = line.decode("utf-8").rstrip("\r\n")
+    def feed(self, chunk: bytes) -> list[str]:
+        """Take the next bytes of the stream; return the data of the events they end."""
+        lines = (self._pending + chunk).split(b"\n")
+        self._pending = lines.pop()
+        return [data for data in map(self._line, lines) if data is not None]
+
+    def finish(self) -> list[str]:
+        """The last event, when the stream ended without a blank line after it."""
+        pending, self._pending = self._pending, b""
+        return [data for data in map(self._line, (pending, b"")) if data is not None]
+
+    def events(self, chunks: Iterable[bytes]) -> Iterator[str]:
+        """The data of every event in a stream of chunks."""
+        for chunk in chunks:
+            yield from self.feed(chunk)
+        yield from self.finish()
+
+    def _line(self, line: bytes) -> str | None:
+        text = line.decode("utf-8").rstrip("\r")
         if not text:
             if not self._data:
                 return None
@@ -209,16 +235,3 @@ class ServerSentEvents:
         if field == "data":
             self._data.append(value.removeprefix(" "))
         return None
-
-    def finish(self) -> str | None:
-        """The last event, when the stream ended without a blank line after it."""
-        return self.feed(b"")
-
-    def events(self, lines: Iterator[bytes]) -> Iterator[str]:
-        for line in lines:
-            data = self.feed(line)
-            if data is not None:
-                yield data
-        last = self.finish()
-        if last is not None:
-            yield last

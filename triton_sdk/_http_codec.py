@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import attrs
 
-from ._errors import InferenceError, TritonError, classify_status
+from ._errors import InferenceError, TritonError, classify_message, classify_status
 from ._generate import response_fields
 from ._request import InferRequest
 from ._result import InferResult, decode_json_output, decode_output
@@ -133,12 +133,17 @@ def decode_json(body: bytes, what: str) -> Any:
         raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
 
 
-def decode_infer(body: bytes, header_length: int | None) -> InferResult:
+def decode_infer(
+    body: bytes,
+    header_length: int | None,
+    model: str | None = None,
+    request_id: str | None = None,
+) -> InferResult:
     """Read an infer response: a JSON header, then the binary outputs it describes."""
     json_end = len(body) if header_length is None else header_length
     header = decode_json(body[:json_end], "infer")
     if "error" in header:
-        raise InferenceError(str(header["error"]), status=200)
+        raise classify_message(str(header["error"]), status=200, model=model, request_id=request_id)
     view = memoryview(body)
     offset = json_end
     outputs = {}
@@ -211,8 +216,6 @@ class HttpCall(Generic[T]):
     """(status, Inference-Header-Content-Length or None, body) -> value, or raise."""
     model: str | None = None
     request_id: str | None = None
-    idempotent: bool = True
-    """Whether the transport may send the request again after a broken connection."""
 
 
 _NO_HEADERS: Final[Mapping[str, str]] = {}
@@ -224,30 +227,46 @@ def _is_ok(status: int, header_length: int | None, body: bytes) -> bool:
     return status == 200
 
 
-def _json_reader(what: str, model: str | None = None) -> Callable[[int, int | None, bytes], Any]:
-    def read(status: int, header_length: int | None, body: bytes) -> Any:
+Reader = Callable[[int, int | None, bytes], T]
+"""(status, Inference-Header-Content-Length or None, body) -> value, or raise."""
+
+
+def _reader(
+    then: Callable[[int | None, bytes], T],
+    model: str | None = None,
+    request_id: str | None = None,
+) -> Reader[T]:
+    """A reader that raises the server's error unless the status is 200, else reads on."""
+
+    def read(status: int, header_length: int | None, body: bytes) -> T:
         if status != 200:
-            raise error_from_response(status, body, model=model)
-        return decode_json(body, what)
+            raise error_from_response(status, body, model=model, request_id=request_id)
+        return then(header_length, body)
 
     return read
 
 
-def _checked(model: str | None) -> Callable[[int, int | None, bytes], None]:
-    def read(status: int, header_length: int | None, body: bytes) -> None:
-        if status != 200:
-            raise error_from_response(status, body, model=model)
-
-    return read
+def _json_reader(what: str, model: str | None = None) -> Reader[Any]:
+    return _reader(lambda _, body: decode_json(body, what), model)
 
 
-def _field_reader(field: str, model: str | None) -> Callable[[int, int | None, bytes], Any]:
-    read_json = _json_reader(field, model)
+def _checked(model: str | None) -> Reader[None]:
+    return _reader(lambda _, __: None, model)
 
-    def read(status: int, header_length: int | None, body: bytes) -> Any:
-        return read_json(status, header_length, body).get(field, [])
 
-    return read
+def _field_reader(field: str, model: str | None) -> Reader[Any]:
+    return _reader(lambda _, body: decode_json(body, field).get(field, []), model)
+
+
+def _generate_reader(model: str) -> Reader[dict[str, Any]]:
+    return _reader(lambda _, body: response_fields(decode_json(body, "generate"), model), model)
+
+
+def _infer_reader(request: InferRequest) -> Reader[InferResult]:
+    model, request_id = request.model, request.request_id or None
+    return _reader(
+        lambda length, body: decode_infer(body, length, model, request_id), model, request_id
+    )
 
 
 def _settings_call(
@@ -257,26 +276,6 @@ def _settings_call(
     if updates is None:
         return HttpCall("GET", path, None, _NO_HEADERS, reader, model)
     return HttpCall("POST", path, [json.dumps(updates).encode()], _JSON_HEADERS, reader, model)
-
-
-def _generate_reader(model: str) -> Callable[[int, int | None, bytes], dict[str, Any]]:
-    def read(status: int, header_length: int | None, body: bytes) -> dict[str, Any]:
-        if status != 200:
-            raise error_from_response(status, body, model=model)
-        return response_fields(decode_json(body, "generate"), model)
-
-    return read
-
-
-def _infer_reader(request: InferRequest) -> Callable[[int, int | None, bytes], InferResult]:
-    def read(status: int, header_length: int | None, body: bytes) -> InferResult:
-        if status != 200:
-            raise error_from_response(
-                status, body, model=request.model, request_id=request.request_id or None
-            )
-        return decode_infer(body, header_length)
-
-    return read
 
 
 class Routes:
@@ -318,7 +317,7 @@ class Routes:
     ) -> HttpCall[None]:
         path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/load"
         body = [load_body(config, files)]
-        return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name, idempotent=False)
+        return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name)
 
     def unload_model(self, name: str, unload_dependents: bool) -> HttpCall[None]:
         path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/unload"
@@ -375,5 +374,4 @@ class Routes:
             _infer_reader(request),
             request.model,
             request.request_id or None,
-            request.idempotent,
         )

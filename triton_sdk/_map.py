@@ -7,15 +7,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._errors import InvalidInputError, TritonError
+from ._errors import InferenceError, InvalidInputError, TritonError
 from ._request import InferRequest, check_outputs
+from ._result import InferResult
 from ._shaping import Tensor, prepare_inputs
 from ._spec import ModelSpec
 
 __all__ = [
     "BatchBuilder",
+    "MapPlan",
+    "Outcome",
     "PreparedSample",
-    "batch_request",
     "check_batch_size",
     "default_batch_size",
     "progress_bar",
@@ -58,21 +60,21 @@ def check_batch_size(spec: ModelSpec, batch_size: int | None) -> int:
     return min(size, spec.max_batch_size)
 
 
-def prepare_sample(spec: ModelSpec, sample: object, collect: bool) -> PreparedSample:
+def prepare_sample(spec: ModelSpec, sample: object, index: int) -> PreparedSample:
+    """Validate one sample; a refused one carries its error, which names its position."""
     if not isinstance(sample, Mapping):
-        error = InvalidInputError(
-            f"map takes samples as mappings of input name to value, got {type(sample).__name__}",
-            model=spec.name,
+        return PreparedSample(
+            None,
+            InvalidInputError(
+                f"sample {index}: map takes samples as mappings of input name to value, "
+                f"got {type(sample).__name__}",
+                model=spec.name,
+            ),
         )
-        if collect:
-            return PreparedSample(None, error)
-        raise error
     try:
         return PreparedSample(prepare_inputs(spec, sample, sample=True).tensors)
     except InvalidInputError as error:
-        if not collect:
-            raise
-        return PreparedSample(None, error)
+        return PreparedSample(None, InvalidInputError(f"sample {index}: {error}", model=spec.name))
 
 
 class BatchBuilder:
@@ -81,15 +83,16 @@ class BatchBuilder:
     A refused sample travels alone, so that its error keeps its place in the output.
     """
 
-    def __init__(self, spec: ModelSpec, batch_size: int, collect: bool) -> None:
+    def __init__(self, spec: ModelSpec, batch_size: int) -> None:
         self.spec = spec
         self.batch_size = batch_size
-        self.collect = collect
         self._pending: list[PreparedSample] = []
+        self._count = 0
 
     def add(self, sample: object) -> list[list[PreparedSample]]:
         """Take a sample; return the batches it completed (zero, one or two)."""
-        prepared = prepare_sample(self.spec, sample, self.collect)
+        prepared = prepare_sample(self.spec, sample, self._count)
+        self._count += 1
         done = []
         pending = self._pending
         if pending and (
@@ -114,6 +117,62 @@ class BatchBuilder:
         return [pending] if pending else []
 
 
+Outcome = InferResult | TritonError
+
+
+class MapPlan:
+    """What the blocking and the asyncio ``map`` share: checks, batching, and the turning
+    of a batch's result (or failure) into one outcome per sample."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        version: str | None,
+        batch_size: int | None,
+        concurrency: int,
+        errors: str,
+        outputs: Iterable[str] | None,
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
+        if errors not in ("raise", "collect"):
+            raise InvalidInputError(f"errors must be 'raise' or 'collect', got {errors!r}")
+        self.spec = spec
+        self.version = version
+        self.builder = BatchBuilder(spec, check_batch_size(spec, batch_size))
+        self.concurrency = concurrency
+        self.collect = errors == "collect"
+        self.outputs = None if outputs is None else check_outputs(spec, outputs)
+
+    def request(self, samples: list[PreparedSample]) -> InferRequest:
+        """The request of one batch of validated samples."""
+        return InferRequest(
+            model=self.spec.name,
+            version=self.version or "",
+            inputs=join_samples(samples, self.spec.batched),
+            outputs=self.outputs,
+        )
+
+    def outcomes(self, samples: list[PreparedSample], result: InferResult) -> list[Outcome]:
+        if not self.spec.batched:
+            return [result]
+        return list(result.split_rows(len(samples)))
+
+    def isolate(self, samples: list[PreparedSample], error: TritonError) -> bool:
+        """Whether to send a failed batch's samples one by one, to find the culprits.
+
+        Only when collecting errors, and only after the server refused the batch: a
+        timed-out or cut-off batch may still run on the server, and is not sent again.
+        """
+        return self.collect and len(samples) > 1 and type(error) is InferenceError
+
+    def emit(self, outcome: Outcome) -> Outcome:
+        """An outcome as map yields it: errors are raised unless they are collected."""
+        if isinstance(outcome, TritonError) and not self.collect:
+            raise outcome
+        return outcome
+
+
 def join_samples(samples: list[PreparedSample], batched: bool) -> list[Tensor]:
     """The tensors of a batch: each input's samples concatenated along axis 0."""
     first = samples[0].tensors or []
@@ -127,21 +186,6 @@ def join_samples(samples: list[PreparedSample], batched: bool) -> list[Tensor]:
         )
         for index, tensor in enumerate(first)
     ]
-
-
-def batch_request(
-    spec: ModelSpec,
-    version: str | None,
-    samples: list[PreparedSample],
-    outputs: Iterable[str] | None,
-) -> InferRequest:
-    """The request of one batch of validated samples."""
-    return InferRequest(
-        model=spec.name,
-        version=version or "",
-        inputs=join_samples(samples, spec.batched),
-        outputs=None if outputs is None else check_outputs(spec, outputs),
-    )
 
 
 def progress_bar(samples: object) -> Any:

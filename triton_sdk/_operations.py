@@ -8,6 +8,7 @@ from typing import Any, Final
 import attrs
 
 from ._errors import InferenceError, InvalidInputError
+from ._spec import json_int
 
 __all__ = [
     "BatchStatistics",
@@ -21,11 +22,6 @@ __all__ = [
     "log_updates",
     "trace_updates",
 ]
-
-
-def _int(value: Any) -> int:
-    # gRPC's JSON form writes 64-bit integers as strings.
-    return int(value or 0)
 
 
 @attrs.frozen(kw_only=True)
@@ -43,7 +39,7 @@ class DurationStatistics:
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> DurationStatistics:
         data = data or {}
-        return cls(count=_int(data.get("count")), total_ns=_int(data.get("ns")))
+        return cls(count=json_int(data.get("count")), total_ns=json_int(data.get("ns")))
 
 
 @attrs.frozen(kw_only=True)
@@ -86,7 +82,7 @@ class BatchStatistics:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchStatistics:
         return cls(
-            batch_size=_int(data.get("batch_size")),
+            batch_size=json_int(data.get("batch_size")),
             compute_input=DurationStatistics.from_json(data.get("compute_input")),
             compute_infer=DurationStatistics.from_json(data.get("compute_infer")),
             compute_output=DurationStatistics.from_json(data.get("compute_output")),
@@ -120,9 +116,9 @@ class ModelStatistics:
         return cls(
             name=str(data.get("name", "")),
             version=str(data.get("version", "")),
-            last_inference=_int(data.get("last_inference")),
-            inference_count=_int(data.get("inference_count")),
-            execution_count=_int(data.get("execution_count")),
+            last_inference=json_int(data.get("last_inference")),
+            inference_count=json_int(data.get("inference_count")),
+            execution_count=json_int(data.get("execution_count")),
             inference=InferenceStatistics.from_json(data.get("inference_stats")),
             batches=tuple(BatchStatistics.from_json(item) for item in data.get("batch_stats", ())),
         )
@@ -315,7 +311,7 @@ class LogSettings:
             info=bool(data.get("log_info", False)),
             warning=bool(data.get("log_warning", False)),
             error=bool(data.get("log_error", False)),
-            verbose_level=_int(data.get("log_verbose_level")),
+            verbose_level=json_int(data.get("log_verbose_level")),
             format=str(data.get("log_format") or ""),
         )
 
@@ -344,4 +340,6 @@ def log_updates(
     }
     if not updates:
         raise InvalidInputError("give at least one log setting to update")
+    if verbose_level is not None and not 0 <= verbose_level < 2**32:
+        raise InvalidInputError(f"verbose_level must be in [0, 2**32), got {verbose_level}")
     return updates

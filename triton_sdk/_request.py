@@ -79,25 +79,44 @@ def check_outputs(
     return requested
 
 
+def check_priority(priority: int, model: str) -> int:
+    """Priorities are unsigned 64-bit integers (0: the model's default level)."""
+    given: object = priority  # callers without type checking can pass anything
+    if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < 2**64:
+        raise InvalidInputError(
+            f"priority must be an int in [0, 2**64), got {priority!r}", model=model
+        )
+    return priority
+
+
+def check_parameter_names(names: Iterable[object], model: str) -> None:
+    """Refuse parameter names that are not text or that the protocol reserves."""
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"parameter names must be non-empty str, got {name!r}")
+        if name in _RESERVED_PARAMETERS or name.startswith("triton_"):
+            raise InvalidInputError(
+                f"parameter {name!r} is reserved by the inference protocol; "
+                "use the call's own options instead",
+                model=model,
+            )
+
+
 def check_parameters(
     parameters: Mapping[str, ParameterValue] | None, model: str
 ) -> Mapping[str, ParameterValue] | None:
     """Refuse parameters the protocol reserves or cannot carry."""
     if not parameters:
         return None
+    check_parameter_names(parameters, model)
     for key, value in parameters.items():
-        name: object = key
-        if not isinstance(name, str) or not name:
-            raise InvalidInputError(f"parameter names must be non-empty str, got {key!r}")
-        if key in _RESERVED_PARAMETERS or key.startswith("triton_"):
-            raise InvalidInputError(
-                f"parameter {key!r} is reserved by the inference protocol; "
-                "use the call's own options instead",
-                model=model,
-            )
         if not isinstance(value, bool | int | float | str):
             raise InvalidInputError(
                 f"parameter {key!r} must be bool, int, float or str, got {type(value).__name__}",
                 model=model,
+            )
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            raise InvalidInputError(
+                f"parameter {key!r}: {value} does not fit a 64-bit integer", model=model
             )
     return parameters

@@ -112,8 +112,10 @@ def _final_error(error: TritonError, stop: _StopAt, what: str, policy: RetryPoli
     )
 
 
-def _deadline_at(policy: RetryPolicy) -> float | None:
-    return None if policy.deadline is None else time.monotonic() + policy.deadline
+def _deadline_at(policy: RetryPolicy, started: float | None) -> float | None:
+    if policy.deadline is None:
+        return None
+    return (time.monotonic() if started is None else started) + policy.deadline
 
 
 def call_sync(
@@ -123,9 +125,14 @@ def call_sync(
     timeout: float | None,
     idempotent: bool,
     what: str,
+    started: float | None = None,
 ) -> T:
-    """Run ``attempt(timeout_for_this_attempt)`` under the policy."""
-    deadline_at = _deadline_at(policy)
+    """Run ``attempt(timeout_for_this_attempt)`` under the policy.
+
+    ``started`` (a ``time.monotonic()`` value) starts the deadline's clock earlier, for
+    calls made of several requests: all of them share one deadline.
+    """
+    deadline_at = _deadline_at(policy, started)
     try:
         return attempt(attempt_timeout(timeout, deadline_at, time.monotonic()))
     except TritonError as error:
@@ -156,9 +163,10 @@ async def call_async(
     timeout: float | None,
     idempotent: bool,
     what: str,
+    started: float | None = None,
 ) -> T:
     """The asynchronous twin of :func:`call_sync`."""
-    deadline_at = _deadline_at(policy)
+    deadline_at = _deadline_at(policy, started)
     try:
         return await attempt(attempt_timeout(timeout, deadline_at, time.monotonic()))
     except TritonError as error:

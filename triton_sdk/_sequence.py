@@ -68,8 +68,8 @@ class SequenceState:
         return SequenceFlags(self.sequence_id, self.sent == 0, end)
 
     def sent_one(self, end: bool) -> None:
-        """Count a request that left the client (answered or not: a failed request may
-        still have reached the model, so START is not sent twice)."""
+        """Count a request as it leaves the client (answered or not: a failed request may
+        still have reached the model, so START is never sent twice)."""
         self.sent += 1
         self.ended = self.ended or end
 

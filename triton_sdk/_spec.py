@@ -11,7 +11,7 @@ import numpy as np
 
 from ._dtypes import config_type_to_datatype, numpy_dtype
 
-__all__ = ["ModelSpec", "TensorSpec"]
+__all__ = ["ModelSpec", "TensorSpec", "json_int"]
 
 JSON = Mapping[str, Any]
 """A decoded JSON object, as the server sends metadata and config (or gRPC's equivalent)."""
@@ -99,7 +99,7 @@ class ModelSpec:
         Shapes and datatypes come from the metadata (what the server checks requests
         against), with the batch axis removed; the rest comes from the config.
         """
-        max_batch_size = _int(config.get("max_batch_size", 0))
+        max_batch_size = json_int(config.get("max_batch_size", 0))
         input_configs = {item["name"]: item for item in config.get("input", ())}
         output_configs = {item["name"]: item for item in config.get("output", ())}
         inputs = [
@@ -126,7 +126,7 @@ class ModelSpec:
             string_sequence_ids=_string_sequence_ids(config.get("sequence_batching") or {}),
             dynamic_batching=dynamic is not None,
             preferred_batch_sizes=tuple(
-                _int(size) for size in (dynamic or {}).get("preferred_batch_size", ())
+                json_int(size) for size in (dynamic or {}).get("preferred_batch_size", ())
             ),
         )
 
@@ -139,13 +139,14 @@ def _string_sequence_ids(sequence_batching: JSON) -> bool:
     return False
 
 
-def _int(value: Any) -> int:
-    # gRPC's JSON form writes int64 fields as strings.
-    return int(value)
+def json_int(value: Any) -> int:
+    """An integer field of a decoded answer: gRPC's JSON form writes 64-bit integers as
+    strings and leaves out fields that are zero."""
+    return int(value or 0)
 
 
 def _tensor_spec(metadata: JSON, config: JSON, max_batch_size: int) -> TensorSpec:
-    shape = tuple(_int(dim) for dim in metadata.get("shape", ()))
+    shape = tuple(json_int(dim) for dim in metadata.get("shape", ()))
     if max_batch_size > 0 and shape:
         shape = shape[1:]
     datatype = str(metadata.get("datatype") or "")

@@ -339,6 +339,7 @@ class LocalServer:
             return self
         if not self.repository.is_dir():
             raise ServerStartError(f"model repository {self.repository} is not a directory")
+        self._remove_workdir()  # what a kill() left behind
         installation = find_tritonserver()
         self._workdir = Path(tempfile.mkdtemp(prefix="triton_sdk-"))
         if self._log_path is None:

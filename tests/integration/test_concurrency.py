@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 import triton_sdk as ts
+from triton_sdk.local import LocalServer
 
 THREADS = 8
 CALLS_PER_THREAD = 25
@@ -147,3 +149,18 @@ async def test_oversized_batches_concurrently_async(url: str) -> None:
         results = await asyncio.gather(*(model.infer(TEXT=texts) for texts in batches))
     for texts, result in zip(batches, results, strict=True):
         check_embeddings(result["OUTPUT"], texts)
+
+
+def test_http_client_with_descriptors_above_1023(server: LocalServer) -> None:
+    # select() cannot watch descriptors past 1023; a busy process easily has that many.
+    opened = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with ts.Client(server.http_url, retry=ts.RetryPolicy.none()) as client:
+            model = client.model("add_sub")
+            for value in range(5):
+                result = model.infer(INPUT0=[value] * 4, INPUT1=[1, 1, 1, 1])
+                assert result["OUTPUT0"].tolist() == [value + 1] * 4
+            assert client.is_ready()
+    finally:
+        for descriptor in opened:
+            os.close(descriptor)

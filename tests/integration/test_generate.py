@@ -179,3 +179,10 @@ async def test_async_generate_streams_run_concurrently(url: str) -> None:
             await anext(chunks)
         assert time.monotonic() - started < 1.75
         assert [chunk async for chunk in repeat.generate_stream(IN=[3])] == [{"OUT": 3, "IDX": 0}]
+
+
+def test_a_large_event_is_read_whole(client: Any) -> None:
+    # Over 512 KiB of JSON in one event line.
+    chunks = list(client.model("zeros").generate_stream(COUNT=300_000))
+    assert len(chunks) == 1
+    assert chunks[0]["OUT"] == [0.0] * 300_000

@@ -406,3 +406,13 @@ def test_sequence_requests_are_never_retried(
         finally:
             for client in clients:
                 close_client(client, loop_thread)
+
+
+async def test_requests_sent_at_once_carry_start_only_once(url: str) -> None:
+    async with ts.AsyncClient(url) as client:
+        model = await client.model("accumulate")
+        async with model.sequence() as sequence:
+            await asyncio.gather(sequence.infer_sample(INPUT=1), sequence.infer_sample(INPUT=2))
+            last = await sequence.infer_sample(INPUT=3, end=True)
+    # A second START would have reset the running sum.
+    assert last["OUTPUT"].tolist() == [6]

@@ -670,3 +670,29 @@ def test_channel_options_with_tls_server_hostname() -> None:
     assert options["grpc.ssl_target_name_override"] == "triton.internal"
     assert options["grpc.max_receive_message_length"] == 2**31 - 1
     assert "grpc.ssl_target_name_override" not in dict(channel_options(ts.TLSConfig()))
+
+
+@pytest.mark.parametrize(
+    ("parameters", "priority"),
+    [({"k": 2**64}, 0), ({"k": -(2**63) - 1}, 0), ({}, -1), ({}, 2**64), ({}, True)],
+)
+def test_numbers_the_protocol_cannot_carry_are_refused(
+    parameters: dict[str, int], priority: int
+) -> None:
+    from triton_sdk._base import ModelCore
+
+    spec = ts.ModelSpec(
+        name="m",
+        max_batch_size=0,
+        inputs={"X": ts.TensorSpec(name="X", datatype="FP32", shape=(1,))},
+    )
+    with pytest.raises(ts.InvalidInputError):
+        ModelCore(spec, None)._requests(
+            {"X": [1.0]},
+            {},
+            outputs=None,
+            parameters=parameters,
+            priority=priority,
+            request_id="",
+            sample=False,
+        )

@@ -292,3 +292,30 @@ def test_metrics_url_defaults_to_port_8002_of_the_same_host(url: str, metrics_ur
 
 def test_metrics_url_can_be_given() -> None:
     assert settings(metrics_url="http://elsewhere:9000/m").metrics_url == "http://elsewhere:9000/m"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"bad key": "v"},
+        {"": "v"},
+        {"x-key": "line\nbreak"},
+        {"x-key": "carriage\rreturn"},
+        {"x-key": "ü"},
+        {"x-key": 5},
+    ],
+)
+def test_headers_that_a_protocol_cannot_carry_are_refused(headers: dict[str, object]) -> None:
+    with pytest.raises(ts.InvalidInputError, match="header"):
+        settings(headers=headers)
+
+
+def test_header_values_are_not_shown_in_errors() -> None:
+    with pytest.raises(ts.InvalidInputError) as caught:
+        settings(headers={"authorization": "Bearer secret\n"})
+    assert "secret" not in str(caught.value)
+
+
+def test_good_headers_are_kept() -> None:
+    headers = {"authorization": "Bearer abc.def", "X-Request-Source": "batch job 7"}
+    assert settings(headers=headers).headers == headers

@@ -255,3 +255,32 @@ def test_repr_names_class_message_and_status() -> None:
     assert "InferenceError" in text
     assert "boom" in text
     assert "503" in text
+
+
+@pytest.mark.parametrize(
+    ("message", "error_class"),
+    [
+        (UNKNOWN_MODEL, ts.ModelNotFoundError),
+        (NO_VERSIONS, ts.ModelNotReadyError),
+        (MODEL_FAILED, ts.InferenceError),
+    ],
+)
+def test_errors_inside_successful_answers_are_classified_by_message(
+    message: str, error_class: type[ts.TritonError]
+) -> None:
+    from triton_sdk._errors import classify_message
+
+    error = classify_message(message, status=200, model="m", request_id="r")
+    assert type(error) is error_class
+    assert (error.status, error.model, error.request_id) == (200, "m", "r")
+    assert not error.retryable
+
+
+def test_a_host_name_with_tls_in_it_is_not_a_tls_failure() -> None:
+    message = (
+        "failed to connect to all addresses; last error: "
+        "DNS resolution failed for triton-tls.internal"
+    )
+    error = classify_status("UNAVAILABLE", message)
+    assert isinstance(error, ts.TritonConnectionError)
+    assert error.retryable

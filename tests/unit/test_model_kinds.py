@@ -27,8 +27,8 @@ from triton_sdk._generate import (
 )
 from triton_sdk._map import (
     BatchBuilder,
+    MapPlan,
     PreparedSample,
-    batch_request,
     check_batch_size,
     default_batch_size,
     join_samples,
@@ -143,80 +143,63 @@ def test_parse_classifications_unbatched_is_one_sample() -> None:
 
 def test_sse_event_data_arrives_over_several_feeds() -> None:
     parser = ServerSentEvents()
-    assert parser.feed(b'data: {"a":') is None
-    assert parser.feed(b"data: 1}\n") is None
-    assert parser.feed(b"\n") == '{"a":\n1}'
+    assert parser.feed(b'data: {"a":') == []
+    assert parser.feed(b"1}\n") == []
+    assert parser.feed(b"\n") == ['{"a":1}']
     # The next event starts clean.
-    assert parser.feed(b"data: second\n") is None
-    assert parser.feed(b"\n") == "second"
+    assert parser.feed(b"data: sec") == []
+    assert parser.feed(b"ond\n\n") == ["second"]
+
+
+def test_sse_chunks_of_any_size_give_the_same_events() -> None:
+    stream = b'data: {"n": 1}\n\ndata: {"n": 2}\r\n\r\n: comment\ndata: multi\ndata: line\n\n'
+    expected = ['{"n": 1}', '{"n": 2}', "multi\nline"]
+    for size in (1, 2, 3, 7, len(stream)):
+        chunks = [stream[start : start + size] for start in range(0, len(stream), size)]
+        assert list(ServerSentEvents().events(chunks)) == expected, size
 
 
 def test_sse_multi_line_data_joined_with_newlines() -> None:
     parser = ServerSentEvents()
-    for line in (b"data: one\n", b"data: two\n", b"data:three\n"):
-        assert parser.feed(line) is None
-    assert parser.feed(b"\n") == "one\ntwo\nthree"
+    assert parser.feed(b"data: one\ndata: two\ndata:three\n") == []
+    assert parser.feed(b"\n") == ["one\ntwo\nthree"]
 
 
 def test_sse_only_one_leading_space_is_removed() -> None:
-    parser = ServerSentEvents()
-    parser.feed(b"data:   indented\n")
-    assert parser.feed(b"\n") == "  indented"
+    assert ServerSentEvents().feed(b"data:   indented\n\n") == ["  indented"]
 
 
 def test_sse_comments_and_other_fields_are_ignored() -> None:
     parser = ServerSentEvents()
-    assert parser.feed(b": keep-alive\n") is None
-    assert parser.feed(b"\n") is None  # a comment alone is no event
-    assert parser.feed(b"event: message\n") is None
-    assert parser.feed(b"id: 7\n") is None
-    assert parser.feed(b"retry: 100\n") is None
-    assert parser.feed(b"data: payload\n") is None
-    assert parser.feed(b": in the middle\n") is None
-    assert parser.feed(b"\n") == "payload"
+    assert parser.feed(b": keep-alive\n\n") == []  # a comment alone is no event
+    assert parser.feed(b"event: message\nid: 7\nretry: 100\n") == []
+    assert parser.feed(b"data: payload\n: in the middle\n\n") == ["payload"]
 
 
 def test_sse_crlf_line_endings() -> None:
-    parser = ServerSentEvents()
-    assert parser.feed(b"data: first\r\n") is None
-    assert parser.feed(b"data: second\r\n") is None
-    assert parser.feed(b"\r\n") == "first\nsecond"
+    assert ServerSentEvents().feed(b"data: first\r\ndata: second\r\n\r\n") == ["first\nsecond"]
 
 
 def test_sse_blank_lines_without_data_yield_nothing() -> None:
     parser = ServerSentEvents()
-    assert parser.feed(b"\n") is None
-    assert parser.feed(b"") is None
-    assert parser.finish() is None
+    assert parser.feed(b"\n\n") == []
+    assert parser.feed(b"") == []
+    assert parser.finish() == []
 
 
 def test_sse_final_event_without_blank_line() -> None:
     parser = ServerSentEvents()
-    parser.feed(b"data: last")
-    assert parser.finish() == "last"
-    assert parser.finish() is None
+    assert parser.feed(b"data: last") == []
+    assert parser.finish() == ["last"]
+    assert parser.finish() == []
 
 
-def test_sse_events_iterator() -> None:
-    lines = iter(
-        [
-            b": comment\n",
-            b'data: {"n": 1}\n',
-            b"\n",
-            b'data: {"n": 2}\r\n',
-            b"\r\n",
-            b'data: {"n":\n',
-            b"data: 3}",
-        ]
-    )
-    events = list(ServerSentEvents().events(lines))
-    assert [json.loads(event) for event in events] == [{"n": 1}, {"n": 2}, {"n": 3}]
-
-
-def test_sse_utf8_payload() -> None:
+def test_sse_utf8_payload_split_inside_a_character() -> None:
+    encoded = 'data: {"text_output": "안녕"}\n\n'.encode()
     parser = ServerSentEvents()
-    parser.feed('data: {"text_output": "안녕"}\n'.encode())
-    assert json.loads(parser.feed(b"\n") or "") == {"text_output": "안녕"}
+    assert parser.feed(encoded[:20]) == []
+    (event,) = parser.feed(encoded[20:])
+    assert json.loads(event) == {"text_output": "안녕"}
 
 
 # generate: JSON bodies and answers
@@ -480,7 +463,7 @@ def sizes(batches: list[list[PreparedSample]]) -> list[int]:
 
 
 def test_batch_builder_cuts_at_batch_size() -> None:
-    builder = BatchBuilder(MAP_SPEC, 2, collect=False)
+    builder = BatchBuilder(MAP_SPEC, 2)
     done: list[list[PreparedSample]] = []
     counts = []
     for value in range(5):
@@ -501,7 +484,7 @@ def test_batch_builder_cuts_at_batch_size() -> None:
 
 
 def test_batch_builder_cuts_when_the_signature_changes() -> None:
-    builder = BatchBuilder(MAP_SPEC, 8, collect=False)
+    builder = BatchBuilder(MAP_SPEC, 8)
     assert builder.add({"X": [1.0, 2.0]}) == []
     assert builder.add({"X": [3.0, 4.0]}) == []
     completed = builder.add({"X": [1.0, 2.0, 3.0]})
@@ -514,14 +497,14 @@ def test_batch_builder_cuts_when_the_signature_changes() -> None:
 
 def test_batch_builder_optional_inputs_change_the_signature() -> None:
     spec = make_spec([tensor("A", "FP32", 1), tensor("B", "FP32", 1, optional=True)])
-    builder = BatchBuilder(spec, 4, collect=False)
+    builder = BatchBuilder(spec, 4)
     assert builder.add({"A": 1.0}) == []
     assert sizes(builder.add({"A": 2.0, "B": 3.0})) == [1]
     assert sizes(builder.flush()) == [1]
 
 
-def test_batch_builder_errors_travel_alone_in_collect_mode() -> None:
-    builder = BatchBuilder(MAP_SPEC, 4, collect=True)
+def test_batch_builder_refused_samples_travel_alone_and_name_their_position() -> None:
+    builder = BatchBuilder(MAP_SPEC, 4)
     assert builder.add({"X": [1.0]}) == []
     completed = builder.add({"Y": [1.0]})  # unknown input
     assert sizes(completed) == [1, 1]
@@ -529,22 +512,45 @@ def test_batch_builder_errors_travel_alone_in_collect_mode() -> None:
     error_batch = completed[1]
     assert error_batch[0].tensors is None
     assert isinstance(error_batch[0].error, ts.InvalidInputError)
+    assert "sample 1:" in str(error_batch[0].error)
     assert "'Y'" in str(error_batch[0].error)
     # An error with nothing pending is one batch of its own.
     (alone,) = builder.add(["not", "a", "mapping"])
     assert isinstance(alone[0].error, ts.InvalidInputError)
+    assert "sample 2:" in str(alone[0].error)
     assert "mapping" in str(alone[0].error)
     assert builder.add({"X": [2.0]}) == []
     assert sizes(builder.flush()) == [1]
 
 
-def test_batch_builder_raises_at_once_without_collect() -> None:
-    builder = BatchBuilder(MAP_SPEC, 4, collect=False)
-    builder.add({"X": [1.0]})
-    with pytest.raises(ts.InvalidInputError, match="'Y'"):
-        builder.add({"Y": [1.0]})
-    with pytest.raises(ts.InvalidInputError, match="mapping"):
-        builder.add([1.0])
+def test_map_plan_raises_errors_in_order_unless_collecting() -> None:
+    error = ts.InvalidInputError("sample 3: bad")
+    raising = MapPlan(MAP_SPEC, None, None, 2, "raise", None)
+    with pytest.raises(ts.InvalidInputError, match="sample 3"):
+        raising.emit(error)
+    assert MapPlan(MAP_SPEC, None, None, 2, "collect", None).emit(error) is error
+
+
+def test_map_plan_isolates_only_batches_the_server_refused() -> None:
+    plan = MapPlan(MAP_SPEC, None, None, 2, "collect", None)
+    two = prepared([1.0], [2.0])
+    assert plan.isolate(two, ts.InferenceError("model failed", status=500))
+    # A timed-out or cut-off batch may still run: it is not sent again sample by sample.
+    assert not plan.isolate(two, ts.TritonTimeoutError("timed out"))
+    assert not plan.isolate(two, ts.TritonConnectionError("reset"))
+    assert not plan.isolate(two[:1], ts.InferenceError("model failed"))
+    assert not MapPlan(MAP_SPEC, None, None, 2, "raise", None).isolate(
+        two, ts.InferenceError("model failed")
+    )
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "errors", "pattern"),
+    [(0, "raise", "concurrency"), (2, "ignore", "errors")],
+)
+def test_map_plan_refuses_bad_options(concurrency: int, errors: str, pattern: str) -> None:
+    with pytest.raises(ts.InvalidInputError, match=pattern):
+        MapPlan(MAP_SPEC, None, None, concurrency, errors, None)
 
 
 def test_default_batch_size_prefers_the_largest_preferred_size() -> None:
@@ -594,19 +600,19 @@ def test_join_samples_of_one_or_unbatched_are_the_first() -> None:
 
 def test_join_samples_keeps_the_input_order() -> None:
     spec = make_spec([tensor("A", "FP32", 1), tensor("B", "INT32", 1)])
-    builder = BatchBuilder(spec, 2, collect=False)
+    builder = BatchBuilder(spec, 2)
     builder.add({"B": 1, "A": 1.5})
     (batch,) = builder.add({"A": 2.5, "B": 2})
     joined = join_samples(batch, batched=True)
     assert [t.name for t in joined] == ["A", "B"]
     assert joined[0].array.tolist() == [[1.5], [2.5]]
     assert joined[1].array.tolist() == [[1], [2]]
-    request = batch_request(spec, "3", batch, ["OUT"])
+    request = MapPlan(spec, "3", 2, 1, "raise", ["OUT"]).request(batch)
     assert request.version == "3"
     assert request.outputs == (RequestedOutput("OUT"),)
     assert request.inputs[0].array.shape == (2, 1)
     with pytest.raises(ts.InvalidInputError, match="'NOPE'"):
-        batch_request(spec, None, batch, ["NOPE"])
+        MapPlan(spec, None, 2, 1, "raise", ["NOPE"])
 
 
 # Sequences

@@ -23,10 +23,11 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from .._config import Endpoint, TLSConfig
 from .._errors import (
-    InferenceError,
+    InvalidInputError,
     TritonConnectionError,
     TritonError,
     TritonTimeoutError,
+    classify_message,
     classify_status,
 )
 from .._generate import JSONValue, generate_request, result_fields, single_response
@@ -73,7 +74,12 @@ def channel_options(tls: TLSConfig | None = None) -> list[tuple[str, Any]]:
 
 def _credentials(tls: TLSConfig | None) -> grpc.ChannelCredentials:
     def read(path: str | None) -> bytes | None:
-        return None if path is None else Path(path).read_bytes()
+        if path is None:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise InvalidInputError(f"cannot read TLS file {path}: {exc}") from exc
 
     tls = tls or TLSConfig()
     return grpc.ssl_channel_credentials(
@@ -279,7 +285,7 @@ def _stream_response(
 ) -> tuple[InferResult | None, bool]:
     """The result a stream message carries (None for an empty one) and its final flag."""
     if response.error_message:
-        raise InferenceError(
+        raise classify_message(
             response.error_message, model=request.model, request_id=request.request_id or None
         )
     answer = response.infer_response
@@ -320,6 +326,7 @@ class GrpcBackend:
             self._channel = grpc.insecure_channel(target, options=channel_options(tls))
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
         self._metadata = _metadata(headers)
+        self._closed = False
 
     def _call(
         self,
@@ -331,8 +338,8 @@ class GrpcBackend:
     ) -> Any:
         try:
             return method(request, timeout=timeout, metadata=self._metadata)
-        except ValueError as exc:  # grpc's answer to a call on a closed channel
-            raise _closed(exc) from exc
+        except ValueError as exc:  # a closed channel, or metadata grpc will not send
+            raise self._refused(exc) from exc
         except grpc.RpcError as exc:
             raise _error(exc, model, request_id) from exc
 
@@ -445,7 +452,7 @@ class GrpcBackend:
                 iter((_stream_message(request),)), metadata=self._metadata
             )
         except ValueError as exc:
-            raise _closed(exc) from exc
+            raise self._refused(exc) from exc
         messages: queue.Queue[Any] = queue.Queue()
 
         def read() -> None:
@@ -475,7 +482,13 @@ class GrpcBackend:
         finally:
             call.cancel()
 
+    def _refused(self, exc: ValueError) -> TritonError:
+        if self._closed:
+            return _closed(exc)
+        return InvalidInputError(f"gRPC refused the request: {exc}")
+
     def close(self) -> None:
+        self._closed = True
         self._channel.close()
 
 

@@ -21,6 +21,7 @@ import aiohttp
 from .._config import Endpoint, TLSConfig
 from .._errors import (
     InferenceError,
+    InvalidInputError,
     TritonConnectionError,
     TritonError,
     TritonTimeoutError,
@@ -45,6 +46,9 @@ __all__ = ["AsyncHttpBackend", "HttpBackend"]
 
 T = TypeVar("T")
 
+_ASYNC_CONNECTIONS: Final = 100
+"""At most this many connections per AsyncClient over HTTP; more requests wait for one."""
+
 _JOIN_BELOW: Final = 64 * 1024
 """Bodies smaller than this are joined and sent in one write; larger ones part by part."""
 
@@ -60,9 +64,12 @@ def ssl_context(tls: TLSConfig | None) -> ssl.SSLContext:
     """A verifying client context, trusting ``tls.ca_file`` (or the system) and with the
     client certificate when one is configured."""
     tls = tls or TLSConfig()
-    context = ssl.create_default_context(cafile=tls.ca_file)
-    if tls.cert_file is not None:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_file)
+        if tls.cert_file is not None:
+            context.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidInputError(f"cannot use the TLS files: {exc}") from exc
     return context
 
 
@@ -86,6 +93,14 @@ def _body(parts: Sequence[bytes | memoryview] | None) -> tuple[Any, int]:
     if size < _JOIN_BELOW or len(parts) == 1:
         return b"".join(parts), size
     return parts, size
+
+
+_AIOHTTP_FAILURES: Final = (
+    aiohttp.ClientError,
+    aiohttp.http_exceptions.HttpProcessingError,
+    OSError,
+    asyncio.TimeoutError,
+)
 
 
 def _caused_by_ssl(exc: BaseException) -> bool:
@@ -143,43 +158,57 @@ def _with_hint(error: TritonError) -> TritonError:
     )
 
 
-def _explain_stream_refusal(lines: Iterator[bytes], model: str) -> Iterator[bytes]:
-    """Pass lines through; a refusal before the first one gets a hint about gRPC."""
+def _explain_stream_refusal(chunks: Iterator[bytes], model: str) -> Iterator[bytes]:
+    """Pass the stream through; a refusal of its inputs gets a hint about gRPC."""
     try:
-        first = next(lines, None)
+        first = next(chunks, None)
     except InferenceError as error:
         if _refused_input(error):
             raise _with_hint(error) from error
         raise
     if first is not None:
         yield first
-        yield from lines
+        yield from chunks
 
 
 async def _explain_async_stream_refusal(
-    lines: AsyncIterator[bytes], model: str
+    chunks: AsyncIterator[bytes], model: str
 ) -> AsyncIterator[bytes]:
     try:
-        first = await anext(lines, None)
+        first = await anext(chunks, None)
     except InferenceError as error:
         if _refused_input(error):
             raise _with_hint(error) from error
         raise
     if first is not None:
         yield first
-        async for line in lines:
-            yield line
+        async for chunk in chunks:
+            yield chunk
 
 
-async def _async_events(lines: AsyncIterator[bytes]) -> AsyncIterator[str]:
+async def _async_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
     parser = ServerSentEvents()
-    async for line in lines:
-        data = parser.feed(line)
-        if data is not None:
+    async for chunk in chunks:
+        for data in parser.feed(chunk):
             yield data
-    last = parser.finish()
-    if last is not None:
-        yield last
+    for data in parser.finish():
+        yield data
+
+
+def _still_open(connection: http.client.HTTPConnection) -> bool:
+    """An idle HTTP connection has nothing to read unless the server closed it.
+
+    ``poll`` rather than ``select``: select fails on descriptors above 1023.
+    """
+    sock = connection.sock
+    if sock is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
 
 
 class _Connection(http.client.HTTPConnection):
@@ -255,14 +284,14 @@ class _ConnectionPool:
         body: Any,
         headers: Mapping[str, str],
         timeout: float | None,
-        idempotent: bool,
     ) -> tuple[int, int | None, bytes]:
         """One exchange, on an idle keep-alive connection when there is one.
 
         An idle connection may have been closed by the server (a restart, an idle
-        timeout). A failure while sending on it is retried at once on a fresh connection:
-        the request did not get through. A connection that breaks before the answer is
-        retried only for idempotent requests, as the server may have run the request.
+        timeout): it is checked before use, and a failure while sending on it is
+        repeated at once on a fresh connection, since the request did not get through.
+        A connection that breaks after the request went out is reported, not repeated:
+        whether to send again is the retry policy's decision.
         """
         connection = self._idle_connection()
         if connection is None:
@@ -274,15 +303,7 @@ class _ConnectionPool:
         except _STALE_CONNECTION:
             connection = self._connect(timeout)
             self._send(connection, method, path, body, headers, timeout)
-            return self._receive(connection)
-        try:
-            return self._receive(connection)
-        except _STALE_CONNECTION:
-            if not idempotent:
-                raise
-            connection = self._connect(timeout)
-            self._send(connection, method, path, body, headers, timeout)
-            return self._receive(connection)
+        return self._receive(connection)
 
     def _idle_connection(self) -> http.client.HTTPConnection | None:
         """An idle connection the server has not closed meanwhile, if any."""
@@ -291,9 +312,7 @@ class _ConnectionPool:
                 connection = self._idle.pop()
             except IndexError:
                 return None
-            sock = connection.sock
-            # An idle HTTP connection has nothing to read unless the server closed it.
-            if sock is not None and not select.select([sock], [], [], 0)[0]:
+            if _still_open(connection):
                 return connection
             connection.close()
 
@@ -375,7 +394,7 @@ class HttpBackend:
             headers["Content-Length"] = str(size)
         try:
             status, header_length, data = self._pool.request(
-                call.method, call.path, body, headers, timeout, call.idempotent
+                call.method, call.path, body, headers, timeout
             )
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise _transport_error(exc, call) from exc
@@ -432,7 +451,7 @@ class HttpBackend:
     def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
         return self._run(self._routes.infer(request), timeout)
 
-    def _lines(self, call: HttpCall[None], timeout: float | None) -> Iterator[bytes]:
+    def _chunks(self, call: HttpCall[None], timeout: float | None) -> Iterator[bytes]:
         body, size = _body(call.body)
         headers = {**self._headers, **call.headers, "Content-Length": str(size)}
         try:
@@ -446,19 +465,14 @@ class HttpBackend:
                 call.read(response.status, None, response.read())
             # read1 rather than readline: readline reports a stream that broke off as a
             # clean end, read1 raises IncompleteRead.
-            pending = b""
             while True:
                 try:
                     data = response.read1(65536)
                 except (OSError, http.client.HTTPException, ValueError) as exc:
                     raise _transport_error(exc, call) from exc
                 if not data:
-                    if pending:
-                        yield pending
                     return
-                *lines, pending = (pending + data).split(b"\n")
-                for line in lines:
-                    yield line + b"\n"
+                yield data
         finally:
             connection.close()
 
@@ -470,7 +484,7 @@ class HttpBackend:
         parameters: Mapping[str, ParameterValue] | None,
         timeout: float | None,
     ) -> dict[str, JSONValue]:
-        body = generate_body(fields, parameters)
+        body = generate_body(fields, parameters, spec=spec)
         return self._run(self._routes.generate(spec.name, version, body), timeout)
 
     def generate_stream(
@@ -481,9 +495,9 @@ class HttpBackend:
         parameters: Mapping[str, ParameterValue] | None,
         timeout: float | None,
     ) -> Iterator[dict[str, JSONValue]]:
-        body = generate_body(fields, parameters)
-        lines = self._lines(self._routes.generate_stream(spec.name, version, body), timeout)
-        for data in ServerSentEvents().events(lines):
+        body = generate_body(fields, parameters, spec=spec)
+        chunks = self._chunks(self._routes.generate_stream(spec.name, version, body), timeout)
+        for data in ServerSentEvents().events(chunks):
             yield response_fields(decode_json(data.encode(), "generate_stream"), spec.name)
 
     def stream(
@@ -491,8 +505,10 @@ class HttpBackend:
     ) -> Iterator[InferResult]:
         fields = tensors_to_fields(list(request.inputs), spec)
         body = generate_body(fields, request.parameters, request.request_id)
-        lines = self._lines(self._routes.generate_stream(spec.name, request.version, body), timeout)
-        events = ServerSentEvents().events(_explain_stream_refusal(lines, spec.name))
+        chunks = self._chunks(
+            self._routes.generate_stream(spec.name, request.version, body), timeout
+        )
+        events = ServerSentEvents().events(_explain_stream_refusal(chunks, spec.name))
         for data in events:
             event = decode_json(data.encode(), "generate_stream")
             response_fields(event, spec.name)
@@ -521,7 +537,7 @@ class AsyncHttpBackend:
         if self._closed:
             raise TritonError("the client's connection is closed (closed by aclose())")
         context: ssl.SSLContext | bool = ssl_context(self._tls) if self.endpoint.tls else False
-        connector = aiohttp.TCPConnector(limit=0, ssl=context)
+        connector = aiohttp.TCPConnector(limit=_ASYNC_CONNECTIONS, ssl=context)
         self._session = aiohttp.ClientSession(
             connector=connector,
             # Triton compresses answers when asked to; on the paths this SDK serves the CPU
@@ -551,7 +567,7 @@ class AsyncHttpBackend:
                 data = await response.read()
                 status = response.status
                 header_length = _header_length(response.headers.get(HEADER_LENGTH))
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except _AIOHTTP_FAILURES as exc:
             raise aiohttp_error(exc, timeout, call.model, call.request_id) from exc
         return call.read(status, header_length, data)
 
@@ -606,7 +622,7 @@ class AsyncHttpBackend:
     async def infer(self, request: InferRequest, timeout: float | None) -> InferResult:
         return await self._run(self._routes.infer(request), timeout)
 
-    async def _lines(self, call: HttpCall[None], timeout: float | None) -> AsyncIterator[bytes]:
+    async def _chunks(self, call: HttpCall[None], timeout: float | None) -> AsyncIterator[bytes]:
         self._loop = check_loop(self._loop)
         session = self._session or self._open()
         body, _ = _body(call.body)
@@ -623,12 +639,9 @@ class AsyncHttpBackend:
             ) as response:
                 if response.status != 200:
                     call.read(response.status, None, await response.read())
-                while True:
-                    line = await response.content.readline()
-                    if not line:
-                        return
-                    yield line
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                async for data in response.content.iter_any():
+                    yield data
+        except _AIOHTTP_FAILURES as exc:
             raise aiohttp_error(exc, timeout, call.model, call.request_id) from exc
 
     async def generate(
@@ -639,7 +652,7 @@ class AsyncHttpBackend:
         parameters: Mapping[str, ParameterValue] | None,
         timeout: float | None,
     ) -> dict[str, JSONValue]:
-        body = generate_body(fields, parameters)
+        body = generate_body(fields, parameters, spec=spec)
         return await self._run(self._routes.generate(spec.name, version, body), timeout)
 
     async def generate_stream(
@@ -650,9 +663,9 @@ class AsyncHttpBackend:
         parameters: Mapping[str, ParameterValue] | None,
         timeout: float | None,
     ) -> AsyncIterator[dict[str, JSONValue]]:
-        body = generate_body(fields, parameters)
-        lines = self._lines(self._routes.generate_stream(spec.name, version, body), timeout)
-        async for data in _async_events(lines):
+        body = generate_body(fields, parameters, spec=spec)
+        chunks = self._chunks(self._routes.generate_stream(spec.name, version, body), timeout)
+        async for data in _async_events(chunks):
             yield response_fields(decode_json(data.encode(), "generate_stream"), spec.name)
 
     async def stream(
@@ -660,8 +673,10 @@ class AsyncHttpBackend:
     ) -> AsyncIterator[InferResult]:
         fields = tensors_to_fields(list(request.inputs), spec)
         body = generate_body(fields, request.parameters, request.request_id)
-        lines = self._lines(self._routes.generate_stream(spec.name, request.version, body), timeout)
-        async for data in _async_events(_explain_async_stream_refusal(lines, spec.name)):
+        chunks = self._chunks(
+            self._routes.generate_stream(spec.name, request.version, body), timeout
+        )
+        async for data in _async_events(_explain_async_stream_refusal(chunks, spec.name)):
             event = decode_json(data.encode(), "generate_stream")
             response_fields(event, spec.name)
             yield event_to_result(event, spec, _wanted(request))

@@ -6,12 +6,13 @@ import asyncio
 import http.client
 import ssl
 from collections.abc import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import aiohttp
 
 from .._config import TLSConfig
 from .._errors import (
+    InvalidInputError,
     TritonConnectionError,
     TritonError,
     classify_transport_error,
@@ -27,18 +28,29 @@ def _failure(exc: BaseException, url: str) -> TritonError:
     return error or TritonConnectionError(f"cannot read metrics from {url}: {exc!r}")
 
 
+def _checked_url(url: str) -> tuple[SplitResult, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise InvalidInputError(f"not a metrics URL: {url!r} (expected http(s)://host:port/path)")
+    return parts, port
+
+
 def fetch_metrics(
     url: str, timeout: float | None, headers: Mapping[str, str], tls: TLSConfig | None
 ) -> str:
     """The metrics text at ``url``, sent with the client's headers and TLS files."""
-    parts = urlsplit(url)
+    parts, port = _checked_url(url)
     host = parts.hostname or ""
     if parts.scheme == "https":
         connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-            host, parts.port, timeout=timeout, context=ssl_context(tls)
+            host, port, timeout=timeout, context=ssl_context(tls)
         )
     else:
-        connection = http.client.HTTPConnection(host, parts.port, timeout=timeout)
+        connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.request("GET", parts.path or "/metrics", headers=dict(headers))
         response = connection.getresponse()
@@ -56,6 +68,7 @@ async def fetch_metrics_async(
     url: str, timeout: float | None, headers: Mapping[str, str], tls: TLSConfig | None
 ) -> str:
     """The metrics text at ``url``, without blocking the event loop."""
+    _checked_url(url)
     context: ssl.SSLContext | bool = ssl_context(tls) if url.startswith("https:") else True
     try:
         async with (
