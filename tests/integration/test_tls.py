@@ -1,4 +1,5 @@
-"""gRPC over TLS against a real server that serves it (tritonserver --grpc-use-ssl).
+"""TLS: gRPC against a real server that serves it (tritonserver --grpc-use-ssl), and HTTPS
+through a TLS-terminating relay in front of the real server's HTTP port.
 
 Certificates are made for the test with openssl: a certificate authority, and a server
 certificate for the name ``triton.test`` only, so that the name check is exercised too.
@@ -9,7 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import socket
+import socketserver
+import ssl
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,5 +115,95 @@ def test_refused_certificates_are_not_retried(
         assert not client.is_live()
         with pytest.raises(ts.TritonConnectionError) as caught:
             client.server_metadata()
+    assert caught.value.retryable is False
+    assert "retrying" not in caplog.text
+
+
+# HTTPS: tritonserver serves plain HTTP only, so a TLS-terminating relay (as a
+# deployment would put in front of it) carries the bytes to the real server.
+
+
+class _Relay(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, context: ssl.SSLContext, target: tuple[str, int]) -> None:
+        super().__init__(("127.0.0.1", 0), _RelayHandler)
+        self.context = context
+        self.target = target
+
+
+class _RelayHandler(socketserver.BaseRequestHandler):
+    server: _Relay
+
+    def handle(self) -> None:
+        try:
+            client = self.server.context.wrap_socket(self.request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        upstream = socket.create_connection(self.server.target)
+
+        def pump(source: socket.socket, sink: socket.socket) -> None:
+            try:
+                while data := source.recv(65536):
+                    sink.sendall(data)
+            except OSError:
+                pass
+            finally:
+                sink.close()
+                source.close()
+
+        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+        pump(client, upstream)
+
+
+@pytest.fixture(scope="module")
+def https_url(certificates: Path, server: LocalServer) -> Iterator[str]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certificates / "server.pem", certificates / "server.key")
+    relay = _Relay(context, ("127.0.0.1", server.http_port))
+    thread = threading.Thread(target=relay.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{relay.server_address[1]}"
+    relay.shutdown()
+    relay.server_close()
+
+
+def test_https_on_both_clients(https_url: str, certificates: Path) -> None:
+    tls = ts.TLSConfig(ca_file=str(certificates / "ca.pem"), server_hostname="triton.test")
+    with ts.Client(https_url, tls=tls) as client:
+        assert _add(client.model("add_sub")) == [2, 3, 4, 5]
+        assert client.is_ready()
+
+    async def run() -> list[float]:
+        async with ts.AsyncClient(https_url, tls=tls) as client:
+            model = await client.model("add_sub")
+            result = await model.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+            return [float(value) for value in result["OUTPUT0"]]
+
+    assert asyncio.run(run()) == [2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_https_with_an_untrusted_certificate_is_not_retried(
+    https_url: str, certificates: Path, caplog: pytest.LogCaptureFixture, mode: str
+) -> None:
+    tls = ts.TLSConfig(ca_file=str(certificates / "other-ca.pem"), server_hostname="triton.test")
+    policy = ts.RetryPolicy(max_attempts=5, initial_backoff=0.01)
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+
+    async def metadata_async() -> None:
+        async with ts.AsyncClient(https_url, tls=tls, retry=policy) as client:
+            await client.server_metadata()
+
+    def metadata() -> None:
+        if mode == "async":
+            asyncio.run(metadata_async())
+            return
+        with ts.Client(https_url, tls=tls, retry=policy) as client:
+            client.server_metadata()
+
+    with pytest.raises(ts.TritonConnectionError) as caught:
+        metadata()
     assert caught.value.retryable is False
     assert "retrying" not in caplog.text
