@@ -548,22 +548,27 @@ class AsyncHttpBackend:
         )
         return self._session
 
-    async def _run(self, call: HttpCall[T], timeout: float | None) -> T:
+    def _request(
+        self, call: HttpCall[Any], timeout: aiohttp.ClientTimeout
+    ) -> Any:  # aiohttp's request context manager
+        """Start ``call`` on this client's session (opened in the running loop)."""
         self._loop = check_loop(self._loop)
         session = self._session or self._open()
         body, _ = _body(call.body)
         if body is not None and not isinstance(body, bytes):
             body = b"".join(body)
-        server_hostname = self._tls.server_hostname if self._tls else None
+        return session.request(
+            call.method,
+            self._origin + call.path,
+            data=body,
+            headers=call.headers,
+            timeout=timeout,
+            server_hostname=self._tls.server_hostname if self._tls else None,
+        )
+
+    async def _run(self, call: HttpCall[T], timeout: float | None) -> T:
         try:
-            async with session.request(
-                call.method,
-                self._origin + call.path,
-                data=body,
-                headers=call.headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-                server_hostname=server_hostname,
-            ) as response:
+            async with self._request(call, aiohttp.ClientTimeout(total=timeout)) as response:
                 data = await response.read()
                 status = response.status
                 header_length = _header_length(response.headers.get(HEADER_LENGTH))
@@ -623,20 +628,10 @@ class AsyncHttpBackend:
         return await self._run(self._routes.infer(request), timeout)
 
     async def _chunks(self, call: HttpCall[None], timeout: float | None) -> AsyncIterator[bytes]:
-        self._loop = check_loop(self._loop)
-        session = self._session or self._open()
-        body, _ = _body(call.body)
-        if body is not None and not isinstance(body, bytes):
-            body = b"".join(body)
+        # The timeout bounds the wait for each piece of the stream, not the whole of it.
+        each = aiohttp.ClientTimeout(total=None, sock_read=timeout)
         try:
-            async with session.request(
-                call.method,
-                self._origin + call.path,
-                data=body,
-                headers=call.headers,
-                timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout),
-                server_hostname=self._tls.server_hostname if self._tls else None,
-            ) as response:
+            async with self._request(call, each) as response:
                 if response.status != 200:
                     call.read(response.status, None, await response.read())
                 async for data in response.content.iter_any():
