@@ -67,7 +67,7 @@ def test_endpoint_str_and_authority(url: str, normalised: str, authority: str) -
     "url",
     [
         "ftp://triton:21",
-        "unix:///tmp/triton.sock",
+        "unix:///run/triton.sock",
         "ws://triton:8000",
         "grpc://triton:8001/path",
         "grpcs://triton/v2",

@@ -327,7 +327,7 @@ HTTP_TRACE: dict[str, Any] = {
     "trace_rate": "1000",
     "trace_count": "-1",
     "log_frequency": "0",
-    "trace_file": "/tmp/trace.json",
+    "trace_file": "traces/trace.json",
     "trace_mode": "triton",
 }
 
@@ -337,7 +337,7 @@ GRPC_TRACE: dict[str, Any] = {
     "trace_rate": ["1000"],
     "trace_count": ["-1"],
     "log_frequency": ["0"],
-    "trace_file": ["/tmp/trace.json"],
+    "trace_file": ["traces/trace.json"],
     "trace_mode": ["triton"],
 }
 
@@ -348,7 +348,7 @@ def test_trace_settings_from_http_json() -> None:
         rate=1000,
         count=-1,
         log_frequency=0,
-        file="/tmp/trace.json",
+        file="traces/trace.json",
         mode="triton",
     )
 
@@ -448,7 +448,7 @@ def test_log_updates_carry_only_the_given_settings_typed() -> None:
         file=None, info=False, warning=None, error=None, verbose_level=None, format=None
     ) == {"log_info": False}
     updates = log_updates(
-        file="/tmp/server.log",
+        file="logs/server.log",
         info=True,
         warning=False,
         error=True,
@@ -456,7 +456,7 @@ def test_log_updates_carry_only_the_given_settings_typed() -> None:
         format="default",
     )
     assert updates == {
-        "log_file": "/tmp/server.log",
+        "log_file": "logs/server.log",
         "log_info": True,
         "log_warning": False,
         "log_error": True,
