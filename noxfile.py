@@ -13,7 +13,7 @@ nox.options.sessions = ["lint", "typecheck", "tests", "tests_numpy2"]
 nox.options.error_on_external_run = True
 nox.options.reuse_venv = "yes"
 
-TEST_REQUIREMENTS = ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.2"]
+TEST_REQUIREMENTS = ["pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.2"]
 
 
 @nox.session
@@ -46,10 +46,11 @@ def tests_numpy2(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
+    """ruff check, ruff format --check, and the generated blocking client is fresh."""
     session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("python", "scripts/unasync.py", "--check")
 
 
 @nox.session

@@ -7,6 +7,7 @@
 """
 
 from ._async_client import AsyncClient, AsyncModel, AsyncModelSequence
+from ._call import CallContext, CallHook
 from ._classify import Classification
 from ._client import Client, Model, ModelSequence
 from ._config import NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
@@ -38,6 +39,7 @@ from ._shaping import InputValue
 from ._spec import ModelSpec, TensorSpec
 from ._status import ModelStatus, ServerMetadata
 from ._streams import AsyncResponseStream, ResponseStream
+from ._transports._protocol import AsyncTransport, Transport
 
 __version__ = "0.1.0"
 
@@ -47,7 +49,10 @@ __all__ = [
     "AsyncModel",
     "AsyncModelSequence",
     "AsyncResponseStream",
+    "AsyncTransport",
     "BatchStatistics",
+    "CallContext",
+    "CallHook",
     "Classification",
     "Client",
     "DurationStatistics",
@@ -76,6 +81,7 @@ __all__ = [
     "TLSConfig",
     "TensorSpec",
     "TraceSettings",
+    "Transport",
     "TritonConnectionError",
     "TritonError",
     "TritonTimeoutError",

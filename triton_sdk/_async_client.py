@@ -1,19 +1,19 @@
-"""The asyncio client and its model handle: the same surface as ``_client``, awaited."""
+"""The asyncio client and its model handle."""
+
+# _client.py (blocking) is generated from _async_client.py (asyncio) by scripts/unasync.py:
+# edit _async_client.py, then run the script; `nox -s lint` fails when _client.py is stale.
+# Where blocking and asyncio code really differ, both call the named twins of _concurrency.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from functools import partial
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
-from ._backends._metrics import fetch_metrics_async
-from ._backends._protocol import AsyncBackend
+from tenacity import AsyncRetrying
+
 from ._base import (
-    MAX_CHUNKS_IN_FLIGHT,
     ClientSettings,
     ModelCore,
     Timeout,
@@ -21,7 +21,16 @@ from ._base import (
     closed_error,
     config_json,
 )
+from ._call import CallContext, CallHook, CallOptions
 from ._classify import Classification, parse_classifications
+from ._concurrency import (
+    AsyncChunkRunner,
+    AsyncSamples,
+    AsyncWindow,
+    aclose_iterator,
+    aiterate,
+    asleep,
+)
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
 from ._errors import TritonError, TritonTimeoutError
 from ._generate import JSONValue
@@ -34,51 +43,83 @@ from ._operations import (
     log_updates,
     trace_updates,
 )
+from ._ops import (
+    JSON,
+    FetchMetrics,
+    Generate,
+    GenerateStream,
+    GetLogSettings,
+    GetModelConfig,
+    GetModelMetadata,
+    GetModelStatistics,
+    GetServerMetadata,
+    GetTraceSettings,
+    IsModelReady,
+    IsServerLive,
+    IsServerReady,
+    ListModels,
+    LoadModel,
+    Op,
+    StreamInfer,
+    StreamOp,
+    UnloadModel,
+    UpdateLogSettings,
+    UpdateTraceSettings,
+)
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
-from ._retry import call_async
+from ._retry import StopAt, final_error, retrying_kwargs, should_retry
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._spec import ModelSpec
 from ._status import ModelStatus, ServerMetadata
 from ._streams import AsyncResponseStream
+from ._transports._protocol import AsyncTransport
 
 __all__ = ["AsyncClient", "AsyncModel", "AsyncModelSequence"]
 
 T = TypeVar("T")
+
+Headers = Mapping[str, str] | None
 
 DEFAULT_RETRY: Final = RetryPolicy()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
 
 
-def _open_backend(settings: ClientSettings) -> AsyncBackend:
+def _open_transport(settings: ClientSettings) -> AsyncTransport:
+    """The transport of the client's URL; its network library is imported only now."""
     endpoint = settings.endpoint
     if endpoint.protocol == "grpc":
-        from ._backends._grpc import AsyncGrpcBackend
+        from ._transports._grpc import AsyncGrpcTransport
 
-        return AsyncGrpcBackend(endpoint, headers=settings.headers, tls=settings.tls)
-    from ._backends._http import AsyncHttpBackend
+        return AsyncGrpcTransport(endpoint, tls=settings.tls)
+    from ._transports._http import AsyncHttpTransport
 
-    return AsyncHttpBackend(endpoint, headers=settings.headers, tls=settings.tls)
+    return AsyncHttpTransport(endpoint, tls=settings.tls)
 
 
 class AsyncClient:
     """An asyncio client for one Triton server, over gRPC or HTTP.
 
-    The same surface as :class:`Client`, with every network method a coroutine. A client
-    belongs to the event loop it is first used in; open it with ``async with`` or close
-    it with :meth:`aclose`.
+    ``AsyncClient("localhost:8001")`` and ``AsyncClient("grpc://...")`` speak gRPC,
+    ``AsyncClient("http://...")`` HTTP; ``grpcs://`` and ``https://`` add TLS.
+    Every network method is a coroutine; a client belongs to the event loop it is
+    first used in. Open it with ``async with`` or close it with :meth:`aclose`.
 
     Args:
-        url: the server's address (``grpc://``, ``grpcs://``, ``http://``, ``https://``;
-            no scheme means gRPC).
+        url: the server's address.
         timeout: seconds each attempt of a call may take; ``None`` for no limit.
+            Calls may override it with their own ``timeout``.
         retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
-        headers: sent with every request (gRPC metadata keys are lower-cased).
+        headers: sent with every request (gRPC metadata keys are lower-cased); each
+            call's ``headers`` are sent on top of them.
         tls: certificate files for ``grpcs://`` and ``https://``.
         metrics_url: the server's Prometheus endpoint, for :meth:`metrics`; by default
             the same host on port 8002 (Triton's default).
+        transport: what carries the calls, instead of the one the URL names; e.g. a
+            :class:`triton_sdk.testing.MockTransport` in tests.
+        hooks: :class:`CallHook` objects that see every attempt of every call.
     """
 
     def __init__(
@@ -90,11 +131,20 @@ class AsyncClient:
         headers: Mapping[str, str] | None = None,
         tls: TLSConfig | None = None,
         metrics_url: str | None = None,
+        transport: AsyncTransport | None = None,
+        hooks: Iterable[CallHook] = (),
     ) -> None:
         self._settings = ClientSettings.create(
-            url, timeout=timeout, retry=retry, headers=headers, tls=tls, metrics_url=metrics_url
+            url,
+            timeout=timeout,
+            retry=retry,
+            headers=headers,
+            tls=tls,
+            metrics_url=metrics_url,
+            hooks=hooks,
         )
-        self._backend = _open_backend(self._settings)
+        self._transport = transport or _open_transport(self._settings)
+        self._chunks = AsyncChunkRunner("AsyncClient")
         self._closed = False
 
     def __repr__(self) -> str:
@@ -105,86 +155,151 @@ class AsyncClient:
         """The server's address, normalised (``grpc://host:port`` or ``http://host:port``)."""
         return str(self._settings.endpoint)
 
-    async def _call(
-        self,
-        what: str,
-        attempt: Callable[[float | None], Awaitable[T]],
-        *,
-        timeout: Timeout = NOT_GIVEN,
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
-        idempotent: bool = True,
-        started: float | None = None,
-    ) -> T:
+    # The call path: every server call goes through _run (unary) or _stream.
+
+    def _options(
+        self, timeout: Timeout, headers: Headers, retry: RetryPolicy | NotGiven = NOT_GIVEN
+    ) -> CallOptions:
         if self._closed:
             raise closed_error("AsyncClient")
-        return await call_async(
-            attempt,
-            policy=self._settings.retry_for(retry),
-            timeout=self._settings.timeout_for(timeout),
-            idempotent=idempotent,
-            what=what,
-            started=started,
-        )
+        return self._settings.options(timeout, retry, headers)
+
+    async def _send(self, op: Op[T], ctx: CallContext) -> T:
+        """One attempt, seen by the hooks."""
+        hooks = self._settings.hooks
+        if not hooks:
+            return await self._transport.acall(op, ctx)
+        for hook in hooks:
+            hook.before_send(op, ctx)
+        try:
+            result = await self._transport.acall(op, ctx)
+        except TritonError as error:
+            for hook in hooks:
+                hook.on_error(op, ctx, error)
+            raise
+        for hook in hooks:
+            hook.after_receive(op, ctx, result)
+        return result
+
+    async def _run(self, op: Op[T], options: CallOptions) -> T:
+        """Send ``op``, retried under the call's policy when it is idempotent.
+
+        The first attempt runs without retry machinery; tenacity takes over only after a
+        retryable failure, replaying it as attempt 1.
+        """
+        if self._closed:
+            raise closed_error("AsyncClient")
+        policy = options.retry
+        try:
+            return await self._send(op, options.context(op))
+        except TritonError as error:
+            if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
+                raise
+            failures = [error]
+        attempts = 1
+
+        async def again() -> T:
+            nonlocal attempts
+            if failures:
+                raise failures.pop()
+            attempts += 1
+            return await self._send(op, options.context(op, attempts))
+
+        stop = StopAt(policy, options.deadline_at)
+        what = op.call if op.model is None else f"{op.call} {op.model!r}"
+        try:
+            return await AsyncRetrying(**retrying_kwargs(policy, stop, what, op.idempotent))(again)
+        except TritonError as error:
+            final = final_error(error, stop, what, policy)
+            if final is error:
+                raise
+            raise final from error
+
+    def _stream(self, op: StreamOp[T], options: CallOptions) -> AsyncIterator[T]:
+        """The responses of a streamed op; never retried."""
+        if self._closed:
+            raise closed_error("AsyncClient")
+        return self._responses(op, options.context(op))
+
+    async def _responses(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        hooks = self._settings.hooks
+        for hook in hooks:
+            hook.before_send(op, ctx)
+        responses = self._transport.astream(op, ctx)
+        try:
+            async for item in responses:
+                for hook in hooks:
+                    hook.after_receive(op, ctx, item)
+                yield item
+        except TritonError as error:
+            for hook in hooks:
+                hook.on_error(op, ctx, error)
+            raise
+        finally:
+            # Closing the transport's stream cancels the request on the server.
+            await aclose_iterator(responses)
 
     # Health and server
 
-    async def _healthy(
-        self,
-        what: str,
-        attempt: Callable[[float | None], Awaitable[bool]],
-        timeout: Timeout,
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
-    ) -> bool:
+    async def _healthy(self, op: Op[bool], options: CallOptions) -> bool:
         try:
-            return await self._call(what, attempt, timeout=timeout, retry=retry)
+            return await self._run(op, options)
         except TritonError:
             return False
 
-    async def is_live(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+    async def is_live(self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None) -> bool:
         """Whether the server answers as live; False (never an error) when unreachable."""
-        return await self._healthy("is_live", self._backend.is_live, timeout)
+        return await self._healthy(IsServerLive(), self._options(timeout, headers))
 
-    async def is_ready(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+    async def is_ready(self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None) -> bool:
         """Whether the server is ready for inference; False when unreachable."""
-        return await self._healthy("is_ready", self._backend.is_ready, timeout)
+        return await self._healthy(IsServerReady(), self._options(timeout, headers))
 
     async def is_model_ready(
-        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> bool:
         """Whether a model (a given version, or the one the server's policy picks) is ready."""
-        attempt = partial(self._backend.is_model_ready, name, version)
-        return await self._healthy("is_model_ready", attempt, timeout)
+        return await self._healthy(IsModelReady(name, version), self._options(timeout, headers))
 
-    async def wait_until_ready(self, timeout: float = 60.0, *, model: str | None = None) -> None:
+    async def wait_until_ready(
+        self, timeout: float = 60.0, *, model: str | None = None, headers: Headers = None
+    ) -> None:
         """Poll until the server (and ``model``, if given) is ready.
 
         Raises TritonTimeoutError when ``timeout`` seconds pass first.
         """
-        model_ready = None if model is None else partial(self._backend.is_model_ready, model, None)
         deadline = time.monotonic() + timeout
         while True:
-            each = max(min(deadline - time.monotonic(), 1.0), 0.01)
-            ready = await self._healthy("is_ready", self._backend.is_ready, each, _ONCE) and (
-                model_ready is None
-                or await self._healthy("is_model_ready", model_ready, each, _ONCE)
+            each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
+            ready = await self._healthy(IsServerReady(), each) and (
+                model is None or await self._healthy(IsModelReady(model), each)
             )
             if ready:
                 return
             if time.monotonic() + _POLL_INTERVAL > deadline:
                 what = "the server" if model is None else f"model {model!r}"
                 raise TritonTimeoutError(f"{what} at {self.url} was not ready after {timeout}s")
-            await asyncio.sleep(_POLL_INTERVAL)
+            await asleep(_POLL_INTERVAL)
 
-    async def server_metadata(self, *, timeout: Timeout = NOT_GIVEN) -> ServerMetadata:
+    async def server_metadata(
+        self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+    ) -> ServerMetadata:
         """The server's name, version and protocol extensions."""
-        data = await self._call("server_metadata", self._backend.server_metadata, timeout=timeout)
+        data = await self._run(GetServerMetadata(), self._options(timeout, headers))
         return ServerMetadata.from_json(data)
 
     # Model repository
 
-    async def models(self, *, timeout: Timeout = NOT_GIVEN) -> list[ModelStatus]:
+    async def models(
+        self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+    ) -> list[ModelStatus]:
         """Every model in the repository, with its version and state."""
-        entries = await self._call("models", self._backend.repository_index, timeout=timeout)
+        entries = await self._run(ListModels(), self._options(timeout, headers))
         return [ModelStatus.from_json(entry) for entry in entries]
 
     async def load_model(
@@ -194,6 +309,7 @@ class AsyncClient:
         *,
         files: Mapping[str, bytes] | None = None,
         timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> None:
         """Load (or reload) a model; needs ``--model-control-mode=explicit`` on the server.
 
@@ -201,52 +317,55 @@ class AsyncClient:
         config, or its JSON text); ``files`` maps ``"file:<path in model dir>"`` to bytes.
         Not retried: a load with an override really reloads the model.
         """
-        attempt = partial(self._backend.load_model, name, config_json(config), files)
-        await self._call("load_model", attempt, timeout=timeout, idempotent=False)
+        op = LoadModel(name, config_json(config), files)
+        await self._run(op, self._options(timeout, headers))
 
     async def unload_model(
-        self, name: str, *, unload_dependents: bool = False, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str,
+        *,
+        unload_dependents: bool = False,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> None:
         """Unload a model; needs ``--model-control-mode=explicit`` on the server."""
-        attempt = partial(self._backend.unload_model, name, unload_dependents)
-        await self._call("unload_model", attempt, timeout=timeout)
+        await self._run(UnloadModel(name, unload_dependents), self._options(timeout, headers))
 
     # Statistics, metrics, trace and log settings
 
     async def model_statistics(
-        self, name: str | None = None, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str | None = None,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> list[ModelStatistics]:
         """The server's statistics of one model (a version, or all its versions) or of all.
 
         Counts and cumulative durations since each model version was loaded.
         """
-        attempt = partial(self._backend.model_statistics, name, version)
-        entries = await self._call("model_statistics", attempt, timeout=timeout)
+        op = GetModelStatistics(name, version)
+        entries = await self._run(op, self._options(timeout, headers))
         return [ModelStatistics.from_json(entry) for entry in entries]
 
     async def metrics(
-        self, *, url: str | None = None, timeout: Timeout = NOT_GIVEN
+        self, *, url: str | None = None, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> ServerMetrics:
         """The server's Prometheus metrics, parsed: per-model figures and server gauges.
 
         Read from ``url``, else the client's ``metrics_url`` (the server's metrics port,
-        8002 by default).
+        8002 by default), with the client's headers and TLS files.
         """
-        settings = self._settings
-        attempt = partial(
-            fetch_metrics_async,
-            url or settings.metrics_url,
-            headers=settings.headers,
-            tls=settings.tls,
-        )
-        return ServerMetrics.from_text(await self._call("metrics", attempt, timeout=timeout))
+        op = FetchMetrics(url or self._settings.metrics_url)
+        return ServerMetrics.from_text(await self._run(op, self._options(timeout, headers)))
 
     async def trace_settings(
-        self, model: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self, model: str | None = None, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> TraceSettings:
         """The server's trace settings, or one model's (needs the trace extension)."""
-        attempt = partial(self._backend.trace_settings, model, None)
-        return TraceSettings.from_json(await self._call("trace_settings", attempt, timeout=timeout))
+        data = await self._run(GetTraceSettings(model), self._options(timeout, headers))
+        return TraceSettings.from_json(data)
 
     async def update_trace_settings(
         self,
@@ -257,6 +376,7 @@ class AsyncClient:
         count: int | None = None,
         log_frequency: int | None = None,
         timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> TraceSettings:
         """Change trace settings (server-wide, or for one model); returns the new ones.
 
@@ -264,13 +384,15 @@ class AsyncClient:
         triton,file=PATH``); turning tracing on (``level``) needs one.
         """
         updates = trace_updates(level=level, rate=rate, count=count, log_frequency=log_frequency)
-        attempt = partial(self._backend.trace_settings, model, updates)
-        return TraceSettings.from_json(await self._call("trace_settings", attempt, timeout=timeout))
+        op = UpdateTraceSettings(model, updates)
+        return TraceSettings.from_json(await self._run(op, self._options(timeout, headers)))
 
-    async def log_settings(self, *, timeout: Timeout = NOT_GIVEN) -> LogSettings:
+    async def log_settings(
+        self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+    ) -> LogSettings:
         """The server's log settings (needs the logging extension)."""
-        attempt = partial(self._backend.log_settings, None)
-        return LogSettings.from_json(await self._call("log_settings", attempt, timeout=timeout))
+        data = await self._run(GetLogSettings(), self._options(timeout, headers))
+        return LogSettings.from_json(data)
 
     async def update_log_settings(
         self,
@@ -282,6 +404,7 @@ class AsyncClient:
         verbose_level: int | None = None,
         format: str | None = None,
         timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> LogSettings:
         """Change the server's log settings; returns the new ones."""
         updates = log_updates(
@@ -292,107 +415,60 @@ class AsyncClient:
             verbose_level=verbose_level,
             format=format,
         )
-        attempt = partial(self._backend.log_settings, updates)
-        return LogSettings.from_json(await self._call("log_settings", attempt, timeout=timeout))
+        data = await self._run(UpdateLogSettings(updates), self._options(timeout, headers))
+        return LogSettings.from_json(data)
 
     # Model handles
 
+    async def model_config(
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+    ) -> JSON:
+        """A model's configuration as the server reports it (the JSON form of config.pbtxt)."""
+        return await self._run(GetModelConfig(name, version), self._options(timeout, headers))
+
     async def model_spec(
-        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> ModelSpec:
         """The typed description of a model, read from its metadata and config."""
-        started = time.monotonic()
-        metadata = await self._call(
-            "model_metadata",
-            partial(self._backend.model_metadata, name, version),
-            timeout=timeout,
-            started=started,
-        )
-        config = await self._call(
-            "model_config",
-            partial(self._backend.model_config, name, version),
-            timeout=timeout,
-            started=started,
-        )
+        options = self._options(timeout, headers)  # one retry deadline for both reads
+        metadata = await self._run(GetModelMetadata(name, version), options)
+        config = await self._run(GetModelConfig(name, version), options)
         return ModelSpec.from_metadata(metadata, config)
 
     async def model(
-        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> AsyncModel:
         """A typed handle on a model; reads its metadata and config once.
 
         Raises ModelNotFoundError when the server has no such model (or version).
         """
-        return AsyncModel(self, await self.model_spec(name, version, timeout=timeout), version)
+        spec = await self.model_spec(name, version, timeout=timeout, headers=headers)
+        return AsyncModel(self, spec, version)
 
-    # Inference plumbing for AsyncModel
-
-    async def _infer_one(
-        self,
-        request: InferRequest,
-        timeout: Timeout,
-        retry: RetryPolicy | NotGiven,
-        started: float | None = None,
-    ) -> InferResult:
-        return await self._call(
-            request.model,
-            partial(self._backend.infer, request),
-            timeout=timeout,
-            retry=retry,
-            idempotent=request.idempotent,
-            started=started,
-        )
-
-    async def _infer(
-        self, requests: list[InferRequest], timeout: Timeout, retry: RetryPolicy | NotGiven
-    ) -> InferResult:
+    async def _infer(self, requests: list[InferRequest], options: CallOptions) -> InferResult:
+        """The requests of one call (the chunks of a split batch), joined in order."""
         if len(requests) == 1:
-            return await self._infer_one(requests[0], timeout, retry)
-        slots = asyncio.Semaphore(MAX_CHUNKS_IN_FLIGHT)
-        started = time.monotonic()  # one retry deadline for all the chunks
+            return await self._run(requests[0], options)
 
-        async def one(request: InferRequest) -> InferResult:
-            async with slots:
-                return await self._infer_one(request, timeout, retry, started)
+        async def chunk(request: InferRequest) -> InferResult:
+            return await self._run(request, options)
 
-        tasks = [asyncio.ensure_future(one(request)) for request in requests]
-        try:
-            parts = await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-        return InferResult.concatenate(parts)
-
-    def _stream(
-        self, request: InferRequest, spec: ModelSpec, timeout: Timeout
-    ) -> AsyncIterator[InferResult]:
-        if self._closed:
-            raise closed_error("AsyncClient")
-        return self._backend.stream(request, spec, self._settings.timeout_for(timeout))
-
-    async def _generate(
-        self,
-        model: AsyncModel,
-        fields: Mapping[str, object],
-        parameters: Mapping[str, ParameterValue] | None,
-        timeout: Timeout,
-        retry: RetryPolicy | NotGiven,
-    ) -> dict[str, JSONValue]:
-        attempt = partial(self._backend.generate, model.spec, model.version, fields, parameters)
-        return await self._call(f"generate {model.name}", attempt, timeout=timeout, retry=retry)
-
-    def _generate_stream(
-        self,
-        model: AsyncModel,
-        fields: Mapping[str, object],
-        parameters: Mapping[str, ParameterValue] | None,
-        timeout: Timeout,
-    ) -> AsyncIterator[dict[str, JSONValue]]:
-        if self._closed:
-            raise closed_error("AsyncClient")
-        return self._backend.generate_stream(
-            model.spec, model.version, fields, parameters, self._settings.timeout_for(timeout)
-        )
+        return InferResult.concatenate(await self._chunks.run(chunk, requests))
 
     # Lifetime
 
@@ -401,7 +477,8 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
-        await self._backend.close()
+        self._chunks.close()
+        await self._transport.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -416,7 +493,7 @@ class AsyncClient:
 
 
 class AsyncModel(ModelCore):
-    """A typed handle on one model of an :class:`AsyncClient`; methods are coroutines.
+    """A typed handle on one model of an :class:`AsyncClient`.
 
     Attributes:
         name: the model's name.
@@ -441,11 +518,23 @@ class AsyncModel(ModelCore):
         priority: int = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Run a batch (or, for models without a batch axis, one request) through the model.
 
-        See :meth:`Model.infer`.
+        Inputs are given by keyword or as one mapping, shaped and cast as the docs
+        describe, and checked before anything is sent. A batch larger than
+        ``max_batch_size`` is split into chunks, sent concurrently and joined in order.
+
+        Args:
+            outputs: the outputs to return; all of them when left out.
+            timeout: seconds each attempt may take (``None``: no limit).
+            parameters: request parameters for the model.
+            priority: the request's priority, for models with priority levels.
+            request_id: an id the server echoes in the result and in its errors.
+            retry: this call's retry policy, instead of the client's.
+            headers: sent on top of the client's headers.
         """
         requests = self._requests(
             inputs,
@@ -456,7 +545,7 @@ class AsyncModel(ModelCore):
             request_id=request_id,
             sample=False,
         )
-        return await self._client._infer(requests, timeout, retry)
+        return await self._client._infer(requests, self._client._options(timeout, headers, retry))
 
     async def infer_sample(
         self,
@@ -469,9 +558,14 @@ class AsyncModel(ModelCore):
         priority: int = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> InferResult:
-        """Run one sample: no batch axis in or out. See :meth:`Model.infer_sample`."""
+        """Run one sample: inputs and outputs carry no batch axis.
+
+        Each input is shaped like the model's sample shape; size-1 axes are added where
+        that is the only way to match (a ``str`` fits ``dims: [1]``).
+        """
         requests = self._requests(
             inputs,
             named_inputs,
@@ -481,7 +575,8 @@ class AsyncModel(ModelCore):
             request_id=request_id,
             sample=True,
         )
-        result = await self._client._infer(requests, timeout, retry)
+        options = self._client._options(timeout, headers, retry)
+        result = await self._client._infer(requests, options)
         return result.without_batch_axis() if self.spec.batched else result
 
     async def classify(
@@ -496,9 +591,15 @@ class AsyncModel(ModelCore):
         priority: int = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> list[list[Classification]]:
-        """The ``top_k`` classes of each sample, best first. See :meth:`Model.classify`."""
+        """The ``top_k`` classes of each sample, best first, from the server's classification.
+
+        Inputs are batched as in :meth:`infer`. ``output`` names the scores to classify
+        (optional when the model has one output); labels come from the output's label
+        file and are None without one.
+        """
         name = self._classification_output(output, top_k)
         requests = self._requests(
             inputs,
@@ -510,7 +611,8 @@ class AsyncModel(ModelCore):
             sample=False,
             class_count=top_k,
         )
-        result = await self._client._infer(requests, timeout, retry)
+        options = self._client._options(timeout, headers, retry)
+        result = await self._client._infer(requests, options)
         return parse_classifications(result[name], batched=self.spec.batched)
 
     def stream(
@@ -522,9 +624,17 @@ class AsyncModel(ModelCore):
         timeout: Timeout = NOT_GIVEN,
         parameters: Mapping[str, ParameterValue] | None = None,
         request_id: str = "",
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> AsyncResponseStream[InferResult]:
-        """Send one request; ``async for`` over the responses. See :meth:`Model.stream`."""
+        """Send one request and iterate over the model's responses (decoupled models).
+
+        Inputs are shaped as in :meth:`infer`. The iteration ends after the final
+        response (no responses at all is an empty iteration); ``timeout`` bounds the wait
+        for each response. Leaving the loop early cancels the request. Streams are never
+        retried. Over HTTP the request goes through the generate_stream extension, which
+        carries one sample of scalar or 1-D inputs; gRPC streams anything.
+        """
         (request,) = self._requests(
             inputs,
             named_inputs,
@@ -535,7 +645,10 @@ class AsyncModel(ModelCore):
             sample=False,
             streaming=True,
         )
-        return AsyncResponseStream(self._client._stream(request, self.spec, timeout))
+        op = StreamInfer(request, self.spec)
+        return AsyncResponseStream(
+            self._client._stream(op, self._client._options(timeout, headers))
+        )
 
     async def generate(
         self,
@@ -545,11 +658,17 @@ class AsyncModel(ModelCore):
         timeout: Timeout = NOT_GIVEN,
         parameters: Mapping[str, ParameterValue] | None = None,
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
         **named_fields: object,
     ) -> dict[str, JSONValue]:
-        """JSON fields in, JSON fields out. See :meth:`Model.generate`."""
-        merged = {**(fields or {}), **named_fields}
-        return await self._client._generate(self, merged, parameters, timeout, retry)
+        """Run the model through the generate extension: JSON fields in, JSON fields out.
+
+        Fields named like inputs are one sample of that input; other fields are request
+        parameters. Returns the response's outputs (a one-element output as its plain
+        value, BYTES as text). Works on gRPC too, through an inference or a stream.
+        """
+        op = Generate(self.spec, self.version, {**(fields or {}), **named_fields}, parameters)
+        return await self._client._run(op, self._client._options(timeout, headers, retry))
 
     def generate_stream(
         self,
@@ -558,23 +677,29 @@ class AsyncModel(ModelCore):
         *,
         timeout: Timeout = NOT_GIVEN,
         parameters: Mapping[str, ParameterValue] | None = None,
+        headers: Headers = None,
         **named_fields: object,
     ) -> AsyncResponseStream[dict[str, JSONValue]]:
-        """``async for`` over the fields of each response. See :meth:`Model.generate_stream`."""
+        """Like :meth:`generate`, yielding the fields of each response as it arrives."""
         merged = {**(fields or {}), **named_fields}
-        return AsyncResponseStream(self._client._generate_stream(self, merged, parameters, timeout))
+        op = GenerateStream(self.spec, self.version, merged, parameters)
+        return AsyncResponseStream(
+            self._client._stream(op, self._client._options(timeout, headers))
+        )
 
     def sequence(self, sequence_id: int | str | None = None) -> AsyncModelSequence:
-        """A sequence of requests: ``async with model.sequence() as seq:``.
+        """A sequence of requests to a stateful model: ``async with model.sequence() as seq:``.
 
-        See :meth:`Model.sequence`.
+        The id is allocated (a random int64, or a UUID string for models whose
+        sequence ids are strings) unless given. The first request carries START, the
+        one sent with ``end=True`` carries END. Requests of a sequence are never retried.
         """
         return AsyncModelSequence(self, sequence_id)
 
     @overload
     def map(
         self,
-        samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
+        samples: AsyncSamples[Mapping[str, InputValue]],
         *,
         batch_size: int | None = ...,
         concurrency: int = ...,
@@ -583,12 +708,13 @@ class AsyncModel(ModelCore):
         outputs: Iterable[str] | None = ...,
         timeout: Timeout = ...,
         retry: RetryPolicy | NotGiven = ...,
+        headers: Headers = ...,
     ) -> AsyncIterator[InferResult]: ...
 
     @overload
     def map(
         self,
-        samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
+        samples: AsyncSamples[Mapping[str, InputValue]],
         *,
         batch_size: int | None = ...,
         concurrency: int = ...,
@@ -597,11 +723,12 @@ class AsyncModel(ModelCore):
         outputs: Iterable[str] | None = ...,
         timeout: Timeout = ...,
         retry: RetryPolicy | NotGiven = ...,
+        headers: Headers = ...,
     ) -> AsyncIterator[InferResult | TritonError]: ...
 
     def map(
         self,
-        samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
+        samples: AsyncSamples[Mapping[str, InputValue]],
         *,
         batch_size: int | None = None,
         concurrency: int = 4,
@@ -610,17 +737,30 @@ class AsyncModel(ModelCore):
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
     ) -> AsyncIterator[InferResult] | AsyncIterator[InferResult | TritonError]:
-        """``async for`` over one result per sample, in order. See :meth:`Model.map`.
+        """Run many samples, batched, with ``concurrency`` batches in flight.
 
-        ``samples`` may be a plain or an asynchronous iterable.
+        Each sample is a mapping of input name to one sample (as for
+        :meth:`infer_sample`); results come back one per sample, in input order, without
+        a batch axis. ``batch_size`` defaults to the model's preferred (or maximum) batch
+        size. Samples are read lazily, so endless iterables work in bounded memory. Each
+        batch is retried under the retry policy. ``errors="collect"`` yields a
+        :class:`TritonError` in place of each failed sample instead of raising; a batch
+        the server refuses is then retried sample by sample to find the culprits.
+        ``progress=True`` shows a tqdm progress bar.
         """
         plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
-        return _AsyncMapRunner(self, plan, timeout, retry).run(samples, progress)
+        return _AsyncMapRunner(self, plan, timeout, retry, headers).run(samples, progress)
 
 
 class AsyncModelSequence:
-    """A sequence of requests to a stateful model; see :meth:`AsyncModel.sequence`."""
+    """A sequence of requests to a stateful model; see :meth:`AsyncModel.sequence`.
+
+    Leaving the ``with`` block without a request sent with ``end=True`` sends nothing
+    more: it warns (:class:`SequenceNotEndedWarning`) that the server keeps the
+    sequence's slot until it idles out.
+    """
 
     __slots__ = ("_model", "_state")
 
@@ -650,6 +790,7 @@ class AsyncModelSequence:
         parameters: Mapping[str, ParameterValue] | None,
         priority: int,
         request_id: str,
+        headers: Headers,
     ) -> InferResult:
         model = self._model
         (request,) = model._requests(
@@ -662,12 +803,11 @@ class AsyncModelSequence:
             sample=sample,
             sequence=self._state.flags(end),
         )
-        if model._client._closed:
-            raise closed_error("AsyncClient")
+        options = model._client._options(timeout, headers, _ONCE)
         # Counted before it goes out, so that a request sent meanwhile (from another
         # task or thread) cannot carry START a second time.
         self._state.sent_one(end)
-        result = await model._client._infer_one(request, timeout, _ONCE)
+        result = await model._client._run(request, options)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     async def infer(
@@ -681,9 +821,10 @@ class AsyncModelSequence:
         parameters: Mapping[str, ParameterValue] | None = None,
         priority: int = 0,
         request_id: str = "",
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> InferResult:
-        """Send the next request of the sequence (batched inputs)."""
+        """Send the next request of the sequence (batched inputs, as :meth:`AsyncModel.infer`)."""
         return await self._send(
             inputs,
             named_inputs,
@@ -694,6 +835,7 @@ class AsyncModelSequence:
             parameters=parameters,
             priority=priority,
             request_id=request_id,
+            headers=headers,
         )
 
     async def infer_sample(
@@ -707,9 +849,10 @@ class AsyncModelSequence:
         parameters: Mapping[str, ParameterValue] | None = None,
         priority: int = 0,
         request_id: str = "",
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> InferResult:
-        """Send the next request as one sample."""
+        """Send the next request as one sample (as :meth:`AsyncModel.infer_sample`)."""
         return await self._send(
             inputs,
             named_inputs,
@@ -720,6 +863,7 @@ class AsyncModelSequence:
             parameters=parameters,
             priority=priority,
             request_id=request_id,
+            headers=headers,
         )
 
     async def __aenter__(self) -> AsyncModelSequence:
@@ -734,35 +878,34 @@ class AsyncModelSequence:
         self._state.leave()
 
 
-async def _each(
-    samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
-) -> AsyncIterator[Mapping[str, InputValue]]:
-    if isinstance(samples, AsyncIterable):
-        async for sample in samples:
-            yield sample
-    else:
-        for sample in samples:
-            yield sample
-
-
 class _AsyncMapRunner:
-    """The asyncio driver of :meth:`AsyncModel.map`: a window of batch tasks."""
+    """The driver of :meth:`AsyncModel.map`: a window of batches in flight."""
 
     def __init__(
-        self, model: AsyncModel, plan: MapPlan, timeout: Timeout, retry: RetryPolicy | NotGiven
-    ):
+        self,
+        model: AsyncModel,
+        plan: MapPlan,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+        headers: Headers,
+    ) -> None:
         self.model = model
         self.plan = plan
         self.timeout = timeout
         self.retry = retry
+        self.headers = headers
+        model._client._options(timeout, headers, retry)  # refuses bad options at once
 
     async def _run_batch(self, samples: list[PreparedSample]) -> list[Outcome]:
         if samples[0].error is not None:
             return [samples[0].error]
         plan = self.plan
         client = self.model._client
+        # Each batch's retry deadline starts when it is sent. Options that cannot be used
+        # (a closed client) end the whole map, not one sample.
+        options = client._options(self.timeout, self.headers, self.retry)
         try:
-            result = await client._infer_one(plan.request(samples), self.timeout, self.retry)
+            result = await client._run(plan.request(samples), options)
         except TritonError as error:
             if plan.isolate(samples, error):
                 return [
@@ -772,35 +915,31 @@ class _AsyncMapRunner:
         return plan.outcomes(samples, result)
 
     async def run(
-        self,
-        samples: Iterable[Mapping[str, InputValue]] | AsyncIterable[Mapping[str, InputValue]],
-        progress: bool,
+        self, samples: AsyncSamples[Mapping[str, InputValue]], progress: bool
     ) -> AsyncIterator[Outcome]:
         plan = self.plan
         bar = progress_bar(samples) if progress else None
-        window: deque[asyncio.Task[list[Outcome]]] = deque()
+        window = AsyncWindow(plan.concurrency)
 
         async def finish_oldest() -> list[Outcome]:
-            outcomes = await window.popleft()
+            outcomes: list[Outcome] = await window.oldest()
             if bar is not None:
                 bar.update(len(outcomes))
             return outcomes
 
         try:
-            async for sample in _each(samples):
+            async for sample in aiterate(samples):
                 for batch in plan.builder.add(sample):
-                    window.append(asyncio.ensure_future(self._run_batch(batch)))
+                    window.submit(self._run_batch, batch)
                     while len(window) >= plan.concurrency:
                         for outcome in await finish_oldest():
                             yield plan.emit(outcome)
             for batch in plan.builder.flush():
-                window.append(asyncio.ensure_future(self._run_batch(batch)))
-            while window:
+                window.submit(self._run_batch, batch)
+            while len(window):
                 for outcome in await finish_oldest():
                     yield plan.emit(outcome)
         finally:
-            for task in window:
-                task.cancel()
-            await asyncio.gather(*window, return_exceptions=True)
+            await window.aclose()
             if bar is not None:
                 bar.close()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Final, NamedTuple
 
 import attrs
 
+from ._call import CallHook, CallOptions
 from ._config import (
     Endpoint,
     NotGiven,
@@ -30,10 +33,6 @@ from ._spec import ModelSpec
 
 __all__ = ["ClientSettings", "ModelCore", "Timeout"]
 
-MAX_CHUNKS_IN_FLIGHT: Final = 8
-"""How many chunks of split batches are in flight at once: per call on AsyncClient, per
-client on Client (whose calls share one pool of this many threads)."""
-
 Timeout = float | None | NotGiven
 """Seconds; ``None`` for no timeout; ``NOT_GIVEN`` for the client's default."""
 
@@ -48,6 +47,7 @@ class ClientSettings:
     headers: Mapping[str, str] = attrs.field(repr=False)
     tls: TLSConfig | None
     metrics_url: str
+    hooks: tuple[CallHook, ...] = ()
 
     @classmethod
     def create(
@@ -59,28 +59,42 @@ class ClientSettings:
         headers: Mapping[str, str] | None,
         tls: TLSConfig | None,
         metrics_url: str | None,
+        hooks: Iterable[CallHook] = (),
     ) -> ClientSettings:
-        if timeout is not None and not timeout > 0:
-            raise InvalidInputError(f"timeout must be > 0 or None, got {timeout!r}")
         endpoint = parse_url(url)
         return cls(
             endpoint=endpoint,
-            timeout=timeout,
+            timeout=check_timeout(timeout),
             retry=RetryPolicy.none() if retry is None else retry,
-            headers=check_headers(headers or {}),
+            headers=MappingProxyType(check_headers(headers or {})),
             tls=tls,
             metrics_url=metrics_url or default_metrics_url(endpoint),
+            hooks=tuple(hooks),
         )
 
-    def timeout_for(self, timeout: Timeout) -> float | None:
-        if isinstance(timeout, NotGiven):
-            return self.timeout
-        if timeout is not None and not timeout > 0:
-            raise InvalidInputError(f"timeout must be > 0 or None, got {timeout!r}")
-        return timeout
+    def options(
+        self,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+        headers: Mapping[str, str] | None,
+    ) -> CallOptions:
+        """One call's options: its own where given, the client's otherwise.
 
-    def retry_for(self, retry: RetryPolicy | NotGiven) -> RetryPolicy:
-        return self.retry if isinstance(retry, NotGiven) else retry
+        The retry deadline starts now, so every request of the call shares it.
+        """
+        policy = self.retry if isinstance(retry, NotGiven) else retry
+        return CallOptions(
+            self.timeout if isinstance(timeout, NotGiven) else check_timeout(timeout),
+            policy,
+            MappingProxyType(merge_headers(self.headers, headers)) if headers else self.headers,
+            None if policy.deadline is None else time.monotonic() + policy.deadline,
+        )
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not timeout > 0:
+        raise InvalidInputError(f"timeout must be > 0 or None, got {timeout!r}")
+    return timeout
 
 
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -99,6 +113,15 @@ def check_headers(headers: Mapping[str, str]) -> dict[str, str]:
                 f"header {name!r}: values must be printable ASCII without line breaks"
             )
     return dict(headers)
+
+
+def merge_headers(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with ``extra`` on top; names compare case-insensitively (as HTTP's do)."""
+    extra = check_headers(extra)
+    replaced = {name.lower() for name in extra}
+    merged = {name: value for name, value in base.items() if name.lower() not in replaced}
+    merged.update(extra)
+    return merged
 
 
 def default_metrics_url(endpoint: Endpoint) -> str:

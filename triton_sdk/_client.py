@@ -1,20 +1,20 @@
+# Generated from _async_client.py by scripts/unasync.py: edit that file, not this one.
 """The blocking client and its model handle."""
+
+# _client.py (blocking) is generated from _async_client.py (asyncio) by scripts/unasync.py:
+# edit _async_client.py, then run the script; `nox -s lint` fails when _client.py is stale.
+# Where blocking and asyncio code really differ, both call the named twins of _concurrency.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
-from ._backends._metrics import fetch_metrics
-from ._backends._protocol import SyncBackend
+from tenacity import Retrying
+
 from ._base import (
-    MAX_CHUNKS_IN_FLIGHT,
     ClientSettings,
     ModelCore,
     Timeout,
@@ -22,7 +22,16 @@ from ._base import (
     closed_error,
     config_json,
 )
+from ._call import CallContext, CallHook, CallOptions
 from ._classify import Classification, parse_classifications
+from ._concurrency import (
+    ChunkRunner,
+    Samples,
+    Window,
+    close_iterator,
+    iterate,
+    sleep,
+)
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
 from ._errors import TritonError, TritonTimeoutError
 from ._generate import JSONValue
@@ -35,52 +44,83 @@ from ._operations import (
     log_updates,
     trace_updates,
 )
+from ._ops import (
+    JSON,
+    FetchMetrics,
+    Generate,
+    GenerateStream,
+    GetLogSettings,
+    GetModelConfig,
+    GetModelMetadata,
+    GetModelStatistics,
+    GetServerMetadata,
+    GetTraceSettings,
+    IsModelReady,
+    IsServerLive,
+    IsServerReady,
+    ListModels,
+    LoadModel,
+    Op,
+    StreamInfer,
+    StreamOp,
+    UnloadModel,
+    UpdateLogSettings,
+    UpdateTraceSettings,
+)
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
-from ._retry import call_sync
+from ._retry import StopAt, final_error, retrying_kwargs, should_retry
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._spec import ModelSpec
 from ._status import ModelStatus, ServerMetadata
 from ._streams import ResponseStream
+from ._transports._protocol import Transport
 
 __all__ = ["Client", "Model", "ModelSequence"]
 
 T = TypeVar("T")
+
+Headers = Mapping[str, str] | None
 
 DEFAULT_RETRY: Final = RetryPolicy()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
 
 
-def _open_backend(settings: ClientSettings) -> SyncBackend:
+def _open_transport(settings: ClientSettings) -> Transport:
+    """The transport of the client's URL; its network library is imported only now."""
     endpoint = settings.endpoint
     if endpoint.protocol == "grpc":
-        from ._backends._grpc import GrpcBackend
+        from ._transports._grpc import GrpcTransport
 
-        return GrpcBackend(endpoint, headers=settings.headers, tls=settings.tls)
-    from ._backends._http import HttpBackend
+        return GrpcTransport(endpoint, tls=settings.tls)
+    from ._transports._http import HttpTransport
 
-    return HttpBackend(endpoint, headers=settings.headers, tls=settings.tls)
+    return HttpTransport(endpoint, tls=settings.tls)
 
 
 class Client:
     """A blocking client for one Triton server, over gRPC or HTTP.
 
     ``Client("localhost:8001")`` and ``Client("grpc://...")`` speak gRPC,
-    ``Client("http://...")`` HTTP; ``grpcs://`` and ``https://`` add TLS. One client may
-    be shared by any number of threads, on both protocols, and may be called from code
-    running inside an event loop (it never starts one).
+    ``Client("http://...")`` HTTP; ``grpcs://`` and ``https://`` add TLS.
+    One client may be shared by any number of threads, on both protocols, and may
+    be called from code running inside an event loop (it never starts one).
 
     Args:
         url: the server's address.
         timeout: seconds each attempt of a call may take; ``None`` for no limit.
             Calls may override it with their own ``timeout``.
         retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
-        headers: sent with every request (gRPC metadata keys are lower-cased).
+        headers: sent with every request (gRPC metadata keys are lower-cased); each
+            call's ``headers`` are sent on top of them.
         tls: certificate files for ``grpcs://`` and ``https://``.
         metrics_url: the server's Prometheus endpoint, for :meth:`metrics`; by default
             the same host on port 8002 (Triton's default).
+        transport: what carries the calls, instead of the one the URL names; e.g. a
+            :class:`triton_sdk.testing.MockTransport` in tests.
+        hooks: :class:`CallHook` objects that see every attempt of every call.
     """
 
     def __init__(
@@ -92,13 +132,20 @@ class Client:
         headers: Mapping[str, str] | None = None,
         tls: TLSConfig | None = None,
         metrics_url: str | None = None,
+        transport: Transport | None = None,
+        hooks: Iterable[CallHook] = (),
     ) -> None:
         self._settings = ClientSettings.create(
-            url, timeout=timeout, retry=retry, headers=headers, tls=tls, metrics_url=metrics_url
+            url,
+            timeout=timeout,
+            retry=retry,
+            headers=headers,
+            tls=tls,
+            metrics_url=metrics_url,
+            hooks=hooks,
         )
-        self._backend = _open_backend(self._settings)
-        self._executor: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self._transport = transport or _open_transport(self._settings)
+        self._chunks = ChunkRunner("Client")
         self._closed = False
 
     def __repr__(self) -> str:
@@ -109,85 +156,149 @@ class Client:
         """The server's address, normalised (``grpc://host:port`` or ``http://host:port``)."""
         return str(self._settings.endpoint)
 
-    def _call(
-        self,
-        what: str,
-        attempt: Callable[[float | None], T],
-        *,
-        timeout: Timeout = NOT_GIVEN,
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
-        idempotent: bool = True,
-        started: float | None = None,
-    ) -> T:
+    # The call path: every server call goes through _run (unary) or _stream.
+
+    def _options(
+        self, timeout: Timeout, headers: Headers, retry: RetryPolicy | NotGiven = NOT_GIVEN
+    ) -> CallOptions:
         if self._closed:
             raise closed_error("Client")
-        return call_sync(
-            attempt,
-            policy=self._settings.retry_for(retry),
-            timeout=self._settings.timeout_for(timeout),
-            idempotent=idempotent,
-            what=what,
-            started=started,
-        )
+        return self._settings.options(timeout, retry, headers)
+
+    def _send(self, op: Op[T], ctx: CallContext) -> T:
+        """One attempt, seen by the hooks."""
+        hooks = self._settings.hooks
+        if not hooks:
+            return self._transport.call(op, ctx)
+        for hook in hooks:
+            hook.before_send(op, ctx)
+        try:
+            result = self._transport.call(op, ctx)
+        except TritonError as error:
+            for hook in hooks:
+                hook.on_error(op, ctx, error)
+            raise
+        for hook in hooks:
+            hook.after_receive(op, ctx, result)
+        return result
+
+    def _run(self, op: Op[T], options: CallOptions) -> T:
+        """Send ``op``, retried under the call's policy when it is idempotent.
+
+        The first attempt runs without retry machinery; tenacity takes over only after a
+        retryable failure, replaying it as attempt 1.
+        """
+        if self._closed:
+            raise closed_error("Client")
+        policy = options.retry
+        try:
+            return self._send(op, options.context(op))
+        except TritonError as error:
+            if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
+                raise
+            failures = [error]
+        attempts = 1
+
+        def again() -> T:
+            nonlocal attempts
+            if failures:
+                raise failures.pop()
+            attempts += 1
+            return self._send(op, options.context(op, attempts))
+
+        stop = StopAt(policy, options.deadline_at)
+        what = op.call if op.model is None else f"{op.call} {op.model!r}"
+        try:
+            return Retrying(**retrying_kwargs(policy, stop, what, op.idempotent))(again)
+        except TritonError as error:
+            final = final_error(error, stop, what, policy)
+            if final is error:
+                raise
+            raise final from error
+
+    def _stream(self, op: StreamOp[T], options: CallOptions) -> Iterator[T]:
+        """The responses of a streamed op; never retried."""
+        if self._closed:
+            raise closed_error("Client")
+        return self._responses(op, options.context(op))
+
+    def _responses(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
+        hooks = self._settings.hooks
+        for hook in hooks:
+            hook.before_send(op, ctx)
+        responses = self._transport.stream(op, ctx)
+        try:
+            for item in responses:
+                for hook in hooks:
+                    hook.after_receive(op, ctx, item)
+                yield item
+        except TritonError as error:
+            for hook in hooks:
+                hook.on_error(op, ctx, error)
+            raise
+        finally:
+            # Closing the transport's stream cancels the request on the server.
+            close_iterator(responses)
 
     # Health and server
 
-    def _healthy(
-        self,
-        what: str,
-        attempt: Callable[[float | None], bool],
-        timeout: Timeout,
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
-    ) -> bool:
+    def _healthy(self, op: Op[bool], options: CallOptions) -> bool:
         try:
-            return self._call(what, attempt, timeout=timeout, retry=retry)
+            return self._run(op, options)
         except TritonError:
             return False
 
-    def is_live(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+    def is_live(self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None) -> bool:
         """Whether the server answers as live; False (never an error) when unreachable."""
-        return self._healthy("is_live", self._backend.is_live, timeout)
+        return self._healthy(IsServerLive(), self._options(timeout, headers))
 
-    def is_ready(self, *, timeout: Timeout = NOT_GIVEN) -> bool:
+    def is_ready(self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None) -> bool:
         """Whether the server is ready for inference; False when unreachable."""
-        return self._healthy("is_ready", self._backend.is_ready, timeout)
+        return self._healthy(IsServerReady(), self._options(timeout, headers))
 
     def is_model_ready(
-        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> bool:
         """Whether a model (a given version, or the one the server's policy picks) is ready."""
-        attempt = partial(self._backend.is_model_ready, name, version)
-        return self._healthy("is_model_ready", attempt, timeout)
+        return self._healthy(IsModelReady(name, version), self._options(timeout, headers))
 
-    def wait_until_ready(self, timeout: float = 60.0, *, model: str | None = None) -> None:
+    def wait_until_ready(
+        self, timeout: float = 60.0, *, model: str | None = None, headers: Headers = None
+    ) -> None:
         """Poll until the server (and ``model``, if given) is ready.
 
         Raises TritonTimeoutError when ``timeout`` seconds pass first.
         """
-        model_ready = None if model is None else partial(self._backend.is_model_ready, model, None)
         deadline = time.monotonic() + timeout
         while True:
-            each = max(min(deadline - time.monotonic(), 1.0), 0.01)
-            ready = self._healthy("is_ready", self._backend.is_ready, each, _ONCE) and (
-                model_ready is None or self._healthy("is_model_ready", model_ready, each, _ONCE)
+            each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
+            ready = self._healthy(IsServerReady(), each) and (
+                model is None or self._healthy(IsModelReady(model), each)
             )
             if ready:
                 return
             if time.monotonic() + _POLL_INTERVAL > deadline:
                 what = "the server" if model is None else f"model {model!r}"
                 raise TritonTimeoutError(f"{what} at {self.url} was not ready after {timeout}s")
-            time.sleep(_POLL_INTERVAL)
+            sleep(_POLL_INTERVAL)
 
-    def server_metadata(self, *, timeout: Timeout = NOT_GIVEN) -> ServerMetadata:
+    def server_metadata(
+        self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+    ) -> ServerMetadata:
         """The server's name, version and protocol extensions."""
-        data = self._call("server_metadata", self._backend.server_metadata, timeout=timeout)
+        data = self._run(GetServerMetadata(), self._options(timeout, headers))
         return ServerMetadata.from_json(data)
 
     # Model repository
 
-    def models(self, *, timeout: Timeout = NOT_GIVEN) -> list[ModelStatus]:
+    def models(self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None) -> list[ModelStatus]:
         """Every model in the repository, with its version and state."""
-        entries = self._call("models", self._backend.repository_index, timeout=timeout)
+        entries = self._run(ListModels(), self._options(timeout, headers))
         return [ModelStatus.from_json(entry) for entry in entries]
 
     def load_model(
@@ -197,6 +308,7 @@ class Client:
         *,
         files: Mapping[str, bytes] | None = None,
         timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> None:
         """Load (or reload) a model; needs ``--model-control-mode=explicit`` on the server.
 
@@ -204,47 +316,55 @@ class Client:
         config, or its JSON text); ``files`` maps ``"file:<path in model dir>"`` to bytes.
         Not retried: a load with an override really reloads the model.
         """
-        attempt = partial(self._backend.load_model, name, config_json(config), files)
-        self._call("load_model", attempt, timeout=timeout, idempotent=False)
+        op = LoadModel(name, config_json(config), files)
+        self._run(op, self._options(timeout, headers))
 
     def unload_model(
-        self, name: str, *, unload_dependents: bool = False, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str,
+        *,
+        unload_dependents: bool = False,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> None:
         """Unload a model; needs ``--model-control-mode=explicit`` on the server."""
-        attempt = partial(self._backend.unload_model, name, unload_dependents)
-        self._call("unload_model", attempt, timeout=timeout)
+        self._run(UnloadModel(name, unload_dependents), self._options(timeout, headers))
 
     # Statistics, metrics, trace and log settings
 
     def model_statistics(
-        self, name: str | None = None, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str | None = None,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> list[ModelStatistics]:
         """The server's statistics of one model (a version, or all its versions) or of all.
 
         Counts and cumulative durations since each model version was loaded.
         """
-        attempt = partial(self._backend.model_statistics, name, version)
-        entries = self._call("model_statistics", attempt, timeout=timeout)
+        op = GetModelStatistics(name, version)
+        entries = self._run(op, self._options(timeout, headers))
         return [ModelStatistics.from_json(entry) for entry in entries]
 
-    def metrics(self, *, url: str | None = None, timeout: Timeout = NOT_GIVEN) -> ServerMetrics:
+    def metrics(
+        self, *, url: str | None = None, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+    ) -> ServerMetrics:
         """The server's Prometheus metrics, parsed: per-model figures and server gauges.
 
         Read from ``url``, else the client's ``metrics_url`` (the server's metrics port,
-        8002 by default).
+        8002 by default), with the client's headers and TLS files.
         """
-        settings = self._settings
-        attempt = partial(
-            fetch_metrics, url or settings.metrics_url, headers=settings.headers, tls=settings.tls
-        )
-        return ServerMetrics.from_text(self._call("metrics", attempt, timeout=timeout))
+        op = FetchMetrics(url or self._settings.metrics_url)
+        return ServerMetrics.from_text(self._run(op, self._options(timeout, headers)))
 
     def trace_settings(
-        self, model: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self, model: str | None = None, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> TraceSettings:
         """The server's trace settings, or one model's (needs the trace extension)."""
-        attempt = partial(self._backend.trace_settings, model, None)
-        return TraceSettings.from_json(self._call("trace_settings", attempt, timeout=timeout))
+        data = self._run(GetTraceSettings(model), self._options(timeout, headers))
+        return TraceSettings.from_json(data)
 
     def update_trace_settings(
         self,
@@ -255,6 +375,7 @@ class Client:
         count: int | None = None,
         log_frequency: int | None = None,
         timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> TraceSettings:
         """Change trace settings (server-wide, or for one model); returns the new ones.
 
@@ -262,13 +383,13 @@ class Client:
         triton,file=PATH``); turning tracing on (``level``) needs one.
         """
         updates = trace_updates(level=level, rate=rate, count=count, log_frequency=log_frequency)
-        attempt = partial(self._backend.trace_settings, model, updates)
-        return TraceSettings.from_json(self._call("trace_settings", attempt, timeout=timeout))
+        op = UpdateTraceSettings(model, updates)
+        return TraceSettings.from_json(self._run(op, self._options(timeout, headers)))
 
-    def log_settings(self, *, timeout: Timeout = NOT_GIVEN) -> LogSettings:
+    def log_settings(self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None) -> LogSettings:
         """The server's log settings (needs the logging extension)."""
-        attempt = partial(self._backend.log_settings, None)
-        return LogSettings.from_json(self._call("log_settings", attempt, timeout=timeout))
+        data = self._run(GetLogSettings(), self._options(timeout, headers))
+        return LogSettings.from_json(data)
 
     def update_log_settings(
         self,
@@ -280,6 +401,7 @@ class Client:
         verbose_level: int | None = None,
         format: str | None = None,
         timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> LogSettings:
         """Change the server's log settings; returns the new ones."""
         updates = log_updates(
@@ -290,125 +412,70 @@ class Client:
             verbose_level=verbose_level,
             format=format,
         )
-        attempt = partial(self._backend.log_settings, updates)
-        return LogSettings.from_json(self._call("log_settings", attempt, timeout=timeout))
+        data = self._run(UpdateLogSettings(updates), self._options(timeout, headers))
+        return LogSettings.from_json(data)
 
     # Model handles
 
+    def model_config(
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+    ) -> JSON:
+        """A model's configuration as the server reports it (the JSON form of config.pbtxt)."""
+        return self._run(GetModelConfig(name, version), self._options(timeout, headers))
+
     def model_spec(
-        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> ModelSpec:
         """The typed description of a model, read from its metadata and config."""
-        started = time.monotonic()
-        metadata = self._call(
-            "model_metadata",
-            partial(self._backend.model_metadata, name, version),
-            timeout=timeout,
-            started=started,
-        )
-        config = self._call(
-            "model_config",
-            partial(self._backend.model_config, name, version),
-            timeout=timeout,
-            started=started,
-        )
+        options = self._options(timeout, headers)  # one retry deadline for both reads
+        metadata = self._run(GetModelMetadata(name, version), options)
+        config = self._run(GetModelConfig(name, version), options)
         return ModelSpec.from_metadata(metadata, config)
 
     def model(
-        self, name: str, version: str | None = None, *, timeout: Timeout = NOT_GIVEN
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
     ) -> Model:
         """A typed handle on a model; reads its metadata and config once.
 
         Raises ModelNotFoundError when the server has no such model (or version).
         """
-        return Model(self, self.model_spec(name, version, timeout=timeout), version)
+        spec = self.model_spec(name, version, timeout=timeout, headers=headers)
+        return Model(self, spec, version)
 
-    # Inference plumbing for Model
-
-    def _infer_one(
-        self,
-        request: InferRequest,
-        timeout: Timeout,
-        retry: RetryPolicy | NotGiven,
-        started: float | None = None,
-    ) -> InferResult:
-        return self._call(
-            request.model,
-            partial(self._backend.infer, request),
-            timeout=timeout,
-            retry=retry,
-            idempotent=request.idempotent,
-            started=started,
-        )
-
-    def _infer(
-        self, requests: list[InferRequest], timeout: Timeout, retry: RetryPolicy | NotGiven
-    ) -> InferResult:
+    def _infer(self, requests: list[InferRequest], options: CallOptions) -> InferResult:
+        """The requests of one call (the chunks of a split batch), joined in order."""
         if len(requests) == 1:
-            return self._infer_one(requests[0], timeout, retry)
-        started = time.monotonic()  # one retry deadline for all the chunks
-        executor = self._chunk_executor()
-        try:
-            parts = executor.map(
-                lambda request: self._infer_one(request, timeout, retry, started), requests
-            )
-        except RuntimeError as exc:  # the pool was shut down by close() meanwhile
-            raise closed_error("Client") from exc
-        return InferResult.concatenate(list(parts))
+            return self._run(requests[0], options)
 
-    def _chunk_executor(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._closed:
-                raise closed_error("Client")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    MAX_CHUNKS_IN_FLIGHT, thread_name_prefix="triton_sdk"
-                )
-            return self._executor
+        def chunk(request: InferRequest) -> InferResult:
+            return self._run(request, options)
 
-    def _stream(
-        self, request: InferRequest, spec: ModelSpec, timeout: Timeout
-    ) -> Iterator[InferResult]:
-        if self._closed:
-            raise closed_error("Client")
-        return self._backend.stream(request, spec, self._settings.timeout_for(timeout))
-
-    def _generate(
-        self,
-        model: Model,
-        fields: Mapping[str, object],
-        parameters: Mapping[str, ParameterValue] | None,
-        timeout: Timeout,
-        retry: RetryPolicy | NotGiven,
-    ) -> dict[str, JSONValue]:
-        attempt = partial(self._backend.generate, model.spec, model.version, fields, parameters)
-        return self._call(f"generate {model.name}", attempt, timeout=timeout, retry=retry)
-
-    def _generate_stream(
-        self,
-        model: Model,
-        fields: Mapping[str, object],
-        parameters: Mapping[str, ParameterValue] | None,
-        timeout: Timeout,
-    ) -> Iterator[dict[str, JSONValue]]:
-        if self._closed:
-            raise closed_error("Client")
-        return self._backend.generate_stream(
-            model.spec, model.version, fields, parameters, self._settings.timeout_for(timeout)
-        )
+        return InferResult.concatenate(self._chunks.run(chunk, requests))
 
     # Lifetime
 
     def close(self) -> None:
         """Close the connections. The client cannot be used afterwards."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
-        self._backend.close()
+        if self._closed:
+            return
+        self._closed = True
+        self._chunks.close()
+        self._transport.close()
 
     def __enter__(self) -> Client:
         return self
@@ -423,7 +490,7 @@ class Client:
 
 
 class Model(ModelCore):
-    """A typed handle on one model of a :class:`Client`.
+    """A typed handle on one model of an :class:`Client`.
 
     Attributes:
         name: the model's name.
@@ -448,6 +515,7 @@ class Model(ModelCore):
         priority: int = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Run a batch (or, for models without a batch axis, one request) through the model.
@@ -463,6 +531,7 @@ class Model(ModelCore):
             priority: the request's priority, for models with priority levels.
             request_id: an id the server echoes in the result and in its errors.
             retry: this call's retry policy, instead of the client's.
+            headers: sent on top of the client's headers.
         """
         requests = self._requests(
             inputs,
@@ -473,7 +542,7 @@ class Model(ModelCore):
             request_id=request_id,
             sample=False,
         )
-        return self._client._infer(requests, timeout, retry)
+        return self._client._infer(requests, self._client._options(timeout, headers, retry))
 
     def infer_sample(
         self,
@@ -486,6 +555,7 @@ class Model(ModelCore):
         priority: int = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Run one sample: inputs and outputs carry no batch axis.
@@ -502,7 +572,8 @@ class Model(ModelCore):
             request_id=request_id,
             sample=True,
         )
-        result = self._client._infer(requests, timeout, retry)
+        options = self._client._options(timeout, headers, retry)
+        result = self._client._infer(requests, options)
         return result.without_batch_axis() if self.spec.batched else result
 
     def classify(
@@ -517,6 +588,7 @@ class Model(ModelCore):
         priority: int = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> list[list[Classification]]:
         """The ``top_k`` classes of each sample, best first, from the server's classification.
@@ -536,7 +608,8 @@ class Model(ModelCore):
             sample=False,
             class_count=top_k,
         )
-        result = self._client._infer(requests, timeout, retry)
+        options = self._client._options(timeout, headers, retry)
+        result = self._client._infer(requests, options)
         return parse_classifications(result[name], batched=self.spec.batched)
 
     def stream(
@@ -548,6 +621,7 @@ class Model(ModelCore):
         timeout: Timeout = NOT_GIVEN,
         parameters: Mapping[str, ParameterValue] | None = None,
         request_id: str = "",
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> ResponseStream[InferResult]:
         """Send one request and iterate over the model's responses (decoupled models).
@@ -568,7 +642,8 @@ class Model(ModelCore):
             sample=False,
             streaming=True,
         )
-        return ResponseStream(self._client._stream(request, self.spec, timeout))
+        op = StreamInfer(request, self.spec)
+        return ResponseStream(self._client._stream(op, self._client._options(timeout, headers)))
 
     def generate(
         self,
@@ -578,6 +653,7 @@ class Model(ModelCore):
         timeout: Timeout = NOT_GIVEN,
         parameters: Mapping[str, ParameterValue] | None = None,
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
         **named_fields: object,
     ) -> dict[str, JSONValue]:
         """Run the model through the generate extension: JSON fields in, JSON fields out.
@@ -586,8 +662,8 @@ class Model(ModelCore):
         parameters. Returns the response's outputs (a one-element output as its plain
         value, BYTES as text). Works on gRPC too, through an inference or a stream.
         """
-        merged = {**(fields or {}), **named_fields}
-        return self._client._generate(self, merged, parameters, timeout, retry)
+        op = Generate(self.spec, self.version, {**(fields or {}), **named_fields}, parameters)
+        return self._client._run(op, self._client._options(timeout, headers, retry))
 
     def generate_stream(
         self,
@@ -596,11 +672,13 @@ class Model(ModelCore):
         *,
         timeout: Timeout = NOT_GIVEN,
         parameters: Mapping[str, ParameterValue] | None = None,
+        headers: Headers = None,
         **named_fields: object,
     ) -> ResponseStream[dict[str, JSONValue]]:
         """Like :meth:`generate`, yielding the fields of each response as it arrives."""
         merged = {**(fields or {}), **named_fields}
-        return ResponseStream(self._client._generate_stream(self, merged, parameters, timeout))
+        op = GenerateStream(self.spec, self.version, merged, parameters)
+        return ResponseStream(self._client._stream(op, self._client._options(timeout, headers)))
 
     def sequence(self, sequence_id: int | str | None = None) -> ModelSequence:
         """A sequence of requests to a stateful model: ``with model.sequence() as seq:``.
@@ -614,7 +692,7 @@ class Model(ModelCore):
     @overload
     def map(
         self,
-        samples: Iterable[Mapping[str, InputValue]],
+        samples: Samples[Mapping[str, InputValue]],
         *,
         batch_size: int | None = ...,
         concurrency: int = ...,
@@ -623,12 +701,13 @@ class Model(ModelCore):
         outputs: Iterable[str] | None = ...,
         timeout: Timeout = ...,
         retry: RetryPolicy | NotGiven = ...,
+        headers: Headers = ...,
     ) -> Iterator[InferResult]: ...
 
     @overload
     def map(
         self,
-        samples: Iterable[Mapping[str, InputValue]],
+        samples: Samples[Mapping[str, InputValue]],
         *,
         batch_size: int | None = ...,
         concurrency: int = ...,
@@ -637,11 +716,12 @@ class Model(ModelCore):
         outputs: Iterable[str] | None = ...,
         timeout: Timeout = ...,
         retry: RetryPolicy | NotGiven = ...,
+        headers: Headers = ...,
     ) -> Iterator[InferResult | TritonError]: ...
 
     def map(
         self,
-        samples: Iterable[Mapping[str, InputValue]],
+        samples: Samples[Mapping[str, InputValue]],
         *,
         batch_size: int | None = None,
         concurrency: int = 4,
@@ -650,6 +730,7 @@ class Model(ModelCore):
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        headers: Headers = None,
     ) -> Iterator[InferResult] | Iterator[InferResult | TritonError]:
         """Run many samples, batched, with ``concurrency`` batches in flight.
 
@@ -663,7 +744,7 @@ class Model(ModelCore):
         ``progress=True`` shows a tqdm progress bar.
         """
         plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
-        return _MapRunner(self, plan, timeout, retry).run(samples, progress)
+        return _MapRunner(self, plan, timeout, retry, headers).run(samples, progress)
 
 
 class ModelSequence:
@@ -702,6 +783,7 @@ class ModelSequence:
         parameters: Mapping[str, ParameterValue] | None,
         priority: int,
         request_id: str,
+        headers: Headers,
     ) -> InferResult:
         model = self._model
         (request,) = model._requests(
@@ -714,12 +796,11 @@ class ModelSequence:
             sample=sample,
             sequence=self._state.flags(end),
         )
-        if model._client._closed:
-            raise closed_error("Client")
+        options = model._client._options(timeout, headers, _ONCE)
         # Counted before it goes out, so that a request sent meanwhile (from another
         # task or thread) cannot carry START a second time.
         self._state.sent_one(end)
-        result = model._client._infer_one(request, timeout, _ONCE)
+        result = model._client._run(request, options)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     def infer(
@@ -733,6 +814,7 @@ class ModelSequence:
         parameters: Mapping[str, ParameterValue] | None = None,
         priority: int = 0,
         request_id: str = "",
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Send the next request of the sequence (batched inputs, as :meth:`Model.infer`)."""
@@ -746,6 +828,7 @@ class ModelSequence:
             parameters=parameters,
             priority=priority,
             request_id=request_id,
+            headers=headers,
         )
 
     def infer_sample(
@@ -759,6 +842,7 @@ class ModelSequence:
         parameters: Mapping[str, ParameterValue] | None = None,
         priority: int = 0,
         request_id: str = "",
+        headers: Headers = None,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Send the next request as one sample (as :meth:`Model.infer_sample`)."""
@@ -772,6 +856,7 @@ class ModelSequence:
             parameters=parameters,
             priority=priority,
             request_id=request_id,
+            headers=headers,
         )
 
     def __enter__(self) -> ModelSequence:
@@ -787,52 +872,63 @@ class ModelSequence:
 
 
 class _MapRunner:
-    """The blocking driver of :meth:`Model.map`: a window of batches on a thread pool."""
+    """The driver of :meth:`Model.map`: a window of batches in flight."""
 
     def __init__(
-        self, model: Model, plan: MapPlan, timeout: Timeout, retry: RetryPolicy | NotGiven
-    ):
+        self,
+        model: Model,
+        plan: MapPlan,
+        timeout: Timeout,
+        retry: RetryPolicy | NotGiven,
+        headers: Headers,
+    ) -> None:
         self.model = model
         self.plan = plan
         self.timeout = timeout
         self.retry = retry
+        self.headers = headers
+        model._client._options(timeout, headers, retry)  # refuses bad options at once
 
     def _run_batch(self, samples: list[PreparedSample]) -> list[Outcome]:
         if samples[0].error is not None:
             return [samples[0].error]
         plan = self.plan
+        client = self.model._client
+        # Each batch's retry deadline starts when it is sent. Options that cannot be used
+        # (a closed client) end the whole map, not one sample.
+        options = client._options(self.timeout, self.headers, self.retry)
         try:
-            result = self.model._client._infer_one(plan.request(samples), self.timeout, self.retry)
+            result = client._run(plan.request(samples), options)
         except TritonError as error:
             if plan.isolate(samples, error):
                 return [outcome for sample in samples for outcome in self._run_batch([sample])]
             return [error] * len(samples)
         return plan.outcomes(samples, result)
 
-    def run(self, samples: Iterable[Mapping[str, InputValue]], progress: bool) -> Iterator[Outcome]:
+    def run(self, samples: Samples[Mapping[str, InputValue]], progress: bool) -> Iterator[Outcome]:
         plan = self.plan
         bar = progress_bar(samples) if progress else None
-        pool = ThreadPoolExecutor(plan.concurrency, thread_name_prefix="triton_sdk-map")
-        window: deque[Future[list[Outcome]]] = deque()
+        window = Window(plan.concurrency)
 
-        def drain(limit: int) -> Iterator[Outcome]:
-            while len(window) > limit:
-                for outcome in window.popleft().result():
-                    if bar is not None:
-                        bar.update(1)
-                    yield plan.emit(outcome)
+        def finish_oldest() -> list[Outcome]:
+            outcomes: list[Outcome] = window.oldest()
+            if bar is not None:
+                bar.update(len(outcomes))
+            return outcomes
 
         try:
-            for sample in samples:
+            for sample in iterate(samples):
                 for batch in plan.builder.add(sample):
-                    window.append(pool.submit(self._run_batch, batch))
-                    yield from drain(plan.concurrency - 1)
+                    window.submit(self._run_batch, batch)
+                    while len(window) >= plan.concurrency:
+                        for outcome in finish_oldest():
+                            yield plan.emit(outcome)
             for batch in plan.builder.flush():
-                window.append(pool.submit(self._run_batch, batch))
-            yield from drain(0)
+                window.submit(self._run_batch, batch)
+            while len(window):
+                for outcome in finish_oldest():
+                    yield plan.emit(outcome)
         finally:
-            for future in window:
-                future.cancel()
-            pool.shutdown(wait=True)
+            window.close()
             if bar is not None:
                 bar.close()

@@ -14,6 +14,7 @@ __all__ = [
     "BF16",
     "DATATYPES",
     "config_type_to_datatype",
+    "datatype_of",
     "decode_bytes",
     "encode_bytes",
     "numpy_dtype",
@@ -43,6 +44,19 @@ _LITTLE_ENDIAN_WIRE: Final = {
     name: dtype.newbyteorder("<") if dtype.kind in "iuf" else dtype
     for name, dtype in DATATYPES.items()
 }
+
+
+_DATATYPE_OF: Final = {dtype: name for name, dtype in DATATYPES.items()}
+
+
+def datatype_of(array: npt.NDArray[Any]) -> str:
+    """The Triton datatype of a numpy array (text and bytes arrays are BYTES)."""
+    if array.dtype.kind in "OUS":
+        return "BYTES"
+    try:
+        return _DATATYPE_OF[array.dtype.newbyteorder("=")]
+    except KeyError:
+        raise ValueError(f"no Triton datatype for numpy dtype {array.dtype}") from None
 
 
 def numpy_dtype(datatype: str) -> np.dtype[Any]:

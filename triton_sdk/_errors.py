@@ -190,22 +190,44 @@ def classify_message(
     return error_class(message, status=status, model=model, request_id=request_id)
 
 
+def tls_failure(exc: BaseException) -> bool:
+    """Whether a TLS handshake or certificate check caused ``exc`` (through its causes)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError) or isinstance(
+            getattr(seen, "os_error", None), ssl.SSLError
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _from_aiohttp(exc: BaseException) -> bool:
+    module = type(exc).__module__
+    return module == "aiohttp" or module.startswith("aiohttp.")
+
+
 def classify_transport_error(
     exc: BaseException,
     *,
     model: str | None = None,
     request_id: str | None = None,
+    timeout: float | None = None,
 ) -> TritonError | None:
-    """Map a socket-level failure (stdlib exception types) to an error, or None if unknown.
+    """Map a failure below the protocol (sockets, TLS, ``http.client``, aiohttp) to an
+    error, or None if unknown.
 
     TLS failures are not retried: a bad certificate does not heal by waiting.
     """
     detail = str(exc) or type(exc).__name__
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):  # distinct before Python 3.11
-        return TritonTimeoutError(f"timed out: {detail}", model=model, request_id=request_id)
-    if isinstance(exc, ssl.SSLError):
+    if tls_failure(exc):
         return TritonConnectionError(f"TLS failure: {detail}", model=model, request_id=request_id)
-    if isinstance(exc, OSError | http.client.HTTPException):
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):  # distinct before Python 3.11
+        after = "" if timeout is None else f" after {timeout}s"
+        return TritonTimeoutError(f"timed out{after}: {detail}", model=model, request_id=request_id)
+    if isinstance(exc, OSError | http.client.HTTPException) or _from_aiohttp(exc):
         return TritonConnectionError(
             f"connection failed: {detail}", model=model, request_id=request_id, retryable=True
         )

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 
 from ._errors import InferenceError, InvalidInputError, classify_message
+from ._ops import JSONValue
 from ._request import InferRequest, ParameterValue, check_parameter_names, check_parameters
 from ._result import InferResult, decode_json_output
 from ._shaping import Tensor, prepare_inputs
@@ -32,8 +33,6 @@ __all__ = [
     "tensors_to_fields",
 ]
 
-JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, "JSONValue"] | None
-"""A value of a decoded JSON document."""
 
 _RESPONSE_METADATA = frozenset({"model_name", "model_version", "id"})
 

@@ -1,7 +1,8 @@
 """The KServe v2 HTTP/REST protocol with Triton's binary tensor extension, without I/O.
 
-Both HTTP backends (sync and asyncio) send what :func:`encode_infer` builds and read
-answers with :func:`decode_infer` and :func:`error_from_response`.
+:class:`HttpCodec` turns every op into an :class:`HttpCall` (what to send, how to read
+the answer) or an :class:`HttpStream` (a server-sent-events answer read piece by piece);
+both HTTP transports (blocking and asyncio) perform them and never look inside.
 """
 
 from __future__ import annotations
@@ -9,21 +10,45 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 from urllib.parse import quote
 
 import attrs
 
 from ._errors import InferenceError, TritonError, classify_message, classify_status
-from ._generate import response_fields
+from ._generate import (
+    JSONValue,
+    ServerSentEvents,
+    event_to_result,
+    generate_body,
+    response_fields,
+    tensors_to_fields,
+)
+from ._ops import (
+    Generate,
+    GenerateStream,
+    GetLogSettings,
+    GetModelStatistics,
+    GetTraceSettings,
+    ListModels,
+    LoadModel,
+    Op,
+    StreamInfer,
+    StreamOp,
+    UnloadModel,
+    UpdateLogSettings,
+    UpdateTraceSettings,
+)
 from ._request import InferRequest
 from ._result import InferResult, decode_json_output, decode_output
+from ._spec import ModelSpec
 from ._wire import tensor_payload
 
 __all__ = [
     "HEADER_LENGTH",
     "HttpCall",
-    "Routes",
+    "HttpCodec",
+    "HttpStream",
     "decode_infer",
     "encode_infer",
     "error_from_response",
@@ -34,12 +59,17 @@ T = TypeVar("T")
 HEADER_LENGTH: Final = "Inference-Header-Content-Length"
 
 
+def model_segment(name: str, version: str | None) -> str:
+    """``{name}[/versions/{version}]``, quoted."""
+    segment = quote(name, safe="")
+    if version:
+        segment += f"/versions/{quote(version, safe='')}"
+    return segment
+
+
 def model_path(base: str, name: str, version: str | None, suffix: str = "") -> str:
     """``{base}/v2/models/{name}[/versions/{version}]{suffix}``, with the name quoted."""
-    path = f"{base}/v2/models/{quote(name, safe='')}"
-    if version:
-        path += f"/versions/{quote(version, safe='')}"
-    return path + suffix
+    return f"{base}/v2/models/{model_segment(name, version)}{suffix}"
 
 
 def _parameters(request: InferRequest) -> dict[str, Any]:
@@ -200,22 +230,50 @@ def load_body(config: str | None, files: Mapping[str, bytes] | None) -> bytes:
     return json.dumps({"parameters": parameters} if parameters else {}).encode()
 
 
+Reader = Callable[[int, int | None, bytes], T]
+"""(status, Inference-Header-Content-Length or None, body) -> value, or raise."""
+
+
 @attrs.define
 class HttpCall(Generic[T]):
-    """One HTTP exchange, described without doing it: what to send, how to read the answer.
-
-    The sync and asyncio backends each have a single method that performs a call; every
-    endpoint is described once, here.
-    """
+    """One HTTP exchange, described without doing it: what to send, how to read the answer."""
 
     method: str
     path: str
     body: Sequence[bytes | memoryview] | None
     headers: Mapping[str, str]
-    read: Callable[[int, int | None, bytes], T]
-    """(status, Inference-Header-Content-Length or None, body) -> value, or raise."""
-    model: str | None = None
-    request_id: str | None = None
+    read: Reader[T]
+
+
+@attrs.define
+class HttpStream(Generic[T]):
+    """A request answered by server-sent events, read as they arrive.
+
+    ``check`` reads a refusal (any status but 200) and raises it; ``decoder()`` makes a
+    fresh :class:`EventDecoder` for the events of one answer.
+    """
+
+    method: str
+    path: str
+    body: Sequence[bytes | memoryview]
+    headers: Mapping[str, str]
+    check: Reader[None]
+    decoder: Callable[[], EventDecoder[T]]
+
+
+class EventDecoder(Generic[T]):
+    """Feed the bytes of an event stream as they arrive; get one item per event."""
+
+    def __init__(self, convert: Callable[[str], T]) -> None:
+        self._events = ServerSentEvents()
+        self._convert = convert
+
+    def feed(self, chunk: bytes) -> list[T]:
+        return [self._convert(data) for data in self._events.feed(chunk)]
+
+    def finish(self) -> list[T]:
+        """The items of an event the stream ended without a blank line after."""
+        return [self._convert(data) for data in self._events.finish()]
 
 
 _NO_HEADERS: Final[Mapping[str, str]] = {}
@@ -225,10 +283,6 @@ _STREAM_HEADERS: Final = {"Content-Type": "application/json", "Accept": "text/ev
 
 def _is_ok(status: int, header_length: int | None, body: bytes) -> bool:
     return status == 200
-
-
-Reader = Callable[[int, int | None, bytes], T]
-"""(status, Inference-Header-Content-Length or None, body) -> value, or raise."""
 
 
 def _reader(
@@ -247,93 +301,189 @@ def _reader(
 
 
 def _json_reader(what: str, model: str | None = None) -> Reader[Any]:
-    return _reader(lambda _, body: decode_json(body, what), model)
+    def json_body(header_length: int | None, body: bytes) -> Any:
+        return decode_json(body, what)
+
+    return _reader(json_body, model)
 
 
-def _checked(model: str | None) -> Reader[None]:
-    return _reader(lambda _, __: None, model)
+def _status_reader(model: str | None) -> Reader[None]:
+    def nothing(header_length: int | None, body: bytes) -> None:
+        return None
+
+    return _reader(nothing, model)
 
 
 def _field_reader(field: str, model: str | None) -> Reader[Any]:
-    return _reader(lambda _, body: decode_json(body, field).get(field, []), model)
+    def json_field(header_length: int | None, body: bytes) -> Any:
+        return decode_json(body, field).get(field, [])
 
-
-def _generate_reader(model: str) -> Reader[dict[str, Any]]:
-    return _reader(lambda _, body: response_fields(decode_json(body, "generate"), model), model)
+    return _reader(json_field, model)
 
 
 def _infer_reader(request: InferRequest) -> Reader[InferResult]:
     model, request_id = request.model, request.request_id or None
-    return _reader(
-        lambda length, body: decode_infer(body, length, model, request_id), model, request_id
-    )
+
+    def infer_result(header_length: int | None, body: bytes) -> InferResult:
+        return decode_infer(body, header_length, model, request_id)
+
+    return _reader(infer_result, model, request_id)
 
 
-def _settings_call(
-    path: str, updates: Mapping[str, Any] | None, model: str | None
-) -> HttpCall[Any]:
-    reader = _json_reader("settings", model)
-    if updates is None:
-        return HttpCall("GET", path, None, _NO_HEADERS, reader, model)
-    return HttpCall("POST", path, [json.dumps(updates).encode()], _JSON_HEADERS, reader, model)
+_STREAM_HINT: Final = (
+    " (model.stream over HTTP goes through the generate_stream extension, which takes one "
+    "sample of scalar or 1-D inputs; a gRPC client streams any decoupled model)"
+)
 
 
-class Routes:
+def _stream_refusal_reader(model: str) -> Reader[None]:
+    """A generate_stream refusal; one of the inputs gets a hint about gRPC."""
+    check = _status_reader(model)
+
+    def read(status: int, header_length: int | None, body: bytes) -> None:
+        try:
+            check(status, header_length, body)
+        except InferenceError as error:
+            message = error.message.lower()
+            hints = ("parse", "json", "shape", "datatype", "data-type")
+            if not any(hint in message for hint in hints):
+                raise
+            raise type(error)(
+                error.message + _STREAM_HINT,
+                status=error.status,
+                model=error.model,
+                request_id=error.request_id,
+                retryable=error.retryable,
+            ) from error
+
+    return read
+
+
+def _generate_fields(model: str) -> Callable[[str], dict[str, JSONValue]]:
+    def convert(data: str) -> dict[str, JSONValue]:
+        return response_fields(decode_json(data.encode(), "generate_stream"), model)
+
+    return convert
+
+
+def _stream_results(spec: ModelSpec, request: InferRequest) -> Callable[[str], InferResult]:
+    wanted = None if request.outputs is None else {output.name for output in request.outputs}
+
+    def convert(data: str) -> InferResult:
+        event = decode_json(data.encode(), "generate_stream")
+        response_fields(event, spec.name)  # raises the error an event carries
+        return event_to_result(event, spec, wanted)
+
+    return convert
+
+
+class HttpCodec:
     """The calls of the HTTP protocol for a server under ``base`` (a path prefix or "")."""
 
     def __init__(self, base: str) -> None:
         self.base = base
         self._infer_paths: dict[tuple[str, str], str] = {}
+        self._encoders: dict[type[Any], Callable[[Any], HttpCall[Any]]] = {
+            InferRequest: self._infer,
+            Generate: self._generate,
+            ListModels: self._list_models,
+            LoadModel: self._load,
+            UnloadModel: self._unload,
+            GetModelStatistics: self._statistics,
+            GetTraceSettings: lambda op: self._trace(op.model_name, None),
+            UpdateTraceSettings: lambda op: self._trace(op.model_name, op.updates),
+            GetLogSettings: lambda op: self._settings(f"{self.base}/v2/logging", None, None),
+            UpdateLogSettings: lambda op: self._settings(
+                f"{self.base}/v2/logging", op.updates, None
+            ),
+        }
 
-    def live(self) -> HttpCall[bool]:
-        return HttpCall("GET", f"{self.base}/v2/health/live", None, _NO_HEADERS, _is_ok)
+    def encode(self, op: Op[T]) -> HttpCall[T]:
+        """How ``op`` travels over HTTP."""
+        encoder = self._encoders.get(type(op))
+        return cast("HttpCall[T]", (encoder or self._routed)(op))
 
-    def ready(self) -> HttpCall[bool]:
-        return HttpCall("GET", f"{self.base}/v2/health/ready", None, _NO_HEADERS, _is_ok)
+    def encode_stream(self, op: StreamOp[T]) -> HttpStream[T]:
+        """How a streamed op travels: a generate_stream request."""
+        if isinstance(op, GenerateStream):
+            spec = op.spec
+            body = generate_body(op.fields, op.parameters, spec=spec)
+            return cast(
+                "HttpStream[T]",
+                self._event_stream(
+                    spec.name,
+                    op.version,
+                    body,
+                    _status_reader(spec.name),
+                    _generate_fields(spec.name),
+                ),
+            )
+        if isinstance(op, StreamInfer):
+            request, spec = op.request, op.spec
+            fields = tensors_to_fields(list(request.inputs), spec)
+            body = generate_body(fields, request.parameters, request.request_id)
+            return cast(
+                "HttpStream[T]",
+                self._event_stream(
+                    spec.name,
+                    request.version,
+                    body,
+                    _stream_refusal_reader(spec.name),
+                    _stream_results(spec, request),
+                ),
+            )
+        raise TypeError(f"no HTTP stream encoding for {type(op).__name__}")
 
-    def model_ready(self, name: str, version: str | None) -> HttpCall[bool]:
-        path = model_path(self.base, name, version, "/ready")
-        return HttpCall("GET", path, None, _NO_HEADERS, _is_ok, name)
-
-    def server_metadata(self) -> HttpCall[Any]:
-        return HttpCall(
-            "GET", f"{self.base}/v2", None, _NO_HEADERS, _json_reader("server metadata")
+    def _event_stream(
+        self,
+        name: str,
+        version: str | None,
+        body: bytes,
+        check: Reader[None],
+        convert: Callable[[str], T],
+    ) -> HttpStream[T]:
+        path = model_path(self.base, name, version, "/generate_stream")
+        return HttpStream(
+            "POST", path, [body], _STREAM_HEADERS, check, lambda: EventDecoder(convert)
         )
 
-    def model_metadata(self, name: str, version: str | None) -> HttpCall[Any]:
-        path = model_path(self.base, name, version)
-        return HttpCall("GET", path, None, _NO_HEADERS, _json_reader("model metadata", name), name)
+    def _routed(self, op: Op[Any]) -> HttpCall[Any]:
+        """A plain op: a GET of its route's path."""
+        route = op.route
+        if route is None:
+            raise TypeError(f"no HTTP encoding for {type(op).__name__}")
+        path = route.http_path
+        if "{model}" in path:
+            name, version = getattr(op, "name"), getattr(op, "version")  # noqa: B009
+            path = path.replace("{model}", model_segment(name, version))
+        if route.answer == "ok":
+            return HttpCall("GET", self.base + path, None, _NO_HEADERS, _is_ok)
+        reader = _json_reader(op.call.replace("_", " "), op.model)
+        return HttpCall("GET", self.base + path, None, _NO_HEADERS, reader)
 
-    def model_config(self, name: str, version: str | None) -> HttpCall[Any]:
-        path = model_path(self.base, name, version, "/config")
-        return HttpCall("GET", path, None, _NO_HEADERS, _json_reader("model config", name), name)
-
-    def repository_index(self) -> HttpCall[Any]:
+    def _list_models(self, op: ListModels) -> HttpCall[Any]:
         path = f"{self.base}/v2/repository/index"
         return HttpCall("POST", path, [b"{}"], _JSON_HEADERS, _json_reader("repository index"))
 
-    def load_model(
-        self, name: str, config: str | None, files: Mapping[str, bytes] | None
-    ) -> HttpCall[None]:
-        path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/load"
-        body = [load_body(config, files)]
-        return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name)
+    def _load(self, op: LoadModel) -> HttpCall[None]:
+        path = f"{self.base}/v2/repository/models/{quote(op.name, safe='')}/load"
+        body = [load_body(op.config, op.files)]
+        return HttpCall("POST", path, body, _JSON_HEADERS, _status_reader(op.name))
 
-    def unload_model(self, name: str, unload_dependents: bool) -> HttpCall[None]:
-        path = f"{self.base}/v2/repository/models/{quote(name, safe='')}/unload"
-        body = [json.dumps({"parameters": {"unload_dependents": unload_dependents}}).encode()]
-        return HttpCall("POST", path, body, _JSON_HEADERS, _checked(name), name)
+    def _unload(self, op: UnloadModel) -> HttpCall[None]:
+        path = f"{self.base}/v2/repository/models/{quote(op.name, safe='')}/unload"
+        parameters = {"parameters": {"unload_dependents": op.unload_dependents}}
+        body = [json.dumps(parameters).encode()]
+        return HttpCall("POST", path, body, _JSON_HEADERS, _status_reader(op.name))
 
-    def model_statistics(self, name: str | None, version: str | None) -> HttpCall[Any]:
-        if name is None:
+    def _statistics(self, op: GetModelStatistics) -> HttpCall[Any]:
+        if op.name is None:
             path = f"{self.base}/v2/models/stats"
         else:
-            path = model_path(self.base, name, version, "/stats")
-        return HttpCall("GET", path, None, _NO_HEADERS, _field_reader("model_stats", name), name)
+            path = model_path(self.base, op.name, op.version, "/stats")
+        return HttpCall("GET", path, None, _NO_HEADERS, _field_reader("model_stats", op.name))
 
-    def trace_settings(
-        self, model: str | None, updates: Mapping[str, list[str]] | None
-    ) -> HttpCall[Any]:
+    def _trace(self, model: str | None, updates: Mapping[str, list[str]] | None) -> HttpCall[Any]:
         if model is None:
             path = f"{self.base}/v2/trace/setting"
         else:
@@ -345,33 +495,33 @@ class Routes:
                 key: values if key == "trace_level" else values[0]
                 for key, values in updates.items()
             }
-        return _settings_call(path, http_updates, model)
+        return self._settings(path, http_updates, model)
 
-    def log_settings(self, updates: Mapping[str, bool | int | str] | None) -> HttpCall[Any]:
-        return _settings_call(f"{self.base}/v2/logging", updates, None)
+    def _settings(
+        self, path: str, updates: Mapping[str, Any] | None, model: str | None
+    ) -> HttpCall[Any]:
+        reader = _json_reader("settings", model)
+        if updates is None:
+            return HttpCall("GET", path, None, _NO_HEADERS, reader)
+        return HttpCall("POST", path, [json.dumps(updates).encode()], _JSON_HEADERS, reader)
 
-    def generate(self, name: str, version: str | None, body: bytes) -> HttpCall[dict[str, Any]]:
-        path = model_path(self.base, name, version, "/generate")
-        return HttpCall("POST", path, [body], _JSON_HEADERS, _generate_reader(name), name)
+    def _generate(self, op: Generate) -> HttpCall[dict[str, JSONValue]]:
+        spec = op.spec
+        body = generate_body(op.fields, op.parameters, spec=spec)
+        path = model_path(self.base, spec.name, op.version, "/generate")
 
-    def generate_stream(self, name: str, version: str | None, body: bytes) -> HttpCall[None]:
-        """The request of a generate stream; ``read`` only checks the status."""
-        path = model_path(self.base, name, version, "/generate_stream")
-        return HttpCall("POST", path, [body], _STREAM_HEADERS, _checked(name), name)
+        def generated(header_length: int | None, data: bytes) -> dict[str, JSONValue]:
+            return response_fields(decode_json(data, "generate"), spec.name)
 
-    def infer(self, request: InferRequest) -> HttpCall[InferResult]:
+        return HttpCall("POST", path, [body], _JSON_HEADERS, _reader(generated, spec.name))
+
+    def _infer(self, request: InferRequest) -> HttpCall[InferResult]:
         parts, json_length = encode_infer(request)
         headers = {HEADER_LENGTH: str(json_length), "Content-Type": "application/octet-stream"}
-        path = self._infer_paths.get((request.model, request.version))
+        key = (request.model, request.version)
+        path = self._infer_paths.get(key)
         if path is None:
             path = model_path(self.base, request.model, request.version, "/infer")
-            self._infer_paths[(request.model, request.version)] = path
-        return HttpCall(
-            "POST",
-            path,
-            parts,
-            headers,
-            _infer_reader(request),
-            request.model,
-            request.request_id or None,
-        )
+            if len(self._infer_paths) < _MAX_HEADERS:
+                self._infer_paths[key] = path
+        return HttpCall("POST", path, parts, headers, _infer_reader(request))

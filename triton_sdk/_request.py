@@ -8,6 +8,8 @@ from typing import Final, TypeAlias
 import attrs
 
 from ._errors import InvalidInputError
+from ._ops import Op
+from ._result import InferResult
 from ._shaping import Tensor
 from ._spec import ModelSpec
 
@@ -41,8 +43,10 @@ class RequestedOutput:
 
 
 @attrs.frozen(kw_only=True)
-class InferRequest:
-    """Everything one inference call sends, already validated."""
+class InferRequest(Op[InferResult]):
+    """Everything one inference call sends, already validated: the ``infer`` op."""
+
+    call = "infer"
 
     model: str
     version: str = ""

@@ -1,29 +1,27 @@
-"""Running a call under a :class:`RetryPolicy`, with tenacity doing the looping.
+"""The retry decisions of a :class:`RetryPolicy`; tenacity does the looping.
 
-The first attempt runs on a fast path with no retry machinery at all: most calls
-succeed, and building tenacity objects for each one would cost more than the SDK's
-whole per-call budget. Only after a retryable failure does tenacity take over; it is
-handed the failure that already happened, so attempt counts, backoff and the deadline
-all include the first attempt.
+The loop itself lives in the clients' call path (``_run``). Its first attempt runs
+with no retry machinery at all: most calls succeed, and building tenacity objects for
+each one would cost more than the SDK's whole per-call budget. Only after a retryable
+failure does tenacity take over, starting at attempt 2, so attempt counts, backoff and
+the deadline all include the first attempt.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import tenacity
 
 from ._config import RetryPolicy
 from ._errors import TritonError, TritonTimeoutError
 
-__all__ = ["attempt_timeout", "call_async", "call_sync", "should_retry"]
+__all__ = ["StopAt", "attempt_timeout", "final_error", "retrying_kwargs", "should_retry"]
 
 logger = logging.getLogger("triton_sdk")
-
-T = TypeVar("T")
 
 
 def should_retry(error: BaseException, *, idempotent: bool) -> bool:
@@ -52,7 +50,7 @@ class _Wait(tenacity.wait.wait_base):
         return self.policy.backoff(retry_state.attempt_number)
 
 
-class _StopAt(tenacity.stop.stop_base):
+class StopAt(tenacity.stop.stop_base):
     """Stop after ``max_attempts``, or when the next wait would end past the deadline."""
 
     def __init__(self, policy: RetryPolicy, deadline_at: float | None) -> None:
@@ -85,7 +83,8 @@ def _log_retry(what: str, policy: RetryPolicy) -> Callable[[tenacity.RetryCallSt
     return log
 
 
-def _retrying_kwargs(policy: RetryPolicy, stop: _StopAt, what: str, idempotent: bool) -> Any:
+def retrying_kwargs(policy: RetryPolicy, stop: StopAt, what: str, idempotent: bool) -> Any:
+    """The arguments of tenacity's ``Retrying``/``AsyncRetrying`` for a call's retries."""
     return {
         "stop": stop,
         "wait": _Wait(policy),
@@ -95,11 +94,7 @@ def _retrying_kwargs(policy: RetryPolicy, stop: _StopAt, what: str, idempotent: 
     }
 
 
-def _replay_first(first: BaseException) -> Iterator[BaseException]:
-    yield first
-
-
-def _final_error(error: TritonError, stop: _StopAt, what: str, policy: RetryPolicy) -> TritonError:
+def final_error(error: TritonError, stop: StopAt, what: str, policy: RetryPolicy) -> TritonError:
     """The error that ends the call: a deadline that cut retries short is a timeout."""
     if not stop.hit_deadline or isinstance(error, TritonTimeoutError):
         return error
@@ -110,83 +105,3 @@ def _final_error(error: TritonError, stop: _StopAt, what: str, policy: RetryPoli
         model=error.model,
         request_id=error.request_id,
     )
-
-
-def _deadline_at(policy: RetryPolicy, started: float | None) -> float | None:
-    if policy.deadline is None:
-        return None
-    return (time.monotonic() if started is None else started) + policy.deadline
-
-
-def call_sync(
-    attempt: Callable[[float | None], T],
-    *,
-    policy: RetryPolicy,
-    timeout: float | None,
-    idempotent: bool,
-    what: str,
-    started: float | None = None,
-) -> T:
-    """Run ``attempt(timeout_for_this_attempt)`` under the policy.
-
-    ``started`` (a ``time.monotonic()`` value) starts the deadline's clock earlier, for
-    calls made of several requests: all of them share one deadline.
-    """
-    deadline_at = _deadline_at(policy, started)
-    try:
-        return attempt(attempt_timeout(timeout, deadline_at, time.monotonic()))
-    except TritonError as error:
-        if policy.max_attempts <= 1 or not should_retry(error, idempotent=idempotent):
-            raise
-        replay = _replay_first(error)
-
-    def again() -> T:
-        failed = next(replay, None)
-        if failed is not None:
-            raise failed
-        return attempt(attempt_timeout(timeout, deadline_at, time.monotonic()))
-
-    stop = _StopAt(policy, deadline_at)
-    try:
-        return tenacity.Retrying(**_retrying_kwargs(policy, stop, what, idempotent))(again)
-    except TritonError as error:
-        final = _final_error(error, stop, what, policy)
-        if final is error:
-            raise
-        raise final from error
-
-
-async def call_async(
-    attempt: Callable[[float | None], Awaitable[T]],
-    *,
-    policy: RetryPolicy,
-    timeout: float | None,
-    idempotent: bool,
-    what: str,
-    started: float | None = None,
-) -> T:
-    """The asynchronous twin of :func:`call_sync`."""
-    deadline_at = _deadline_at(policy, started)
-    try:
-        return await attempt(attempt_timeout(timeout, deadline_at, time.monotonic()))
-    except TritonError as error:
-        if policy.max_attempts <= 1 or not should_retry(error, idempotent=idempotent):
-            raise
-        replay = _replay_first(error)
-
-    async def again() -> T:
-        failed = next(replay, None)
-        if failed is not None:
-            raise failed
-        return await attempt(attempt_timeout(timeout, deadline_at, time.monotonic()))
-
-    stop = _StopAt(policy, deadline_at)
-    try:
-        return await tenacity.AsyncRetrying(**_retrying_kwargs(policy, stop, what, idempotent))(
-            again
-        )
-    except TritonError as error:
-        final = _final_error(error, stop, what, policy)
-        if final is error:
-            raise
-        raise final from error

@@ -39,15 +39,16 @@ def closed_port() -> int:
 
 
 def send_raw(client: Any, loop_thread: LoopThread, request: InferRequest, timeout: float) -> Any:
-    """Send a request through the client's private backend, skipping client-side checks.
+    """Send a request through the client's transport, skipping client-side checks.
 
     The public ``infer`` refuses unknown outputs and wrong shapes before sending (that is
     tested below), so the only way to see how the *server's* refusal is mapped is to hand
-    a hand-built request to the backend, which is where the mapping happens.
+    a hand-built request to the transport, which is where the mapping happens.
     """
+    ctx = ts.CallContext("infer", request.model, {}, timeout)
     if isinstance(client, Blocking):
-        return loop_thread.run(client.target._backend.infer(request, timeout))
-    return client._backend.infer(request, timeout)
+        return loop_thread.run(client.target._transport.acall(request, ctx))
+    return client._transport.call(request, ctx)
 
 
 def settled_count(server: LocalServer, model: str) -> int:

@@ -9,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 
 import triton_sdk as ts
+import triton_sdk.ops
+from triton_sdk.testing import MockTransport, RecordedCall
 
 
 def sync_usage(url: str) -> npt.NDArray[np.float32]:
@@ -115,3 +117,37 @@ async def async_model_kinds(client: ts.AsyncClient) -> list[int]:
     async for chunk in (await client.model("generator")).generate_stream(text_input="hi"):
         values.append(len(chunk))
     return values
+
+
+class TokenHook(ts.CallHook):
+    """A hook that adds a header to every attempt and counts failures."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+    def before_send(self, op: ts.ops.Op[Any] | ts.ops.StreamOp[Any], ctx: ts.CallContext) -> None:
+        ctx.headers = {**ctx.headers, "authorization": "Bearer fresh"}
+
+    def on_error(
+        self, op: ts.ops.Op[Any] | ts.ops.StreamOp[Any], ctx: ts.CallContext, error: ts.TritonError
+    ) -> None:
+        self.failures += 1
+
+
+def headers_hooks_and_mocks(spec: ts.ModelSpec) -> int:
+    def handler(op: ts.ops.Op[Any] | ts.ops.StreamOp[Any], ctx: ts.CallContext) -> object:
+        if isinstance(op, ts.ops.InferRequest):
+            return {"OUTPUT": np.zeros((1, 4), dtype=np.float32)}
+        return ts.TritonConnectionError("down", retryable=True)
+
+    mock = MockTransport(handler, models=[spec])
+    transport: ts.Transport = mock
+    atransport: ts.AsyncTransport = mock
+    del atransport
+    with ts.Client("grpc://test", transport=transport, hooks=[TokenHook()]) as client:
+        model = client.model(spec.name, headers={"x-request-id": "1"})
+        model.infer(TEXT=["a"], headers={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
+        config: dict[str, Any] = client.model_config(spec.name)
+        del config
+    recorded: list[RecordedCall] = mock.calls
+    return len(recorded)

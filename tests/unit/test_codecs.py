@@ -1,4 +1,4 @@
-"""Wire formats without I/O: the HTTP codec and routes, and the gRPC request/response helpers."""
+"""Wire formats without I/O: every op through the HTTP and the gRPC codec."""
 
 from __future__ import annotations
 
@@ -11,20 +11,23 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import serialize_byte_tensor
 
 import triton_sdk as ts
-from triton_sdk._backends._grpc import (
+from triton_sdk import _ops as ops
+from triton_sdk._grpc_codec import (
+    GrpcCall,
     build_infer_request,
-    channel_options,
     decode_infer_response,
 )
+from triton_sdk._grpc_codec import encode as grpc_encode
 from triton_sdk._http_codec import (
     HEADER_LENGTH,
-    Routes,
+    HttpCodec,
     decode_infer,
     encode_infer,
     error_from_response,
 )
 from triton_sdk._request import InferRequest, RequestedOutput
 from triton_sdk._shaping import Tensor
+from triton_sdk._transports._grpc import channel_options
 from triton_sdk._wire import declared_count, tensor_payload
 
 FLOATS = np.array([[1.5, -2.0, 3.25]], dtype=np.float32)
@@ -386,7 +389,7 @@ def test_error_from_response(
 
 
 def test_infer_route_reads_errors_with_model_and_request_id() -> None:
-    call = Routes("").infer(request(request_id="r9"))
+    call = HttpCodec("").encode(request(request_id="r9"))
     with pytest.raises(ts.InferenceError) as info:
         call.read(400, None, b'{"error":"bad input"}')
     assert info.value.model == "m"
@@ -395,7 +398,7 @@ def test_infer_route_reads_errors_with_model_and_request_id() -> None:
 
 
 def test_infer_route_reads_a_result() -> None:
-    call = Routes("").infer(request())
+    call = HttpCodec("").encode(request())
     body = json.dumps(
         {
             "model_name": "m",
@@ -410,10 +413,9 @@ def test_infer_route_reads_a_result() -> None:
 
 
 def test_infer_route() -> None:
-    call = Routes("").infer(request(version="2"))
+    call = HttpCodec("").encode(request(version="2"))
     assert call.method == "POST"
     assert call.path == "/v2/models/m/versions/2/infer"
-    assert call.model == "m"
     assert call.body is not None
     parts = list(call.body)
     assert call.headers[HEADER_LENGTH] == str(len(parts[0]))
@@ -433,58 +435,102 @@ def test_infer_route() -> None:
     ],
 )
 def test_infer_paths(base: str, model: str, version: str | None, expected: str) -> None:
-    call = Routes(base).infer(request(model=model, version=version or ""))
+    call = HttpCodec(base).encode(request(model=model, version=version or ""))
     assert call.path == expected
 
 
 @pytest.mark.parametrize(
-    ("make", "method", "path"),
+    ("op", "method", "path"),
     [
-        (lambda r: r.live(), "GET", "/base/v2/health/live"),
-        (lambda r: r.ready(), "GET", "/base/v2/health/ready"),
-        (lambda r: r.model_ready("m x", "2"), "GET", "/base/v2/models/m%20x/versions/2/ready"),
-        (lambda r: r.model_ready("m", None), "GET", "/base/v2/models/m/ready"),
-        (lambda r: r.server_metadata(), "GET", "/base/v2"),
-        (lambda r: r.model_metadata("m", None), "GET", "/base/v2/models/m"),
-        (lambda r: r.model_metadata("m", "1"), "GET", "/base/v2/models/m/versions/1"),
-        (lambda r: r.model_config("m", None), "GET", "/base/v2/models/m/config"),
-        (lambda r: r.model_config("a/b", "1"), "GET", "/base/v2/models/a%2Fb/versions/1/config"),
-        (lambda r: r.repository_index(), "POST", "/base/v2/repository/index"),
-        (
-            lambda r: r.load_model("a/b", None, None),
-            "POST",
-            "/base/v2/repository/models/a%2Fb/load",
-        ),
-        (lambda r: r.unload_model("m", False), "POST", "/base/v2/repository/models/m/unload"),
+        (ops.IsServerLive(), "GET", "/base/v2/health/live"),
+        (ops.IsServerReady(), "GET", "/base/v2/health/ready"),
+        (ops.IsModelReady("m x", "2"), "GET", "/base/v2/models/m%20x/versions/2/ready"),
+        (ops.IsModelReady("m", None), "GET", "/base/v2/models/m/ready"),
+        (ops.GetServerMetadata(), "GET", "/base/v2"),
+        (ops.GetModelMetadata("m", None), "GET", "/base/v2/models/m"),
+        (ops.GetModelMetadata("m", "1"), "GET", "/base/v2/models/m/versions/1"),
+        (ops.GetModelConfig("m", None), "GET", "/base/v2/models/m/config"),
+        (ops.GetModelConfig("a/b", "1"), "GET", "/base/v2/models/a%2Fb/versions/1/config"),
+        (ops.ListModels(), "POST", "/base/v2/repository/index"),
+        (ops.LoadModel("a/b"), "POST", "/base/v2/repository/models/a%2Fb/load"),
+        (ops.UnloadModel("m"), "POST", "/base/v2/repository/models/m/unload"),
+        (ops.GetModelStatistics(), "GET", "/base/v2/models/stats"),
+        (ops.GetModelStatistics("m", "2"), "GET", "/base/v2/models/m/versions/2/stats"),
+        (ops.GetTraceSettings(), "GET", "/base/v2/trace/setting"),
+        (ops.GetTraceSettings("m"), "GET", "/base/v2/models/m/trace/setting"),
+        (ops.UpdateTraceSettings(None, {"trace_rate": ["2"]}), "POST", "/base/v2/trace/setting"),
+        (ops.GetLogSettings(), "GET", "/base/v2/logging"),
+        (ops.UpdateLogSettings({"log_info": True}), "POST", "/base/v2/logging"),
     ],
+    ids=lambda value: type(value).__name__ if isinstance(value, ops.Op) else None,
 )
-def test_routes(make: Any, method: str, path: str) -> None:
-    call = make(Routes("/base"))
+def test_http_paths_of_every_op(op: ops.Op[Any], method: str, path: str) -> None:
+    call = HttpCodec("/base").encode(op)
     assert call.method == method
     assert call.path == path
 
 
+@pytest.mark.parametrize(
+    ("op", "rpc", "fields"),
+    [
+        (ops.IsServerLive(), "ServerLive", {}),
+        (ops.IsServerReady(), "ServerReady", {}),
+        (ops.IsModelReady("m", "2"), "ModelReady", {"name": "m", "version": "2"}),
+        (ops.GetServerMetadata(), "ServerMetadata", {}),
+        (ops.GetModelMetadata("m", None), "ModelMetadata", {"name": "m"}),
+        (ops.GetModelConfig("m", "1"), "ModelConfig", {"name": "m", "version": "1"}),
+        (ops.ListModels(), "RepositoryIndex", {}),
+        (ops.LoadModel("m"), "RepositoryModelLoad", {"model_name": "m"}),
+        (ops.GetModelStatistics("m"), "ModelStatistics", {"name": "m"}),
+        (ops.GetTraceSettings("m"), "TraceSetting", {"model_name": "m"}),
+        (ops.GetLogSettings(), "LogSettings", {}),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, ops.Op) else None,
+)
+def test_grpc_rpcs_of_every_op(op: ops.Op[Any], rpc: str, fields: dict[str, str]) -> None:
+    call = grpc_encode(op)
+    assert isinstance(call, GrpcCall)
+    assert call.rpc == rpc
+    assert type(call.message).__name__ == f"{rpc}Request"
+    for name, value in fields.items():
+        assert getattr(call.message, name) == value
+
+
+def test_plain_grpc_answers_are_read_like_http_ones() -> None:
+    ready = grpc_encode(ops.IsModelReady("m"))
+    assert isinstance(ready, GrpcCall)
+    assert ready.read(pb.ModelReadyResponse(ready=True)) is True
+    config = grpc_encode(ops.GetModelConfig("m"))
+    assert isinstance(config, GrpcCall)
+    answer = pb.ModelConfigResponse()
+    answer.config.name = "m"
+    answer.config.max_batch_size = 4
+    assert config.read(answer) == {"name": "m", "max_batch_size": 4}
+
+
 def test_load_and_unload_bodies() -> None:
-    load = Routes("").load_model("m", '{"max_batch_size": 4}', {"file:1/model.py": b"\x00x"})
+    load = HttpCodec("").encode(
+        ops.LoadModel("m", '{"max_batch_size": 4}', {"file:1/model.py": b"\x00x"})
+    )
     assert load.body is not None
     assert json.loads(bytes(load.body[0])) == {
         "parameters": {"config": '{"max_batch_size": 4}', "file:1/model.py": "AHg="}
     }
-    plain = Routes("").load_model("m", None, None)
+    plain = HttpCodec("").encode(ops.LoadModel("m"))
     assert plain.body is not None
     assert json.loads(bytes(plain.body[0])) == {}
-    unload = Routes("").unload_model("m", True)
+    unload = HttpCodec("").encode(ops.UnloadModel("m", True))
     assert unload.body is not None
     assert json.loads(bytes(unload.body[0])) == {"parameters": {"unload_dependents": True}}
 
 
 def test_health_routes_read_status_only() -> None:
-    assert Routes("").live().read(200, None, b"") is True
-    assert Routes("").ready().read(400, None, b"") is False
+    assert HttpCodec("").encode(ops.IsServerLive()).read(200, None, b"") is True
+    assert HttpCodec("").encode(ops.IsServerReady()).read(400, None, b"") is False
 
 
 def test_metadata_route_raises_on_unknown_model() -> None:
-    call = Routes("").model_metadata("nope", None)
+    call = HttpCodec("").encode(ops.GetModelMetadata("nope"))
     with pytest.raises(ts.ModelNotFoundError) as info:
         call.read(404, None, b'{"error":"Request for unknown model: \'nope\' is not found"}')
     assert info.value.model == "nope"

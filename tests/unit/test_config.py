@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import attrs
 import pytest
@@ -261,17 +262,35 @@ def test_client_settings() -> None:
 
 def test_call_timeout_overrides_the_client_default() -> None:
     resolved = settings(timeout=30.0)
-    assert resolved.timeout_for(ts.NOT_GIVEN) == 30.0
-    assert resolved.timeout_for(5.0) == 5.0
-    assert resolved.timeout_for(None) is None
+    assert resolved.options(ts.NOT_GIVEN, ts.NOT_GIVEN, None).timeout == 30.0
+    assert resolved.options(5.0, ts.NOT_GIVEN, None).timeout == 5.0
+    assert resolved.options(None, ts.NOT_GIVEN, None).timeout is None
     with pytest.raises(ts.InvalidInputError):
-        resolved.timeout_for(0.0)
+        resolved.options(0.0, ts.NOT_GIVEN, None)
 
 
 def test_call_retry_overrides_the_client_policy() -> None:
     resolved = settings(retry=ts.RetryPolicy(max_attempts=7))
-    assert resolved.retry_for(ts.NOT_GIVEN).max_attempts == 7
-    assert resolved.retry_for(ts.RetryPolicy.none()).max_attempts == 1
+    assert resolved.options(ts.NOT_GIVEN, ts.NOT_GIVEN, None).retry.max_attempts == 7
+    assert resolved.options(ts.NOT_GIVEN, ts.RetryPolicy.none(), None).retry.max_attempts == 1
+
+
+def test_call_headers_go_on_top_of_the_client_headers() -> None:
+    resolved = settings(headers={"X-Token": "client", "x-keep": "1"})
+    assert resolved.options(ts.NOT_GIVEN, ts.NOT_GIVEN, None).headers is resolved.headers
+    merged = resolved.options(ts.NOT_GIVEN, ts.NOT_GIVEN, {"x-token": "call"}).headers
+    assert merged == {"x-keep": "1", "x-token": "call"}
+    with pytest.raises(ts.InvalidInputError, match="header"):
+        resolved.options(ts.NOT_GIVEN, ts.NOT_GIVEN, {"x-a": "line\nbreak"})
+
+
+def test_the_retry_deadline_starts_when_the_call_does() -> None:
+    resolved = settings(retry=ts.RetryPolicy(deadline=2.0))
+    before = time.monotonic()
+    deadline_at = resolved.options(ts.NOT_GIVEN, ts.NOT_GIVEN, None).deadline_at
+    assert deadline_at is not None
+    assert before + 2.0 <= deadline_at <= time.monotonic() + 2.0
+    assert settings().options(ts.NOT_GIVEN, ts.NOT_GIVEN, None).deadline_at is None
 
 
 @pytest.mark.parametrize(

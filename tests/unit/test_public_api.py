@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 from typing import Any
 
 import attrs
@@ -17,7 +19,10 @@ EXPORTED = [
     "AsyncModel",
     "AsyncModelSequence",
     "AsyncResponseStream",
+    "AsyncTransport",
     "BatchStatistics",
+    "CallContext",
+    "CallHook",
     "Classification",
     "Client",
     "DurationStatistics",
@@ -46,6 +51,7 @@ EXPORTED = [
     "TLSConfig",
     "TensorSpec",
     "TraceSettings",
+    "Transport",
     "TritonConnectionError",
     "TritonError",
     "TritonTimeoutError",
@@ -103,16 +109,14 @@ def _sync_spelling(annotation: Any) -> Any:
     """An annotation with the asynchronous twins' names read as the blocking ones."""
     if not isinstance(annotation, str):
         return annotation
-    annotation = annotation.replace(" | AsyncIterable[Mapping[str, InputValue]]", "")
-    return re.sub(
-        r"\bAsync(Client|Model|ModelSequence|ResponseStream|Iterator)\b", r"\1", annotation
-    )
+    names = "Client|Model|ModelSequence|ResponseStream|Iterator|Samples|Transport"
+    return re.sub(rf"\bAsync({names})\b", r"\1", annotation)
 
 
 def normalised(signature: inspect.Signature) -> inspect.Signature:
     """The signature as the blocking twin would spell it (AsyncModel -> Model...).
 
-    The one real difference left in: ``AsyncModel.map`` also takes async iterables.
+    ``AsyncModel.map`` also takes async iterables (``AsyncSamples``), spelt ``Samples``.
     """
     parameters = [
         parameter.replace(annotation=_sync_spelling(parameter.annotation))
@@ -156,7 +160,7 @@ def test_close_and_aclose_have_the_same_signature() -> None:
 
 
 def test_constructors_match() -> None:
-    assert inspect.signature(ts.Client) == inspect.signature(ts.AsyncClient)
+    assert normalised(inspect.signature(ts.Client)) == normalised(inspect.signature(ts.AsyncClient))
 
 
 def test_context_managers() -> None:
@@ -222,3 +226,25 @@ def test_value_types_are_frozen_attrs_classes(
         setattr(instance, field, "changed")
     assert instance == cls(**kwargs)
     hash(instance)  # usable as a dict key / in sets
+
+
+def test_importing_the_package_imports_no_network_library() -> None:
+    # grpc and aiohttp are imported when a client of that protocol is made, not before.
+    code = (
+        "import sys, triton_sdk, triton_sdk.testing; "
+        "print(sorted(m for m in ('grpc', 'aiohttp', 'tritonclient') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, triton_sdk as ts; ts.Client('localhost:1');"
+            "print('grpc' in sys.modules, 'aiohttp' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert made.stdout.split() == ["True", "False"]

@@ -1,4 +1,4 @@
-"""Running calls under a RetryPolicy: call_sync and call_async with fake attempts."""
+"""Calls under a RetryPolicy, through both clients' call path, on a MockTransport."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 import tenacity
 
 import triton_sdk as ts
+from triton_sdk import _async_client, _client
 from triton_sdk._errors import classify_status, classify_transport_error
-from triton_sdk._retry import attempt_timeout, call_async, call_sync, should_retry
+from triton_sdk._retry import attempt_timeout, should_retry
+from triton_sdk.testing import MockTransport
 
 MODES = ["sync", "async"]
 
@@ -66,17 +68,26 @@ async def run(
     policy: ts.RetryPolicy = FAST,
     timeout: float | None = 5.0,
     idempotent: bool = True,
-    what: str = "test_call",
 ) -> Any:
+    """Call the client's ``server_metadata`` (idempotent) or ``load_model`` (not), each
+    attempt answered by ``attempt``; the answer is what ``attempt`` returned."""
+
+    def handler(op: Any, ctx: Any) -> Any:
+        return {"name": attempt(ctx.timeout)}
+
+    options: dict[str, Any] = {"transport": MockTransport(handler), "retry": policy}
+    options["timeout"] = timeout
     if mode == "sync":
-        return call_sync(attempt, policy=policy, timeout=timeout, idempotent=idempotent, what=what)
-
-    async def async_attempt(each: float | None) -> str:
-        return attempt(each)
-
-    return await call_async(
-        async_attempt, policy=policy, timeout=timeout, idempotent=idempotent, what=what
-    )
+        with ts.Client("grpc://test", **options) as client:
+            if idempotent:
+                return client.server_metadata().name
+            client.load_model("m")
+            return attempt.result
+    async with ts.AsyncClient("grpc://test", **options) as aclient:
+        if idempotent:
+            return (await aclient.server_metadata()).name
+        await aclient.load_model("m")
+        return attempt.result
 
 
 @pytest.fixture
@@ -86,8 +97,8 @@ def no_tenacity(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("retry machinery built for a call that needed no retry")
 
-    monkeypatch.setattr(tenacity, "Retrying", refuse)
-    monkeypatch.setattr(tenacity, "AsyncRetrying", refuse)
+    monkeypatch.setattr(_client, "Retrying", refuse)
+    monkeypatch.setattr(_async_client, "AsyncRetrying", refuse)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -338,7 +349,7 @@ async def test_max_attempts_before_the_deadline_reraises_the_last_error(mode: st
 async def test_retries_are_logged(mode: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="triton_sdk")
     attempt = FakeAttempt([unavailable(1), unavailable(2)])
-    assert await run(mode, attempt, what="server_metadata") == "ok"
+    assert await run(mode, attempt) == "ok"
     records = [record for record in caplog.records if record.name == "triton_sdk"]
     assert len(records) == 2
     for number, record in enumerate(records, start=1):

@@ -1,0 +1,1006 @@
+"""What users rely on from both clients' public methods, on a MockTransport.
+
+Every test body runs on :class:`ts.Client` and on :class:`ts.AsyncClient` (the ``mode``
+fixture): calls go through :func:`resolve`, which awaits what the asyncio client returns
+and drains streams, so one body serves both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+from triton_sdk import ops, testing
+from triton_sdk.testing import MockTransport, result_of
+
+MODES = ("sync", "async")
+
+FAST = ts.RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002, jitter=False)
+
+CLIENT_HEADERS = {"X-Token": "client", "X-App": "shell"}
+CALL_HEADERS = {"x-token": "call", "X-Extra": "1"}
+MERGED_HEADERS = {"X-App": "shell", "x-token": "call", "X-Extra": "1"}
+
+
+def tensor(name: str) -> ts.TensorSpec:
+    return ts.TensorSpec(name=name, datatype="FP32", shape=(1,))
+
+
+def spec(name: str, **options: Any) -> ts.ModelSpec:
+    return ts.ModelSpec(
+        name=name,
+        max_batch_size=4,
+        inputs={"X": tensor("X")},
+        outputs={"Y": tensor("Y")},
+        **options,
+    )
+
+
+DOUBLE = spec("double")
+TALKER = spec("talker", decoupled=True)
+COUNTER = spec("counter", sequence=True)
+MODELS = (DOUBLE, TALKER, COUNTER)
+
+CANNED: dict[type[Any], object] = {
+    ops.GetServerMetadata: {"name": "triton", "version": "2.50.0", "extensions": []},
+    ops.ListModels: [{"name": "double", "version": "1", "state": "READY"}],
+    ops.LoadModel: None,
+    ops.UnloadModel: None,
+    ops.GetModelStatistics: [],
+    ops.GetTraceSettings: {"trace_level": ["OFF"]},
+    ops.UpdateTraceSettings: {"trace_level": ["OFF"]},
+    ops.GetLogSettings: {"log_info": True},
+    ops.UpdateLogSettings: {"log_info": True},
+    ops.FetchMetrics: "",
+    ops.Generate: {"text": "done"},
+    ops.GenerateStream: [{"text": "a"}, {"text": "b"}],
+}
+
+
+def answer(op: Any, ctx: ts.CallContext) -> object:
+    """A server for the models of MODELS: Y = 2 * X; streams answer X, X + 1, X + 2."""
+    if isinstance(op, ops.InferRequest):
+        x = op.inputs[0].array
+        if op.outputs and op.outputs[0].class_count:
+            return {"Y": np.array([["0.9:1:cat"]] * len(x), dtype=object)}
+        return {"Y": x * 2}
+    if isinstance(op, ops.StreamInfer):
+        x = op.request.inputs[0].array
+        return [result_of(op.request.model, {"Y": x + step}) for step in range(3)]
+    return CANNED[type(op)]
+
+
+def unavailable(number: int) -> ts.TritonError:
+    return ts.TritonConnectionError(f"connection refused #{number}", retryable=True)
+
+
+# One body for both clients
+
+
+async def resolve(value: Any) -> Any:
+    """The value of a call on either client: awaited, and drained when it is a stream."""
+    if inspect.isawaitable(value):
+        value = await value
+    if isinstance(value, AsyncIterator):
+        return [item async for item in value]
+    if isinstance(value, Iterator):
+        return list(value)
+    return value
+
+
+END = object()
+"""What :func:`next_item` returns from an exhausted stream."""
+
+
+async def next_item(stream: Any) -> Any:
+    if isinstance(stream, AsyncIterator):
+        return await anext(stream, END)
+    return next(stream, END)
+
+
+async def close(thing: Any) -> None:
+    """``aclose()`` an asyncio client or stream, ``close()`` a blocking one."""
+    closer = getattr(thing, "aclose", None) or thing.close
+    await resolve(closer())
+
+
+Connect = Callable[..., tuple[Any, MockTransport]]
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def connect(mode: str) -> AsyncIterator[Connect]:
+    """``connect(handler, models=..., transport=..., **client_options)`` -> (client, mock);
+    the clients are closed after the test."""
+    opened: list[Any] = []
+
+    def open_client(
+        handler: Any = answer,
+        *,
+        models: tuple[ts.ModelSpec, ...] = MODELS,
+        transport: MockTransport | None = None,
+        **options: Any,
+    ) -> tuple[Any, MockTransport]:
+        mock = transport or MockTransport(handler, models=models)
+        kind = ts.Client if mode == "sync" else ts.AsyncClient
+        client = kind("grpc://test", transport=mock, **options)
+        opened.append(client)
+        return client, mock
+
+    yield open_client
+    for client in opened:
+        await close(client)
+
+
+class Shell(NamedTuple):
+    """A client with client headers, and a handle on each model of MODELS."""
+
+    client: Any
+    mock: MockTransport
+    double: Any
+    talker: Any
+    counter: Any
+
+
+@pytest.fixture
+async def shell(connect: Connect) -> Shell:
+    client, mock = connect(headers=CLIENT_HEADERS)
+    double, talker, counter = [await resolve(client.model(spec.name)) for spec in MODELS]
+    mock.calls.clear()
+    return Shell(client, mock, double, talker, counter)
+
+
+def headers_seen(mock: MockTransport) -> list[dict[str, str]]:
+    return [dict(call.ctx.headers) for call in mock.calls]
+
+
+def ops_sent(mock: MockTransport) -> list[object]:
+    return [call.op for call in mock.calls]
+
+
+def requests_sent(mock: MockTransport) -> list[ops.InferRequest]:
+    """The inference requests that reached the transport (and nothing else did)."""
+    requests = [call.op for call in mock.calls if isinstance(call.op, ops.InferRequest)]
+    assert len(requests) == len(mock.calls)
+    return requests
+
+
+def batch_sizes(mock: MockTransport) -> list[int]:
+    return sorted(len(request.inputs[0].array) for request in requests_sent(mock))
+
+
+Headers = Mapping[str, str] | None
+
+# Every kind of call that reaches the server, with the call's own headers.
+CALLS: dict[str, Callable[[Shell, Headers], object]] = {
+    "is_live": lambda s, h: s.client.is_live(headers=h),
+    "is_ready": lambda s, h: s.client.is_ready(headers=h),
+    "is_model_ready": lambda s, h: s.client.is_model_ready("double", headers=h),
+    "wait_until_ready": lambda s, h: s.client.wait_until_ready(1.0, model="double", headers=h),
+    "server_metadata": lambda s, h: s.client.server_metadata(headers=h),
+    "models": lambda s, h: s.client.models(headers=h),
+    "model": lambda s, h: s.client.model("double", headers=h),
+    "model_spec": lambda s, h: s.client.model_spec("double", headers=h),
+    "model_config": lambda s, h: s.client.model_config("double", headers=h),
+    "load_model": lambda s, h: s.client.load_model("double", headers=h),
+    "unload_model": lambda s, h: s.client.unload_model("double", headers=h),
+    "model_statistics": lambda s, h: s.client.model_statistics("double", headers=h),
+    "trace_settings": lambda s, h: s.client.trace_settings(headers=h),
+    "update_trace_settings": lambda s, h: s.client.update_trace_settings(rate=2, headers=h),
+    "log_settings": lambda s, h: s.client.log_settings(headers=h),
+    "update_log_settings": lambda s, h: s.client.update_log_settings(info=True, headers=h),
+    "metrics": lambda s, h: s.client.metrics(headers=h),
+    "infer": lambda s, h: s.double.infer(X=[[1.0]], headers=h),
+    "infer_split_batch": lambda s, h: s.double.infer(X=[[1.0]] * 6, headers=h),
+    "infer_sample": lambda s, h: s.double.infer_sample(X=[1.0], headers=h),
+    "classify": lambda s, h: s.double.classify(X=[[1.0]], headers=h),
+    "stream": lambda s, h: s.talker.stream(X=[[1.0]], headers=h),
+    "generate": lambda s, h: s.double.generate(X=1.0, headers=h),
+    "generate_stream": lambda s, h: s.talker.generate_stream(X=1.0, headers=h),
+    "map": lambda s, h: s.double.map([{"X": [1.0]}] * 5, batch_size=2, headers=h),
+    "sequence_infer": lambda s, h: s.counter.sequence().infer(X=[[1.0]], end=True, headers=h),
+    "sequence_infer_sample": lambda s, h: s.counter.sequence().infer_sample(
+        X=[1.0], end=True, headers=h
+    ),
+}
+
+
+# 1. Headers
+
+
+@pytest.mark.parametrize("call", CALLS)
+async def test_client_headers_reach_the_transport_on_every_call(shell: Shell, call: str) -> None:
+    await resolve(CALLS[call](shell, None))
+    assert shell.mock.calls
+    assert headers_seen(shell.mock) == [CLIENT_HEADERS] * len(shell.mock.calls)
+
+
+@pytest.mark.parametrize("call", CALLS)
+async def test_per_call_headers_are_merged_on_top_and_win_case_insensitively(
+    shell: Shell, call: str
+) -> None:
+    await resolve(CALLS[call](shell, CALL_HEADERS))
+    assert shell.mock.calls
+    assert headers_seen(shell.mock) == [MERGED_HEADERS] * len(shell.mock.calls)
+
+
+@pytest.mark.parametrize("name", ["x-token", "X-TOKEN", "x-Token", "X-Token"])
+@pytest.mark.parametrize("call", ["server_metadata", "infer", "stream"])
+async def test_a_per_call_header_replaces_the_clients_in_any_spelling(
+    shell: Shell, call: str, name: str
+) -> None:
+    await resolve(CALLS[call](shell, {name: "call"}))
+    assert headers_seen(shell.mock) == [{"X-App": "shell", name: "call"}]
+
+
+async def test_a_call_without_headers_after_one_with_them_carries_only_the_clients(
+    shell: Shell,
+) -> None:
+    await resolve(shell.double.infer(X=[[1.0]], headers=CALL_HEADERS))
+    await resolve(shell.double.infer(X=[[1.0]]))
+    await resolve(shell.client.server_metadata(headers={}))
+    assert headers_seen(shell.mock) == [MERGED_HEADERS, CLIENT_HEADERS, CLIENT_HEADERS]
+
+
+async def test_changing_the_headers_given_to_the_client_afterwards_changes_nothing(
+    connect: Connect,
+) -> None:
+    given = dict(CLIENT_HEADERS)
+    client, mock = connect(headers=given)
+    given["X-Token"] = "changed"
+    await resolve(client.server_metadata())
+    assert headers_seen(mock) == [CLIENT_HEADERS]
+
+
+# 2. Invalid headers
+
+
+INVALID_HEADERS = [
+    pytest.param({"bad name": "x"}, id="space-in-name"),
+    pytest.param({"": "x"}, id="empty-name"),
+    pytest.param({"X-Ok": "a\r\nInjected: 1"}, id="line-break-in-value"),
+    pytest.param({"X-Ok": "caf\u00e9"}, id="non-ascii-value"),
+]
+
+
+@pytest.mark.parametrize("headers", INVALID_HEADERS)
+@pytest.mark.parametrize(
+    "call", ["server_metadata", "model", "infer", "stream", "generate_stream", "sequence_infer"]
+)
+async def test_invalid_per_call_headers_raise_and_send_nothing(
+    shell: Shell, call: str, headers: dict[str, str]
+) -> None:
+    with pytest.raises(ts.InvalidInputError):
+        await resolve(CALLS[call](shell, headers))
+    assert shell.mock.calls == []
+
+
+@pytest.mark.parametrize("headers", INVALID_HEADERS)
+async def test_invalid_client_headers_raise_when_the_client_is_made(
+    connect: Connect, headers: dict[str, str]
+) -> None:
+    with pytest.raises(ts.InvalidInputError):
+        connect(headers=headers)
+
+
+async def test_an_invalid_header_in_map_raises_before_any_batch_is_sent(shell: Shell) -> None:
+    with pytest.raises(ts.InvalidInputError):
+        await resolve(CALLS["map"](shell, {"bad name": "x"}))
+    assert shell.mock.calls == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"headers": {"bad name": "x"}}, {"timeout": 0}],
+    ids=["invalid-header", "invalid-timeout"],
+)
+async def test_map_collecting_errors_still_raises_for_invalid_call_options(
+    shell: Shell, options: dict[str, Any]
+) -> None:
+    samples = [{"X": [1.0]}] * 3
+    with pytest.raises(ts.InvalidInputError):
+        await resolve(shell.double.map(samples, errors="collect", **options))
+    assert shell.mock.calls == []
+
+
+# 3. Every method that talks to the server takes headers
+
+# Public methods that send nothing: lifetime, and making a sequence handle.
+OFFLINE_METHODS = {"close", "aclose", "sequence"}
+
+SHELL_CLASSES = [
+    ts.Client,
+    ts.AsyncClient,
+    ts.Model,
+    ts.AsyncModel,
+    ts.ModelSequence,
+    ts.AsyncModelSequence,
+]
+
+
+def public_methods(cls: type) -> dict[str, Callable[..., Any]]:
+    return {
+        name: member
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_")
+    }
+
+
+@pytest.mark.parametrize("cls", SHELL_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_public_method_that_talks_to_the_server_takes_headers(cls: type) -> None:
+    methods = public_methods(cls)
+    networked = {name: method for name, method in methods.items() if name not in OFFLINE_METHODS}
+    assert networked, f"{cls.__name__} has no public methods?"
+    for name, method in networked.items():
+        parameter = inspect.signature(method).parameters.get("headers")
+        assert parameter is not None, f"{cls.__name__}.{name} takes no headers"
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, f"{cls.__name__}.{name}"
+        assert parameter.default is None, f"{cls.__name__}.{name}"
+
+
+def test_the_public_methods_of_both_clients_are_twins() -> None:
+    def names(cls: type) -> set[str]:
+        return set(public_methods(cls)) - {"close", "aclose"}
+
+    assert names(ts.Client) == names(ts.AsyncClient)
+    assert names(ts.Model) == names(ts.AsyncModel)
+    assert names(ts.ModelSequence) == names(ts.AsyncModelSequence)
+    # The calls test_client_headers_reach_the_transport_on_every_call makes cover them all.
+    called = {name.removeprefix("sequence_") for name in CALLS} | {"sequence"}
+    every = names(ts.Client) | names(ts.Model) | names(ts.ModelSequence)
+    assert every <= called
+
+
+def test_properties_send_nothing() -> None:
+    assert isinstance(inspect.getattr_static(ts.Client, "url"), property)
+    assert isinstance(inspect.getattr_static(ts.AsyncClient, "url"), property)
+    for cls in (ts.ModelSequence, ts.AsyncModelSequence):
+        assert isinstance(inspect.getattr_static(cls, "sequence_id"), property)
+        assert isinstance(inspect.getattr_static(cls, "ended"), property)
+
+
+# 4. Hooks
+
+
+class Recorder(ts.CallHook):
+    """Records what each hook method sees."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        self.events.append(("before_send", op, ctx.attempt))
+
+    def after_receive(self, op: Any, ctx: ts.CallContext, result: object) -> None:
+        self.events.append(("after_receive", op, result))
+
+    def on_error(self, op: Any, ctx: ts.CallContext, error: ts.TritonError) -> None:
+        self.events.append(("on_error", op, error))
+
+
+def failing_twice(result: object) -> tuple[Callable[[Any, ts.CallContext], object], list[Any]]:
+    """A handler whose first two attempts fail (retryably), then answers ``result``."""
+    errors = [unavailable(1), unavailable(2)]
+    pending = list(errors)
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        if pending:
+            raise pending.pop(0)
+        return result
+
+    return handler, errors
+
+
+async def test_hooks_see_every_attempt_of_a_retried_call(connect: Connect) -> None:
+    recorder = Recorder()
+    handler, errors = failing_twice({"name": "triton"})
+    client, mock = connect(handler, hooks=[recorder], retry=FAST)
+    metadata = await resolve(client.server_metadata())
+    assert metadata.name == "triton"
+    op = mock.calls[0].op
+    assert isinstance(op, ops.GetServerMetadata)
+    assert ops_sent(mock) == [op, op, op]
+    assert [call.ctx.attempt for call in mock.calls] == [1, 2, 3]
+    assert recorder.events == [
+        ("before_send", op, 1),
+        ("on_error", op, errors[0]),
+        ("before_send", op, 2),
+        ("on_error", op, errors[1]),
+        ("before_send", op, 3),
+        ("after_receive", op, {"name": "triton"}),
+    ]
+
+
+async def test_after_receive_gets_the_inference_result(connect: Connect) -> None:
+    recorder = Recorder()
+    client, _ = connect(hooks=[recorder])
+    model = await resolve(client.model("double"))
+    recorder.events.clear()
+    result = await resolve(model.infer(X=[[1.0], [2.0]]))
+    (before, after) = recorder.events
+    assert before[0] == "before_send"
+    assert isinstance(before[1], ops.InferRequest)
+    assert after[0] == "after_receive"
+    assert after[1] is before[1]
+    assert isinstance(after[2], ts.InferResult)
+    assert after[2]["Y"].tolist() == result["Y"].tolist() == [[2.0], [4.0]]
+
+
+async def test_on_error_gets_the_error_the_caller_gets(connect: Connect) -> None:
+    recorder = Recorder()
+    error = ts.InferenceError("model failed", status="INTERNAL")
+    client, _ = connect(lambda op, ctx: error, hooks=[recorder])
+    with pytest.raises(ts.InferenceError) as info:
+        await resolve(client.server_metadata())
+    assert info.value is error
+    assert [event[0] for event in recorder.events] == ["before_send", "on_error"]
+    assert recorder.events[1][2] is error
+
+
+class AddTraceparent(ts.CallHook):
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        ctx.headers = {**ctx.headers, "traceparent": f"00-attempt-{ctx.attempt}"}
+
+
+async def test_a_hook_may_add_a_header_to_each_attempt(connect: Connect) -> None:
+    seen: list[dict[str, str]] = []
+    handler, _ = failing_twice({"name": "triton"})
+
+    def recording(op: Any, ctx: ts.CallContext) -> object:
+        seen.append(dict(ctx.headers))
+        return handler(op, ctx)
+
+    client, _ = connect(recording, hooks=[AddTraceparent()], headers=CLIENT_HEADERS, retry=FAST)
+    await resolve(client.server_metadata())
+    # Each attempt starts from the call's headers, not from the last attempt's.
+    assert seen == [{**CLIENT_HEADERS, "traceparent": f"00-attempt-{n}"} for n in (1, 2, 3)]
+    seen.clear()
+    await resolve(client.server_metadata(headers=CALL_HEADERS))
+    assert seen == [{**MERGED_HEADERS, "traceparent": "00-attempt-1"}]
+
+
+async def test_a_hook_may_change_the_timeout_of_an_attempt(connect: Connect) -> None:
+    class ShortTimeout(ts.CallHook):
+        def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+            ctx.timeout = 0.5
+
+    timeouts: list[float | None] = []
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        timeouts.append(ctx.timeout)
+        return {"name": "triton"}
+
+    client, _ = connect(handler, hooks=[ShortTimeout()], timeout=5.0)
+    await resolve(client.server_metadata())
+    assert timeouts == [0.5]
+
+
+async def test_hooks_see_each_response_of_a_stream(connect: Connect) -> None:
+    recorder = Recorder()
+    client, _ = connect(hooks=[recorder])
+    model = await resolve(client.model("talker"))
+    recorder.events.clear()
+    responses = await resolve(model.stream(X=[[1.0]]))
+    assert [event[0] for event in recorder.events] == ["before_send"] + ["after_receive"] * 3
+    assert isinstance(recorder.events[0][1], ops.StreamInfer)
+    assert [event[2] for event in recorder.events[1:]] == responses
+
+
+async def test_hooks_see_the_error_that_ends_a_stream(connect: Connect) -> None:
+    recorder = Recorder()
+    error = ts.InferenceError("model crashed", status="INTERNAL")
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        def responses() -> Iterator[ts.InferResult]:
+            yield result_of("talker", {"Y": [[1.0]]})
+            raise error
+
+        return responses()
+
+    client, _ = connect(handler, hooks=[recorder])
+    model = await resolve(client.model("talker"))
+    recorder.events.clear()
+    with pytest.raises(ts.InferenceError) as info:
+        await resolve(model.stream(X=[[1.0]]))
+    assert info.value is error
+    assert [event[0] for event in recorder.events] == ["before_send", "after_receive", "on_error"]
+    assert recorder.events[-1][2] is error
+
+
+# 5. Closed clients
+
+
+class KeepsOpen(MockTransport):
+    """A transport that stays open when the client closes, to see what the client sends."""
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_closing_the_client_closes_its_transport(connect: Connect) -> None:
+    client, mock = connect()
+    await close(client)
+    assert mock.closed
+    await close(client)  # closing twice is harmless
+
+
+async def test_a_closed_client_raises_and_sends_nothing(connect: Connect) -> None:
+    client, mock = connect(transport=KeepsOpen(answer, models=MODELS))
+    double = await resolve(client.model("double"))
+    talker = await resolve(client.model("talker"))
+    counter = await resolve(client.model("counter"))
+    sent = len(mock.calls)
+    await close(client)
+    calls: list[Callable[[], object]] = [
+        lambda: client.server_metadata(),
+        lambda: client.model("double"),
+        lambda: client.is_live(),  # a closed client raises even where health answers False
+        lambda: double.infer(X=[[1.0]]),
+        lambda: double.infer(X=[[1.0]] * 6),
+        lambda: talker.stream(X=[[1.0]]),
+        lambda: counter.sequence().infer(X=[[1.0]]),
+        lambda: double.map([{"X": [1.0]}]),
+    ]
+    for call in calls:
+        with pytest.raises(ts.TritonError, match="closed"):
+            await resolve(call())
+    assert len(mock.calls) == sent
+
+
+# 6. Batches larger than max_batch_size
+
+
+def slow_first_chunk(mode: str, finished: list[float]) -> Callable[..., object]:
+    """Y = 2 * X; the chunk starting at X = 0 answers last."""
+
+    def double(op: ops.InferRequest) -> object:
+        x = op.inputs[0].array
+        finished.append(float(x[0, 0]))
+        return {"Y": x * 2}
+
+    if mode == "sync":
+
+        def handler(op: Any, ctx: ts.CallContext) -> object:
+            if op.inputs[0].array[0, 0] == 0:
+                time.sleep(0.03)
+            return double(op)
+
+        return handler
+
+    async def ahandler(op: Any, ctx: ts.CallContext) -> object:
+        if op.inputs[0].array[0, 0] == 0:
+            await asyncio.sleep(0.03)
+        return double(op)
+
+    return ahandler
+
+
+async def test_an_oversized_batch_is_split_and_joined_in_input_order(
+    connect: Connect, mode: str
+) -> None:
+    finished: list[float] = []
+    client, mock = connect(slow_first_chunk(mode, finished), headers=CLIENT_HEADERS)
+    model = await resolve(client.model("double"))
+    mock.calls.clear()
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+    result = await resolve(model.infer(X=x, headers=CALL_HEADERS))
+    assert batch_sizes(mock) == [2, 4, 4]
+    assert finished[-1] == 0.0  # the first chunk answered last...
+    assert result["Y"].tolist() == (x * 2).tolist()  # ...and its rows still come first
+    assert headers_seen(mock) == [MERGED_HEADERS] * 3
+
+
+async def test_a_batch_of_max_batch_size_is_sent_whole(shell: Shell) -> None:
+    await resolve(shell.double.infer(X=[[1.0]] * DOUBLE.max_batch_size))
+    assert len(shell.mock.calls) == 1
+
+
+async def test_a_failed_chunk_fails_the_call(connect: Connect) -> None:
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        if op.inputs[0].array[0, 0] == 4:
+            return ts.InferenceError("chunk refused", status="INVALID_ARGUMENT")
+        return {"Y": op.inputs[0].array}
+
+    client, _ = connect(handler)
+    model = await resolve(client.model("double"))
+    with pytest.raises(ts.InferenceError, match="chunk refused"):
+        await resolve(model.infer(X=np.arange(10, dtype=np.float32).reshape(10, 1)))
+
+
+# 7. Timeouts
+
+
+async def test_the_calls_timeout_wins_over_the_clients(connect: Connect) -> None:
+    client, mock = connect(timeout=5.0)
+    await resolve(client.server_metadata(timeout=1.5))
+    await resolve(client.server_metadata(timeout=None))
+    await resolve(client.server_metadata(timeout=ts.NOT_GIVEN))
+    await resolve(client.server_metadata())
+    assert [call.ctx.timeout for call in mock.calls] == [1.5, None, 5.0, 5.0]
+
+
+async def test_a_client_without_timeout_sets_no_limit(connect: Connect) -> None:
+    client, mock = connect(timeout=None)
+    await resolve(client.server_metadata())
+    await resolve(client.server_metadata(timeout=2.0))
+    assert [call.ctx.timeout for call in mock.calls] == [None, 2.0]
+
+
+async def test_the_timeout_of_a_model_call_reaches_each_request(shell: Shell) -> None:
+    await resolve(shell.double.infer(X=[[1.0]] * 6, timeout=0.25))
+    await resolve(shell.talker.stream(X=[[1.0]], timeout=0.5))
+    assert [call.ctx.timeout for call in shell.mock.calls] == [0.25, 0.25, 0.5]
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0])
+async def test_a_timeout_that_is_not_positive_raises_and_sends_nothing(
+    shell: Shell, timeout: float
+) -> None:
+    with pytest.raises(ts.InvalidInputError):
+        await resolve(shell.client.server_metadata(timeout=timeout))
+    with pytest.raises(ts.InvalidInputError):
+        await resolve(shell.double.infer(X=[[1.0]], timeout=timeout))
+    assert shell.mock.calls == []
+
+
+# 8. Model handles
+
+
+async def test_model_reads_metadata_then_config_with_the_same_headers(shell: Shell) -> None:
+    model = await resolve(shell.client.model("double", "3", headers=CALL_HEADERS))
+    assert ops_sent(shell.mock) == [
+        ops.GetModelMetadata("double", "3"),
+        ops.GetModelConfig("double", "3"),
+    ]
+    assert headers_seen(shell.mock) == [MERGED_HEADERS] * 2
+    assert [call.ctx.call for call in shell.mock.calls] == ["model_metadata", "model_config"]
+    assert [call.ctx.model for call in shell.mock.calls] == ["double", "double"]
+    assert (model.name, model.version, model.spec) == ("double", "3", DOUBLE)
+
+
+async def test_an_unknown_model_raises_model_not_found(shell: Shell) -> None:
+    with pytest.raises(ts.ModelNotFoundError) as info:
+        await resolve(shell.client.model("nope"))
+    assert info.value.model == "nope"
+    assert ops_sent(shell.mock) == [ops.GetModelMetadata("nope")]
+
+
+# 9. Sequences
+
+
+async def test_a_sequence_request_is_never_retried(connect: Connect) -> None:
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        return unavailable(1)
+
+    client, mock = connect(handler, retry=FAST)
+    model = await resolve(client.model("counter"))
+    mock.calls.clear()
+    with pytest.raises(ts.TritonConnectionError):
+        await resolve(model.sequence().infer(X=[[1.0]]))
+    assert len(mock.calls) == 1
+    # The same request outside a sequence is retried: the policy would have allowed it.
+    with pytest.raises(ts.TritonConnectionError):
+        await resolve(model.infer(X=[[1.0]]))
+    assert len(mock.calls) == 1 + FAST.max_attempts
+
+
+async def test_a_sequence_flags_its_first_and_last_requests(shell: Shell) -> None:
+    sequence = shell.counter.sequence(42)
+    await resolve(sequence.infer(X=[[1.0]]))
+    await resolve(sequence.infer_sample(X=[2.0]))
+    await resolve(sequence.infer(X=[[3.0]], end=True))
+    requests = requests_sent(shell.mock)
+    assert [(r.sequence_id, r.sequence_start, r.sequence_end) for r in requests] == [
+        (42, True, False),
+        (42, False, False),
+        (42, False, True),
+    ]
+    assert sequence.sequence_id == 42
+    assert sequence.ended
+
+
+async def test_an_ended_sequence_raises_and_sends_nothing(shell: Shell) -> None:
+    sequence = shell.counter.sequence()
+    await resolve(sequence.infer(X=[[1.0]], end=True))
+    with pytest.raises(ts.TritonError, match="ended"):
+        await resolve(sequence.infer(X=[[1.0]]))
+    assert len(shell.mock.calls) == 1
+
+
+async def test_a_failed_first_request_is_not_sent_with_start_again(connect: Connect) -> None:
+    handler, _ = failing_twice({"Y": [[0.0]]})
+    client, mock = connect(handler, models=MODELS)
+    model = await resolve(client.model("counter"))
+    mock.calls.clear()
+    sequence = model.sequence()
+    with pytest.raises(ts.TritonConnectionError):
+        await resolve(sequence.infer(X=[[1.0]]))
+    with pytest.raises(ts.TritonConnectionError):
+        await resolve(sequence.infer(X=[[1.0]]))
+    await resolve(sequence.infer(X=[[1.0]], end=True))
+    assert [r.sequence_start for r in requests_sent(mock)] == [True, False, False]
+
+
+# 10. Streams
+
+
+def counting_stream(log: list[object], count: int = 5) -> Callable[..., object]:
+    """A stream handler that logs each response as it is pulled, and its closing."""
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        def responses() -> Iterator[ts.InferResult]:
+            try:
+                for step in range(count):
+                    log.append(step)
+                    yield result_of(op.model, {"Y": [[float(step)]]})
+            finally:
+                log.append("closed")
+
+        return responses()
+
+    return handler
+
+
+async def test_a_stream_yields_the_responses_in_order(shell: Shell) -> None:
+    responses = await resolve(shell.talker.stream(X=[[1.0]]))
+    assert [response["Y"].tolist() for response in responses] == [[[1.0]], [[2.0]], [[3.0]]]
+    (call,) = shell.mock.calls
+    assert isinstance(call.op, ops.StreamInfer)
+    assert call.op.request.model == "talker"
+
+
+async def test_closing_a_stream_early_stops_pulling_and_closes_the_transports_stream(
+    connect: Connect,
+) -> None:
+    log: list[object] = []
+    client, _ = connect(counting_stream(log))
+    model = await resolve(client.model("talker"))
+    stream = model.stream(X=[[1.0]])
+    first = await next_item(stream)
+    second = await next_item(stream)
+    assert (first["Y"].tolist(), second["Y"].tolist()) == ([[0.0]], [[1.0]])
+    await close(stream)
+    assert log == [0, 1, "closed"]
+    assert await next_item(stream) is END
+    assert log == [0, 1, "closed"]
+
+
+class TrackedStream:
+    """A transport's stream that says whether the client closed it (which is how a real
+    transport learns to cancel the request on the server)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.closed = False
+
+    def __iter__(self) -> TrackedStream:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self.inner)
+
+    def close(self) -> None:
+        self.closed = True
+        self.inner.close()
+
+    def __aiter__(self) -> TrackedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await anext(self.inner)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await self.inner.aclose()
+
+
+class TrackingTransport(MockTransport):
+    """A MockTransport whose streams are TrackedStreams, kept in ``streams``."""
+
+    def __init__(self, handler: Any, *, models: tuple[ts.ModelSpec, ...]) -> None:
+        super().__init__(handler, models=models)
+        self.streams: list[TrackedStream] = []
+
+    def stream(self, op: Any, ctx: ts.CallContext) -> Any:
+        self.streams.append(TrackedStream(super().stream(op, ctx)))
+        return self.streams[-1]
+
+    def astream(self, op: Any, ctx: ts.CallContext) -> Any:
+        self.streams.append(TrackedStream(super().astream(op, ctx)))
+        return self.streams[-1]
+
+
+@pytest.mark.parametrize("read", [2, 5], ids=["left-early", "read-to-the-end"])
+async def test_the_client_closes_the_transports_stream(connect: Connect, read: int) -> None:
+    transport = TrackingTransport(counting_stream([], count=5), models=MODELS)
+    client, _ = connect(transport=transport)
+    model = await resolve(client.model("talker"))
+    stream = model.stream(X=[[1.0]])
+    for _ in range(read):
+        await next_item(stream)
+    (tracked,) = transport.streams
+    assert not tracked.closed
+    if read == 5:
+        assert await next_item(stream) is END
+    else:
+        await close(stream)
+    assert tracked.closed
+
+
+async def test_a_stream_is_sent_when_first_read(connect: Connect) -> None:
+    log: list[object] = []
+    client, mock = connect(counting_stream(log))
+    model = await resolve(client.model("talker"))
+    mock.calls.clear()
+    stream = model.stream(X=[[1.0]])
+    assert mock.calls == []
+    await next_item(stream)
+    assert len(mock.calls) == 1
+    await close(stream)
+
+
+async def test_a_stream_may_answer_nothing(connect: Connect) -> None:
+    client, _ = connect(lambda op, ctx: [])
+    model = await resolve(client.model("talker"))
+    assert await resolve(model.stream(X=[[1.0]])) == []
+
+
+async def test_generate_stream_yields_each_responses_fields(shell: Shell) -> None:
+    assert await resolve(shell.talker.generate_stream(X=1.0, max_tokens=3)) == [
+        {"text": "a"},
+        {"text": "b"},
+    ]
+    (call,) = shell.mock.calls
+    assert isinstance(call.op, ops.GenerateStream)
+    assert call.op.fields == {"X": 1.0, "max_tokens": 3}
+
+
+async def test_a_decoupled_model_refuses_infer_and_sends_nothing(shell: Shell) -> None:
+    with pytest.raises(ts.InvalidInputError, match="decoupled"):
+        await resolve(shell.talker.infer(X=[[1.0]]))
+    assert shell.mock.calls == []
+
+
+async def test_a_stream_batch_larger_than_max_batch_size_raises(shell: Shell) -> None:
+    with pytest.raises(ts.InvalidInputError, match="cannot be split"):
+        await resolve(shell.talker.stream(X=[[1.0]] * 6))
+    assert shell.mock.calls == []
+
+
+# 11. MockTransport
+
+
+async def test_a_coroutine_handler_serves_the_async_client() -> None:
+    async def handler(op: Any, ctx: ts.CallContext) -> object:
+        await asyncio.sleep(0)
+        return {"Y": op.inputs[0].array + 1}
+
+    async with ts.AsyncClient("grpc://test", transport=MockTransport(handler, models=MODELS)) as c:
+        model = await c.model("double")
+        assert (await model.infer(X=[[1.0]]))["Y"].tolist() == [[2.0]]
+
+
+def test_a_coroutine_handler_with_the_blocking_client_raises_type_error() -> None:
+    async def handler(op: Any, ctx: ts.CallContext) -> object:
+        return {"Y": op.inputs[0].array + 1}
+
+    with ts.Client("grpc://test", transport=MockTransport(handler, models=MODELS)) as client:
+        model = client.model("double")  # served by models=, without the handler
+        with pytest.raises(TypeError, match="AsyncClient"):
+            model.infer(X=[[1.0]])
+
+
+async def test_an_op_without_answer_raises_unimplemented(connect: Connect) -> None:
+    client, _ = connect(None)
+    with pytest.raises(ts.InferenceError) as info:
+        await resolve(client.server_metadata())
+    assert info.value.status == "UNIMPLEMENTED"
+    assert "GetServerMetadata" in str(info.value)
+
+
+async def test_models_are_served_without_the_handler(connect: Connect) -> None:
+    client, _ = connect(None)
+    assert await resolve(client.is_live())
+    assert await resolve(client.is_ready())
+    assert await resolve(client.is_model_ready("double"))
+    assert not await resolve(client.is_model_ready("nope"))
+
+
+@pytest.mark.parametrize(
+    "served",
+    [
+        DOUBLE,
+        TALKER,
+        COUNTER,
+        ts.ModelSpec(
+            name="rich",
+            versions=("1", "2"),
+            platform="python",
+            backend="python",
+            max_batch_size=8,
+            inputs={
+                "TEXT": ts.TensorSpec(name="TEXT", datatype="BYTES", shape=(-1,)),
+                "MASK": ts.TensorSpec(name="MASK", datatype="INT64", shape=(2, 3), optional=True),
+            },
+            outputs={
+                "SCORES": ts.TensorSpec(
+                    name="SCORES", datatype="FP16", shape=(10,), label_filename="labels.txt"
+                )
+            },
+            sequence=True,
+            string_sequence_ids=True,
+            dynamic_batching=True,
+            preferred_batch_sizes=(4, 8),
+        ),
+        ts.ModelSpec(
+            name="unbatched",
+            platform="onnxruntime_onnx",
+            backend="onnxruntime",
+            inputs={"X": ts.TensorSpec(name="X", datatype="FP32", shape=(3, 4))},
+            outputs={"Y": ts.TensorSpec(name="Y", datatype="FP32", shape=())},
+        ),
+    ],
+    ids=lambda served: served.name,
+)
+async def test_models_are_served_so_that_the_client_reads_back_the_same_spec(
+    connect: Connect, served: ts.ModelSpec
+) -> None:
+    client, _ = connect(None, models=(served,))
+    model = await resolve(client.model(served.name))
+    assert model.spec == served
+
+
+async def test_mock_records_every_attempt(connect: Connect) -> None:
+    client, mock = connect(failing_twice({"name": "triton"})[0], retry=FAST)
+    await resolve(client.server_metadata(timeout=3.0))
+    assert [type(call) for call in mock.calls] == [testing.RecordedCall] * 3
+    assert {(call.ctx.call, call.ctx.model, call.ctx.timeout) for call in mock.calls} == {
+        ("server_metadata", None, 3.0)
+    }
+
+
+# 12. model_config
+
+
+async def test_model_config_returns_the_config_json(shell: Shell) -> None:
+    config = await resolve(shell.client.model_config("counter", headers=CALL_HEADERS))
+    assert config == testing.model_config(COUNTER)
+    assert "sequence_batching" in config
+    assert ops_sent(shell.mock) == [ops.GetModelConfig("counter")]
+    assert headers_seen(shell.mock) == [MERGED_HEADERS]
+
+
+async def test_model_config_of_an_unknown_model_raises_model_not_found(shell: Shell) -> None:
+    with pytest.raises(ts.ModelNotFoundError):
+        await resolve(shell.client.model_config("nope"))
+
+
+# Other calls, as users see their answers
+
+
+async def test_classify_returns_the_top_classes_of_each_sample(shell: Shell) -> None:
+    classes = await resolve(shell.double.classify(X=[[1.0], [2.0]], top_k=1))
+    assert classes == [[ts.Classification(0.9, 1, "cat")]] * 2
+    (request,) = requests_sent(shell.mock)
+    assert [(o.name, o.class_count) for o in request.outputs or ()] == [("Y", 1)]
+
+
+async def test_map_yields_one_result_per_sample_in_order(shell: Shell) -> None:
+    samples = [{"X": [float(n)]} for n in range(7)]
+    results = await resolve(shell.double.map(samples, batch_size=3))
+    assert [result["Y"].tolist() for result in results] == [[2.0 * n] for n in range(7)]
+    assert batch_sizes(shell.mock) == [1, 3, 3]

@@ -1,0 +1,83 @@
+"""The pure parts of the call path: per-call options, per-attempt context, hooks.
+
+Every public network method of both clients resolves its options once
+(:meth:`ClientSettings.options`), then each attempt gets a :class:`CallContext` that the
+hooks see and may change (headers, timeout) and that the transport obeys.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._config import RetryPolicy
+from ._errors import TritonError
+from ._ops import Op, StreamOp
+from ._retry import attempt_timeout
+
+__all__ = ["AnyOp", "CallContext", "CallHook", "CallOptions"]
+
+AnyOp = Op[Any] | StreamOp[Any]
+
+
+@attrs.define(slots=True)
+class CallContext:
+    """One attempt of one call, as the hooks and the transport see it.
+
+    Hooks may replace ``headers`` (a read-only mapping: assign a new one) and
+    ``timeout``; ``state`` is theirs to keep anything between ``before_send`` and the
+    answer.
+
+    Attributes:
+        call: the operation's name (``"infer"``, ``"model_metadata"``, ...).
+        model: the model the call is about, if any.
+        headers: sent with the request: the client's, with the call's on top.
+        timeout: seconds this attempt may take (``None``: no limit); for a stream,
+            the wait for each response.
+        deadline_at: ``time.monotonic()`` value the whole call must end by, or None.
+        attempt: 1 for the first attempt, 2 for the first retry, ...
+    """
+
+    call: str
+    model: str | None
+    headers: Mapping[str, str]
+    timeout: float | None
+    deadline_at: float | None = None
+    attempt: int = 1
+    state: dict[str, Any] = attrs.field(factory=dict, repr=False)
+
+
+class CallHook:
+    """Sees every attempt of every call of a client: ``Client(url, hooks=[MyHook()])``.
+
+    Subclass it and override what you need; each method runs in the caller's thread (or
+    task) and must not block. Telemetry, logging and header injection (a rotating token,
+    a ``traceparent``) plug in here.
+    """
+
+    def before_send(self, op: AnyOp, ctx: CallContext) -> None:
+        """Called before each attempt is sent; may change ``ctx.headers``/``ctx.timeout``."""
+
+    def after_receive(self, op: AnyOp, ctx: CallContext, result: object) -> None:
+        """Called with a call's answer, or with each response of a stream."""
+
+    def on_error(self, op: AnyOp, ctx: CallContext, error: TritonError) -> None:
+        """Called when an attempt (or a stream) fails, before any retry."""
+
+
+@attrs.define(slots=True)
+class CallOptions:
+    """The options of one public call, resolved against the client's once."""
+
+    timeout: float | None
+    retry: RetryPolicy
+    headers: Mapping[str, str]
+    deadline_at: float | None
+
+    def context(self, op: AnyOp, attempt: int = 1) -> CallContext:
+        """The context of an attempt; raises TritonTimeoutError past the deadline."""
+        timeout = attempt_timeout(self.timeout, self.deadline_at, time.monotonic())
+        return CallContext(op.call, op.model, self.headers, timeout, self.deadline_at, attempt)

@@ -1,0 +1,188 @@
+"""The few primitives where blocking and asyncio code really differ, as named twins.
+
+``_async_client.py`` is written once, against the ``Async*``/``a*`` names here;
+``_client.py`` is generated from it (``scripts/unasync.py``), which maps each name to its
+blocking twin. Everything else the two clients do is the same text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Final, TypeAlias, TypeVar
+
+from ._base import closed_error
+
+__all__ = [
+    "MAX_CHUNKS_IN_FLIGHT",
+    "AsyncChunkRunner",
+    "AsyncSamples",
+    "AsyncWindow",
+    "ChunkRunner",
+    "Samples",
+    "Window",
+    "aclose_iterator",
+    "aiterate",
+    "asleep",
+    "close_iterator",
+    "iterate",
+    "sleep",
+]
+
+A = TypeVar("A")
+R = TypeVar("R")
+T = TypeVar("T")
+
+MAX_CHUNKS_IN_FLIGHT: Final = 8
+"""How many chunks of split batches are in flight at once: per call on AsyncClient, per
+client on Client (whose calls share one pool of this many threads)."""
+
+
+# Sleeping, iterating, closing iterators
+
+
+sleep = time.sleep
+asleep = asyncio.sleep
+
+Samples: TypeAlias = Iterable[T]
+AsyncSamples: TypeAlias = Iterable[T] | AsyncIterable[T]
+"""``AsyncModel.map`` also takes asynchronous iterables."""
+
+
+def iterate(items: Iterable[T]) -> Iterator[T]:
+    return iter(items)
+
+
+async def aiterate(items: Iterable[T] | AsyncIterable[T]) -> AsyncIterator[T]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+def close_iterator(iterator: Iterator[Any]) -> None:
+    """Close a generator (which cancels the stream it reads); plain iterators need not."""
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
+
+
+async def aclose_iterator(iterator: AsyncIterator[Any]) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+# The chunks of a split batch
+
+
+class ChunkRunner:
+    """Runs the chunks of a split batch on a pool of threads shared by the client's calls."""
+
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def run(self, send: Callable[[A], R], chunks: Iterable[A]) -> list[R]:
+        """``send`` each chunk, at most MAX_CHUNKS_IN_FLIGHT at once; answers in order."""
+        with self._lock:
+            if self._closed:
+                raise closed_error(self._kind)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    MAX_CHUNKS_IN_FLIGHT, thread_name_prefix="triton_sdk"
+                )
+            executor = self._executor
+        try:
+            return list(executor.map(send, chunks))
+        except RuntimeError as exc:  # the pool was shut down by close() meanwhile
+            raise closed_error(self._kind) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+
+class AsyncChunkRunner:
+    """Runs the chunks of a split batch as tasks, at most MAX_CHUNKS_IN_FLIGHT per call."""
+
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+
+    async def run(self, send: Callable[[A], Awaitable[R]], chunks: Iterable[A]) -> list[R]:
+        slots = asyncio.Semaphore(MAX_CHUNKS_IN_FLIGHT)
+
+        async def one(chunk: A) -> R:
+            async with slots:
+                return await send(chunk)
+
+        tasks = [asyncio.ensure_future(one(chunk)) for chunk in chunks]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    def close(self) -> None:
+        """Nothing to release: each call's tasks end with the call."""
+
+
+# The window of batches of map
+
+
+class Window:
+    """Batches of ``map`` in flight on a pool of threads, oldest first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._pool = ThreadPoolExecutor(size, thread_name_prefix="triton_sdk-map")
+        self._pending: deque[Future[Any]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def submit(self, work: Callable[[A], R], item: A) -> None:
+        self._pending.append(self._pool.submit(work, item))
+
+    def oldest(self) -> Any:
+        """Wait for the oldest batch and return its answer."""
+        return self._pending.popleft().result()
+
+    def close(self) -> None:
+        """Cancel what has not started; wait for what has."""
+        for future in self._pending:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+
+
+class AsyncWindow:
+    """Batches of ``map`` in flight as tasks, oldest first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._pending: deque[asyncio.Future[Any]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def submit(self, work: Callable[[A], Awaitable[R]], item: A) -> None:
+        self._pending.append(asyncio.ensure_future(work(item)))
+
+    async def oldest(self) -> Any:
+        return await self._pending.popleft()
+
+    async def aclose(self) -> None:
+        for task in self._pending:
+            task.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)

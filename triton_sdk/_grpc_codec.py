@@ -1,0 +1,360 @@
+"""The KServe v2 gRPC protocol, without I/O: every op as a protobuf request and a reader.
+
+Messages are tritonclient's generated protobuf classes, built directly (no per-call
+``InferInput`` objects). A transport sends what :func:`encode` / :func:`encode_stream`
+describe and never looks inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Generic, TypeVar, cast
+
+import attrs
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+
+from ._errors import classify_message
+from ._generate import JSONValue, generate_request, result_fields, single_response
+from ._ops import (
+    JSON,
+    Generate,
+    GenerateStream,
+    GetLogSettings,
+    GetModelStatistics,
+    GetTraceSettings,
+    ListModels,
+    LoadModel,
+    Op,
+    StreamInfer,
+    StreamOp,
+    UnloadModel,
+    UpdateLogSettings,
+    UpdateTraceSettings,
+)
+from ._request import InferRequest, ParameterValue
+from ._result import InferResult, decode_json_output, decode_output
+from ._wire import tensor_bytes
+
+__all__ = [
+    "GrpcCall",
+    "GrpcCollect",
+    "GrpcStream",
+    "build_infer_request",
+    "decode_infer_response",
+    "encode",
+    "encode_stream",
+]
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+_InputTensor = pb.ModelInferRequest.InferInputTensor
+
+
+@attrs.define
+class GrpcCall(Generic[T]):
+    """A unary RPC: the stub method's name, its request, and how to read its reply."""
+
+    rpc: str
+    message: Any
+    read: Callable[[Any], T]
+
+
+@attrs.define
+class GrpcStream(Generic[T]):
+    """One request on a bidirectional ``ModelStreamInfer``; ``read`` turns each message
+    into ``(item or None, final)``, raising the error a message carries."""
+
+    message: pb.ModelInferRequest
+    read: Callable[[pb.ModelStreamInferResponse], tuple[T | None, bool]]
+
+
+@attrs.define
+class GrpcCollect(Generic[U, T]):
+    """A unary op that travels as a stream (generate on a decoupled model): every item
+    of ``stream`` is read, then ``collect`` makes the answer."""
+
+    stream: GrpcStream[U]
+    collect: Callable[[list[U]], T]
+
+
+# Inference
+
+
+def _set_parameter(target: Any, value: ParameterValue) -> None:
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        target.int64_param = value
+    elif isinstance(value, float):
+        target.double_param = value
+    else:
+        target.string_param = value
+
+
+def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
+    """The protobuf message of an infer request."""
+    message = pb.ModelInferRequest(
+        model_name=request.model, model_version=request.version, id=request.request_id
+    )
+    inputs = []
+    contents = []
+    for tensor in request.inputs:
+        contents.append(tensor_bytes(tensor))
+        inputs.append(
+            _InputTensor(name=tensor.name, datatype=tensor.datatype, shape=tensor.array.shape)
+        )
+    message.inputs.extend(inputs)
+    message.raw_input_contents.extend(contents)
+    if request.outputs is not None:
+        for output in request.outputs:
+            requested = message.outputs.add(name=output.name)
+            if output.class_count:
+                requested.parameters["classification"].int64_param = output.class_count
+    parameters = message.parameters
+    for key, value in (request.parameters or {}).items():
+        _set_parameter(parameters[key], value)
+    if request.sequence_id:
+        _set_parameter(parameters["sequence_id"], request.sequence_id)
+        parameters["sequence_start"].bool_param = request.sequence_start
+        parameters["sequence_end"].bool_param = request.sequence_end
+    if request.priority:
+        parameters["priority"].uint64_param = request.priority
+    return message
+
+
+def _parameter_value(parameter: Any) -> ParameterValue:
+    choice = parameter.WhichOneof("parameter_choice")
+    return getattr(parameter, choice) if choice else ""
+
+
+_TYPED_CONTENTS: Final = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def decode_infer_response(response: pb.ModelInferResponse) -> InferResult:
+    """An InferResult from a ModelInferResponse."""
+    raw = response.raw_output_contents
+    outputs = {}
+    datatypes = {}
+    for index, output in enumerate(response.outputs):
+        shape = tuple(output.shape)
+        if index < len(raw):
+            outputs[output.name] = decode_output(output.name, output.datatype, shape, raw[index])
+        else:
+            field = _TYPED_CONTENTS.get(output.datatype, "")
+            values = list(getattr(output.contents, field)) if field else []
+            outputs[output.name] = decode_json_output(output.name, output.datatype, shape, values)
+        datatypes[output.name] = output.datatype
+    parameters = (
+        {key: _parameter_value(value) for key, value in response.parameters.items()}
+        if response.parameters
+        else {}
+    )
+    return InferResult.of(
+        outputs,
+        datatypes,
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id,
+        parameters=parameters,
+    )
+
+
+def _stream_message(request: InferRequest) -> pb.ModelInferRequest:
+    message = build_infer_request(request)
+    # Without it, a decoupled model's last response may carry no outputs and no flag,
+    # and the client cannot tell that the stream is over.
+    message.parameters["triton_enable_empty_final_response"].bool_param = True
+    return message
+
+
+def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
+    model, request_id = request.model, request.request_id or None
+
+    def read(response: pb.ModelStreamInferResponse) -> tuple[InferResult | None, bool]:
+        if response.error_message:
+            raise classify_message(response.error_message, model=model, request_id=request_id)
+        answer = response.infer_response
+        final = answer.parameters["triton_final_response"].bool_param
+        if not answer.outputs:
+            return None, final
+        return decode_infer_response(answer), final
+
+    return GrpcStream(_stream_message(request), read)
+
+
+def _infer(request: InferRequest) -> GrpcCall[InferResult]:
+    return GrpcCall("ModelInfer", build_infer_request(request), decode_infer_response)
+
+
+def _generate(op: Generate) -> GrpcCall[dict[str, JSONValue]] | GrpcCollect[Any, Any]:
+    """Generate as the HTTP extension does it: fields named like inputs are one sample."""
+    spec = op.spec
+    request = generate_request(spec, op.version, op.fields, op.parameters)
+
+    def fields(result: InferResult) -> dict[str, JSONValue]:
+        return result_fields(result, batched=spec.batched)
+
+    if spec.decoupled:
+        return GrpcCollect(
+            _stream_of(request),
+            lambda results: fields(single_response(results, spec.name)),
+        )
+    return GrpcCall(
+        "ModelInfer",
+        build_infer_request(request),
+        lambda response: fields(decode_infer_response(response)),
+    )
+
+
+# The repository, statistics, trace and log settings
+
+
+def _to_json(message: Any) -> JSON:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)  # type: ignore[no-any-return]
+
+
+def _list_models(op: ListModels) -> GrpcCall[list[JSON]]:
+    def read(response: Any) -> list[JSON]:
+        return [
+            {"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
+            for m in response.models
+        ]
+
+    return GrpcCall("RepositoryIndex", pb.RepositoryIndexRequest(), read)
+
+
+def _load(op: LoadModel) -> GrpcCall[None]:
+    request = pb.RepositoryModelLoadRequest(model_name=op.name)
+    if op.config is not None:
+        request.parameters["config"].string_param = op.config
+    for path, content in (op.files or {}).items():
+        request.parameters[path].bytes_param = content
+    return GrpcCall("RepositoryModelLoad", request, _nothing)
+
+
+def _unload(op: UnloadModel) -> GrpcCall[None]:
+    request = pb.RepositoryModelUnloadRequest(model_name=op.name)
+    request.parameters["unload_dependents"].bool_param = op.unload_dependents
+    return GrpcCall("RepositoryModelUnload", request, _nothing)
+
+
+def _nothing(response: Any) -> None:
+    return None
+
+
+def _statistics(op: GetModelStatistics) -> GrpcCall[list[JSON]]:
+    request = pb.ModelStatisticsRequest(name=op.name or "", version=op.version or "")
+    return GrpcCall(
+        "ModelStatistics", request, lambda response: [_to_json(s) for s in response.model_stats]
+    )
+
+
+def _trace(model: str | None, updates: Mapping[str, list[str]] | None) -> GrpcCall[JSON]:
+    request = pb.TraceSettingRequest(model_name=model or "")
+    for key, values in (updates or {}).items():
+        request.settings[key].value.extend(values)
+
+    def read(response: Any) -> JSON:
+        return {key: list(setting.value) for key, setting in response.settings.items()}
+
+    return GrpcCall("TraceSetting", request, read)
+
+
+def _log(updates: Mapping[str, bool | int | str] | None) -> GrpcCall[JSON]:
+    request = pb.LogSettingsRequest()
+    for key, value in (updates or {}).items():
+        setting = request.settings[key]
+        if isinstance(value, bool):
+            setting.bool_param = value
+        elif isinstance(value, int):
+            setting.uint32_param = value
+        else:
+            setting.string_param = value
+
+    def read(response: Any) -> JSON:
+        return {
+            key: getattr(setting, setting.WhichOneof("parameter_choice") or "string_param")
+            for key, setting in response.settings.items()
+        }
+
+    return GrpcCall("LogSettings", request, read)
+
+
+_ENCODERS: Final[dict[type[Any], Callable[[Any], GrpcCall[Any] | GrpcCollect[Any, Any]]]] = {
+    InferRequest: _infer,
+    Generate: _generate,
+    ListModels: _list_models,
+    LoadModel: _load,
+    UnloadModel: _unload,
+    GetModelStatistics: _statistics,
+    GetTraceSettings: lambda op: _trace(op.model_name, None),
+    UpdateTraceSettings: lambda op: _trace(op.model_name, op.updates),
+    GetLogSettings: lambda op: _log(None),
+    UpdateLogSettings: lambda op: _log(op.updates),
+}
+
+
+def _routed(op: Op[Any]) -> GrpcCall[Any]:
+    """A plain op: its route's RPC, with the op's fields as the request's."""
+    route = op.route
+    if route is None:
+        raise TypeError(f"no gRPC encoding for {type(op).__name__}")
+    fields = attrs.fields(cast("type[attrs.AttrsInstance]", type(op)))
+    message = getattr(pb, f"{route.rpc}Request")(
+        **{field.name: getattr(op, field.name) or "" for field in fields}
+    )
+    field = route.field
+    if route.answer == "ok":
+        return GrpcCall(route.rpc, message, lambda response: bool(getattr(response, field or "")))
+    if field is None:
+        return GrpcCall(route.rpc, message, _to_json)
+    return GrpcCall(route.rpc, message, lambda response: _to_json(getattr(response, field)))
+
+
+def encode(op: Op[T]) -> GrpcCall[T] | GrpcCollect[Any, T]:
+    """How ``op`` travels over gRPC."""
+    encoder = _ENCODERS.get(type(op))
+    return cast("GrpcCall[T] | GrpcCollect[Any, T]", (encoder or _routed)(op))
+
+
+def encode_stream(op: StreamOp[T]) -> GrpcStream[T] | GrpcCall[T]:
+    """How a streamed op travels: a stream, or one unary call standing for a stream of one
+    (generate_stream on a model that is not decoupled)."""
+    if isinstance(op, StreamInfer):
+        return cast("GrpcStream[T]", _stream_of(op.request))
+    if isinstance(op, GenerateStream):
+        spec = op.spec
+        request = generate_request(spec, op.version, op.fields, op.parameters)
+        if not spec.decoupled:
+            return cast(
+                "GrpcCall[T]",
+                GrpcCall(
+                    "ModelInfer",
+                    build_infer_request(request),
+                    lambda r: result_fields(decode_infer_response(r), batched=spec.batched),
+                ),
+            )
+        stream = _stream_of(request)
+
+        def read(response: pb.ModelStreamInferResponse) -> tuple[Any, bool]:
+            result, final = stream.read(response)
+            fields = None if result is None else result_fields(result, batched=spec.batched)
+            return fields, final
+
+        return cast("GrpcStream[T]", GrpcStream(stream.message, read))
+    raise TypeError(f"no gRPC stream encoding for {type(op).__name__}")

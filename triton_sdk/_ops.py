@@ -1,0 +1,316 @@
+"""Every server call, described once as a value: what it asks and what it answers.
+
+A shell builds an op, the call path runs it through the hooks and the retry policy, and
+a transport sends it: the codecs (``_http_codec``, ``_grpc_codec``) turn each op into
+its protocol's request and read the answer back into the same protocol-neutral value.
+
+Plain calls (a GET over HTTP, a unary RPC whose request fields are the op's fields)
+carry their :class:`Route` and need nothing else: adding one is an op here and a shell
+method. Calls with bodies, streams or protocol differences have an encoder in each codec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeAlias, TypeVar
+
+import attrs
+
+from ._result import InferResult
+from ._spec import ModelSpec
+
+if TYPE_CHECKING:
+    from ._request import InferRequest, ParameterValue
+
+__all__ = [
+    "JSON",
+    "FetchMetrics",
+    "Generate",
+    "GenerateStream",
+    "GetLogSettings",
+    "GetModelConfig",
+    "GetModelMetadata",
+    "GetModelStatistics",
+    "GetServerMetadata",
+    "GetTraceSettings",
+    "IsModelReady",
+    "IsServerLive",
+    "IsServerReady",
+    "JSONValue",
+    "ListModels",
+    "LoadModel",
+    "Op",
+    "Route",
+    "StreamInfer",
+    "StreamOp",
+    "UnloadModel",
+    "UpdateLogSettings",
+    "UpdateTraceSettings",
+]
+
+T_co = TypeVar("T_co", covariant=True)
+
+JSON: TypeAlias = dict[str, Any]
+"""A decoded JSON object; gRPC answers are converted to the shape HTTP's have."""
+
+JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, "JSONValue"] | None
+"""A value of a decoded JSON document."""
+
+
+@attrs.frozen
+class Route:
+    """Where a plain call goes: an HTTP path and a unary RPC, both without a body.
+
+    ``http_path`` may hold ``{model}``, which stands for the op's ``name`` (and
+    ``/versions/{version}`` when it has one). The RPC's request message takes the op's
+    fields by name. ``answer`` says how to read the reply: ``"json"`` (the body, or the
+    RPC's reply, or its ``field``, as JSON) or ``"ok"`` (HTTP 200, or the RPC's boolean
+    ``field``).
+    """
+
+    http_path: str
+    rpc: str
+    answer: Literal["json", "ok"] = "json"
+    field: str | None = None
+
+
+class Op(Generic[T_co]):
+    """A unary server call whose answer is a ``T_co``.
+
+    Attributes:
+        call: the call's name, for logs, hooks and errors (``"infer"``, ``"load_model"``).
+        idempotent: whether sending it twice is harmless, so the retry policy may.
+        route: set on plain calls, see :class:`Route`.
+    """
+
+    __slots__ = ()
+
+    call: ClassVar[str]
+    route: ClassVar[Route | None] = None
+
+    @property
+    def idempotent(self) -> bool:
+        return True
+
+    @property
+    def model(self) -> str | None:
+        """The model the call is about, if any."""
+        return None
+
+    @property
+    def request_id(self) -> str | None:
+        """The request id the call carries, if any."""
+        return None
+
+
+class StreamOp(Generic[T_co]):
+    """A call answered by a stream of ``T_co``: never retried, read as it arrives."""
+
+    __slots__ = ()
+
+    call: ClassVar[str]
+
+    @property
+    def model(self) -> str | None:
+        return None
+
+    @property
+    def request_id(self) -> str | None:
+        return None
+
+
+class _ModelOp:
+    """Mixin: the op's ``name`` is the model it is about."""
+
+    __slots__ = ()
+    name: str | None
+
+    @property
+    def model(self) -> str | None:
+        return self.name
+
+
+# Health and server
+
+
+@attrs.frozen
+class IsServerLive(Op[bool]):
+    call = "is_live"
+    route = Route("/v2/health/live", "ServerLive", "ok", "live")
+
+
+@attrs.frozen
+class IsServerReady(Op[bool]):
+    call = "is_ready"
+    route = Route("/v2/health/ready", "ServerReady", "ok", "ready")
+
+
+@attrs.frozen
+class IsModelReady(_ModelOp, Op[bool]):
+    name: str
+    version: str | None = None
+    call = "is_model_ready"
+    route = Route("/v2/models/{model}/ready", "ModelReady", "ok", "ready")
+
+
+@attrs.frozen
+class GetServerMetadata(Op[JSON]):
+    call = "server_metadata"
+    route = Route("/v2", "ServerMetadata")
+
+
+# Models and the repository
+
+
+@attrs.frozen
+class GetModelMetadata(_ModelOp, Op[JSON]):
+    name: str
+    version: str | None = None
+    call = "model_metadata"
+    route = Route("/v2/models/{model}", "ModelMetadata")
+
+
+@attrs.frozen
+class GetModelConfig(_ModelOp, Op[JSON]):
+    name: str
+    version: str | None = None
+    call = "model_config"
+    route = Route("/v2/models/{model}/config", "ModelConfig", field="config")
+
+
+@attrs.frozen
+class ListModels(Op[list[JSON]]):
+    """The repository index: one ``{name, version, state, reason}`` per model version."""
+
+    call = "models"
+
+
+@attrs.frozen
+class LoadModel(_ModelOp, Op[None]):
+    """Load or reload a model; ``config`` is the JSON text of a config override and
+    ``files`` maps ``"file:<path>"`` to content. Never retried: it really reloads."""
+
+    name: str
+    config: str | None = None
+    files: Mapping[str, bytes] | None = None
+    call = "load_model"
+
+    @property
+    def idempotent(self) -> bool:
+        return False
+
+
+@attrs.frozen
+class UnloadModel(_ModelOp, Op[None]):
+    name: str
+    unload_dependents: bool = False
+    call = "unload_model"
+
+
+# Statistics, trace and log settings, metrics
+
+
+@attrs.frozen
+class GetModelStatistics(_ModelOp, Op[list[JSON]]):
+    """Statistics of one model (all of them when ``name`` is None)."""
+
+    name: str | None = None
+    version: str | None = None
+    call = "model_statistics"
+
+
+@attrs.frozen
+class GetTraceSettings(Op[JSON]):
+    """Trace settings, server-wide or of one model: ``{setting: [values]}``."""
+
+    model_name: str | None = None
+    call = "trace_settings"
+
+    @property
+    def model(self) -> str | None:
+        return self.model_name
+
+
+@attrs.frozen
+class UpdateTraceSettings(Op[JSON]):
+    """Change trace settings; answers the settings in force afterwards."""
+
+    model_name: str | None
+    updates: Mapping[str, list[str]]
+    call = "update_trace_settings"
+
+    @property
+    def model(self) -> str | None:
+        return self.model_name
+
+
+@attrs.frozen
+class GetLogSettings(Op[JSON]):
+    call = "log_settings"
+
+
+@attrs.frozen
+class UpdateLogSettings(Op[JSON]):
+    updates: Mapping[str, bool | int | str]
+    call = "update_log_settings"
+
+
+@attrs.frozen
+class FetchMetrics(Op[str]):
+    """The text of the server's Prometheus endpoint at ``url`` (its own port)."""
+
+    url: str
+    call = "metrics"
+
+
+# Inference (``InferRequest``, the hot path, lives in ``_request``)
+
+
+@attrs.frozen
+class _GenerateFields:
+    spec: ModelSpec
+    version: str | None
+    fields: Mapping[str, object]
+    parameters: Mapping[str, ParameterValue] | None = None
+
+    @property
+    def model(self) -> str | None:
+        return self.spec.name
+
+
+@attrs.frozen
+class Generate(_GenerateFields, Op[dict[str, JSONValue]]):
+    """The generate extension: JSON fields in, the one response's fields out.
+
+    Over gRPC it travels as an inference (a stream for decoupled models), so the model's
+    spec says which fields are inputs.
+    """
+
+    call = "generate"
+
+
+@attrs.frozen
+class GenerateStream(_GenerateFields, StreamOp[dict[str, JSONValue]]):
+    """Like :class:`Generate`, answered by the fields of each response as it arrives."""
+
+    call = "generate_stream"
+
+
+@attrs.frozen
+class StreamInfer(StreamOp[InferResult]):
+    """One request to a decoupled model, answered by any number of responses.
+
+    Over HTTP it travels through the generate_stream extension, which needs the spec.
+    """
+
+    request: InferRequest
+    spec: ModelSpec
+    call = "stream"
+
+    @property
+    def model(self) -> str | None:
+        return self.request.model
+
+    @property
+    def request_id(self) -> str | None:
+        return self.request.request_id or None

@@ -1,0 +1,291 @@
+"""gRPC transports on the service stubs that tritonclient ships.
+
+They send what ``_grpc_codec`` builds on a channel configured here, and map every
+``grpc.RpcError`` to a :class:`TritonError` (``_errors``) with the original as
+``__cause__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import grpc
+import grpc.aio
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from .._call import CallContext
+from .._config import Endpoint, TLSConfig
+from .._errors import InvalidInputError, TritonError, TritonTimeoutError
+from .._grpc_codec import GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
+from .._ops import FetchMetrics, Op, StreamOp
+from ._errors import closed_error, grpc_error, refused_error
+from ._loop import check_loop
+from ._metrics import fetch_metrics, fetch_metrics_async
+
+__all__ = ["AsyncGrpcTransport", "GrpcTransport", "channel_options"]
+
+T = TypeVar("T")
+
+MAX_MESSAGE_BYTES: Final = 2**31 - 1
+
+
+def channel_options(tls: TLSConfig | None = None) -> list[tuple[str, Any]]:
+    """The complete channel argument list.
+
+    gRPC takes the list as a whole, so the 2 GiB message limits must be in it (without
+    them the receive limit falls back to 4 MiB). The short reconnect backoff lets a
+    client find a restarted server within a quarter of a second instead of 1-3 s (or, after a
+    long outage, up to two minutes). gRPC's own retry
+    policy is not configured: it silently skips requests over 256 KiB, and one retry
+    layer (the SDK's) is easier to reason about.
+    """
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.keepalive_time_ms", 2**31 - 1),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 2),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 250),
+    ]
+    if tls is not None and tls.server_hostname:
+        options.append(("grpc.ssl_target_name_override", tls.server_hostname))
+    return options
+
+
+def _credentials(tls: TLSConfig | None) -> grpc.ChannelCredentials:
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise InvalidInputError(f"cannot read TLS file {path}: {exc}") from exc
+
+    tls = tls or TLSConfig()
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(tls.ca_file),
+        private_key=read(tls.key_file),
+        certificate_chain=read(tls.cert_file),
+    )
+
+
+class _Metadata:
+    """gRPC metadata for the headers of a call; the last one is kept, since calls mostly
+    carry the client's own headers. gRPC refuses upper-case keys on the client side."""
+
+    __slots__ = ("_headers", "_metadata")
+
+    def __init__(self) -> None:
+        self._headers: Mapping[str, str] | None = None
+        self._metadata: tuple[tuple[str, str], ...] | None = None
+
+    def __call__(self, headers: Mapping[str, str]) -> tuple[tuple[str, str], ...] | None:
+        if headers is not self._headers:
+            metadata = tuple((key.lower(), value) for key, value in headers.items()) or None
+            self._headers, self._metadata = headers, metadata
+            return metadata
+        return self._metadata
+
+
+def _response_timeout(timeout: float | None, op: StreamOp[Any] | Op[Any]) -> TritonTimeoutError:
+    return TritonTimeoutError(
+        f"no response from {op.model!r} within {timeout}s",
+        model=op.model,
+        request_id=op.request_id,
+    )
+
+
+_END: Final = object()
+
+
+class GrpcTransport:
+    """Blocking gRPC. grpc's channel is thread-safe, so one transport serves all threads."""
+
+    def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
+        self.endpoint = endpoint
+        self._tls = tls
+        target = endpoint.authority
+        if endpoint.tls:
+            self._channel = grpc.secure_channel(
+                target, _credentials(tls), options=channel_options(tls)
+            )
+        else:
+            self._channel = grpc.insecure_channel(target, options=channel_options(tls))
+        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        self._metadata = _Metadata()
+        self._closed = False
+
+    def call(self, op: Op[T], ctx: CallContext) -> T:
+        if isinstance(op, FetchMetrics):
+            return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
+        encoded = encode(op)
+        if isinstance(encoded, GrpcCollect):
+            return encoded.collect(list(self._stream(encoded.stream, op, ctx)))
+        return encoded.read(self._unary(encoded, op, ctx))
+
+    def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
+        try:
+            return getattr(self._stub, call.rpc)(
+                call.message, timeout=ctx.timeout, metadata=self._metadata(ctx.headers)
+            )
+        except ValueError as exc:  # a closed channel, or metadata grpc will not send
+            raise self._refused(exc) from exc
+        except grpc.RpcError as exc:
+            raise grpc_error(exc, op) from exc
+
+    def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
+        encoded = encode_stream(op)
+        if isinstance(encoded, GrpcCall):
+            yield encoded.read(self._unary(encoded, op, ctx))  # type: ignore[arg-type]
+            return
+        yield from self._stream(encoded, op, ctx)
+
+    def _stream(
+        self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
+    ) -> Iterator[T]:
+        """The responses of one request on a bidirectional stream of its own.
+
+        gRPC's blocking stream iterator has no timeout, so a reader thread moves the
+        messages to a queue that is read with the timeout per response. Closing the
+        generator (a ``break`` in the caller's loop) cancels the call, which stops the
+        request on the server.
+        """
+        try:
+            call = self._stub.ModelStreamInfer(
+                iter((stream.message,)), metadata=self._metadata(ctx.headers)
+            )
+        except ValueError as exc:
+            raise self._refused(exc) from exc
+        messages: queue.Queue[Any] = queue.Queue()
+
+        def read() -> None:
+            try:
+                for message in call:
+                    messages.put(message)
+            except grpc.RpcError as exc:
+                messages.put(exc)
+            messages.put(_END)
+
+        threading.Thread(target=read, name="triton_sdk-stream", daemon=True).start()
+        timeout = ctx.timeout
+        try:
+            while True:
+                try:
+                    message = messages.get(timeout=timeout)
+                except queue.Empty:
+                    raise _response_timeout(timeout, op) from None
+                if message is _END:
+                    return
+                if isinstance(message, grpc.RpcError):
+                    raise grpc_error(message, op) from message
+                item, final = stream.read(message)
+                if item is not None:
+                    yield item
+                if final:
+                    return
+        finally:
+            call.cancel()
+
+    def _refused(self, exc: ValueError) -> TritonError:
+        return closed_error(exc) if self._closed else refused_error(exc)
+
+    def close(self) -> None:
+        self._closed = True
+        self._channel.close()
+
+
+class AsyncGrpcTransport:
+    """gRPC on asyncio. The channel is opened on first use, inside the running loop."""
+
+    def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
+        self.endpoint = endpoint
+        self._tls = tls
+        self._metadata = _Metadata()
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    def _open(self) -> Any:
+        self._loop = check_loop(self._loop)
+        if self._stub is not None:
+            return self._stub
+        if self._closed:
+            raise closed_error(RuntimeError("closed by aclose()"))
+        target = self.endpoint.authority
+        if self.endpoint.tls:
+            self._channel = grpc.aio.secure_channel(
+                target, _credentials(self._tls), options=channel_options(self._tls)
+            )
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=channel_options(self._tls))
+        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        return self._stub
+
+    async def acall(self, op: Op[T], ctx: CallContext) -> T:
+        if isinstance(op, FetchMetrics):
+            return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
+        encoded = encode(op)
+        if isinstance(encoded, GrpcCollect):
+            items = [item async for item in self._stream(encoded.stream, op, ctx)]
+            return encoded.collect(items)
+        return encoded.read(await self._unary(encoded, op, ctx))
+
+    async def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
+        stub = self._open()
+        try:
+            return await getattr(stub, call.rpc)(
+                call.message, timeout=ctx.timeout, metadata=self._metadata(ctx.headers)
+            )
+        except grpc.RpcError as exc:
+            raise grpc_error(exc, op) from exc
+
+    async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        encoded = encode_stream(op)
+        if isinstance(encoded, GrpcCall):
+            yield encoded.read(await self._unary(encoded, op, ctx))  # type: ignore[arg-type]
+            return
+        async for item in self._stream(encoded, op, ctx):
+            yield item
+
+    async def _stream(
+        self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
+    ) -> AsyncIterator[T]:
+        """The responses of one request on a bidirectional stream of its own."""
+        call = self._open().ModelStreamInfer(metadata=self._metadata(ctx.headers))
+        timeout = ctx.timeout
+        try:
+            try:
+                await call.write(stream.message)
+                await call.done_writing()
+                while True:
+                    try:
+                        message = await asyncio.wait_for(call.read(), timeout)
+                    except asyncio.TimeoutError:
+                        raise _response_timeout(timeout, op) from None
+                    if message is grpc.aio.EOF:
+                        return
+                    item, final = stream.read(message)
+                    if item is not None:
+                        yield item
+                    if final:
+                        return
+            except grpc.RpcError as exc:
+                raise grpc_error(exc, op) from exc
+        finally:
+            call.cancel()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+            self._stub = None

@@ -1,0 +1,183 @@
+"""HTTP transports: a thread-safe blocking one, and one on aiohttp for asyncio.
+
+tritonclient's blocking HTTP client runs on gevent and must not be shared between
+threads, and neither of its HTTP clients takes a timeout per call. These transports
+send what ``_http_codec`` describes on transports that do both: the standard library's
+``http.client`` with a pool of keep-alive connections (``_http_pool``), and aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import ssl
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final, TypeVar
+
+import aiohttp
+
+from .._call import CallContext
+from .._config import Endpoint, TLSConfig
+from .._http_codec import HEADER_LENGTH, HttpCall, HttpCodec, HttpStream
+from .._ops import FetchMetrics, Op, StreamOp
+from ._errors import closed_error, http_error
+from ._http_pool import ConnectionPool, body_of, header_length, ssl_context
+from ._loop import check_loop
+from ._metrics import fetch_metrics, fetch_metrics_async
+
+__all__ = ["AsyncHttpTransport", "HttpTransport"]
+
+T = TypeVar("T")
+
+_ASYNC_CONNECTIONS: Final = 100
+"""At most this many connections per AsyncClient over HTTP; more requests wait for one."""
+
+_HTTP_FAILURES: Final = (OSError, http.client.HTTPException, ValueError)
+
+_AIOHTTP_FAILURES: Final = (
+    aiohttp.ClientError,
+    aiohttp.http_exceptions.HttpProcessingError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+
+class HttpTransport:
+    """Blocking HTTP, safe to share between threads; each call takes its own timeout."""
+
+    def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
+        self.endpoint = endpoint
+        self._tls = tls
+        self._codec = HttpCodec(endpoint.base_path)
+        self._pool = ConnectionPool(endpoint, tls)
+
+    def call(self, op: Op[T], ctx: CallContext) -> T:
+        if isinstance(op, FetchMetrics):
+            return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
+        call = self._codec.encode(op)
+        body, size = body_of(call.body)
+        headers = {**ctx.headers, **call.headers}
+        if body is not None:
+            headers["Content-Length"] = str(size)
+        try:
+            status, length, data = self._pool.request(
+                call.method, call.path, body, headers, ctx.timeout
+            )
+        except _HTTP_FAILURES as exc:
+            raise http_error(exc, op, ctx.timeout) from exc
+        return call.read(status, length, data)
+
+    def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
+        """The events of one answer; the timeout bounds the wait for each read."""
+        call = self._codec.encode_stream(op)
+        body, size = body_of(call.body)
+        headers = {**ctx.headers, **call.headers, "Content-Length": str(size)}
+        try:
+            connection, response = self._pool.open_stream(
+                call.method, call.path, body, headers, ctx.timeout
+            )
+        except _HTTP_FAILURES as exc:
+            raise http_error(exc, op, ctx.timeout) from exc
+        try:
+            if response.status != 200:
+                call.check(response.status, None, response.read())
+            decoder = call.decoder()
+            # read1 rather than readline: readline reports a stream that broke off as a
+            # clean end, read1 raises IncompleteRead.
+            while True:
+                try:
+                    data = response.read1(65536)
+                except _HTTP_FAILURES as exc:
+                    raise http_error(exc, op, ctx.timeout) from exc
+                if not data:
+                    break
+                yield from decoder.feed(data)
+            yield from decoder.finish()
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class AsyncHttpTransport:
+    """HTTP on asyncio through aiohttp; the session opens on first use, in the running loop."""
+
+    def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
+        self.endpoint = endpoint
+        self._codec = HttpCodec(endpoint.base_path)
+        self._tls = tls
+        self._origin = f"{'https' if endpoint.tls else 'http'}://{endpoint.authority}"
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise closed_error(RuntimeError("closed by aclose()"))
+        context: ssl.SSLContext | bool = ssl_context(self._tls) if self.endpoint.tls else False
+        connector = aiohttp.TCPConnector(limit=_ASYNC_CONNECTIONS, ssl=context)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            # Triton compresses answers when asked to; on the paths this SDK serves the CPU
+            # is dearer than the bytes.
+            headers={"Accept-Encoding": "identity"},
+            timeout=aiohttp.ClientTimeout(total=None),
+            auto_decompress=False,
+        )
+        return self._session
+
+    def _request(
+        self, call: HttpCall[Any] | HttpStream[Any], ctx: CallContext, timeout: Any
+    ) -> Any:  # aiohttp's request context manager
+        """Start ``call`` on this client's session (opened in the running loop)."""
+        self._loop = check_loop(self._loop)
+        session = self._session or self._open()
+        body, _ = body_of(call.body)
+        if body is not None and not isinstance(body, bytes):
+            body = b"".join(body)
+        return session.request(
+            call.method,
+            self._origin + call.path,
+            data=body,
+            headers={**ctx.headers, **call.headers},
+            timeout=timeout,
+            server_hostname=self._tls.server_hostname if self._tls else None,
+        )
+
+    async def acall(self, op: Op[T], ctx: CallContext) -> T:
+        if isinstance(op, FetchMetrics):
+            return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
+        call = self._codec.encode(op)
+        timeout = aiohttp.ClientTimeout(total=ctx.timeout)
+        try:
+            async with self._request(call, ctx, timeout) as response:
+                data = await response.read()
+                status = response.status
+                length = header_length(response.headers.get(HEADER_LENGTH))
+        except _AIOHTTP_FAILURES as exc:
+            raise http_error(exc, op, ctx.timeout) from exc
+        return call.read(status, length, data)
+
+    async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        call = self._codec.encode_stream(op)
+        # The timeout bounds the wait for each piece of the stream, not the whole of it.
+        each = aiohttp.ClientTimeout(total=None, sock_read=ctx.timeout)
+        decoder = call.decoder()
+        try:
+            async with self._request(call, ctx, each) as response:
+                if response.status != 200:
+                    call.check(response.status, None, await response.read())
+                async for data in response.content.iter_any():
+                    for item in decoder.feed(data):
+                        yield item
+        except _AIOHTTP_FAILURES as exc:
+            raise http_error(exc, op, ctx.timeout) from exc
+        for item in decoder.finish():
+            yield item
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

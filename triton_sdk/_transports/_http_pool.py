@@ -1,0 +1,234 @@
+"""A thread-safe pool of keep-alive ``http.client`` connections, for the blocking transport."""
+
+from __future__ import annotations
+
+import http.client
+import select
+import ssl
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from .._config import Endpoint, TLSConfig
+from .._errors import InvalidInputError
+from .._http_codec import HEADER_LENGTH
+
+__all__ = ["ConnectionPool", "body_of", "header_length", "ssl_context"]
+
+JOIN_BELOW: Final = 64 * 1024
+"""Bodies smaller than this are joined and sent in one write; larger ones part by part."""
+
+_STALE_CONNECTION: Final = (
+    BrokenPipeError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    http.client.RemoteDisconnected,
+)
+
+
+def ssl_context(tls: TLSConfig | None) -> ssl.SSLContext:
+    """A verifying client context, trusting ``tls.ca_file`` (or the system) and with the
+    client certificate when one is configured."""
+    tls = tls or TLSConfig()
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_file)
+        if tls.cert_file is not None:
+            context.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidInputError(f"cannot use the TLS files: {exc}") from exc
+    return context
+
+
+def header_length(value: str | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def body_of(parts: Sequence[bytes | memoryview] | None) -> tuple[Any, int]:
+    if parts is None:
+        return None, 0
+    size = sum(len(part) if isinstance(part, bytes) else part.nbytes for part in parts)
+    if size < JOIN_BELOW or len(parts) == 1:
+        return b"".join(parts), size
+    return parts, size
+
+
+def _still_open(connection: http.client.HTTPConnection) -> bool:
+    """An idle HTTP connection has nothing to read unless the server closed it.
+
+    ``poll`` rather than ``select``: select fails on descriptors above 1023.
+    """
+    sock = connection.sock
+    if sock is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+class _Connection(http.client.HTTPConnection):
+    """An HTTP connection that sends a small request's head and body in one write.
+
+    ``http.client`` writes the head and the body separately; for the small requests of
+    a typical inference that is a second system call and packet on every request.
+    """
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        buffer = getattr(self, "_buffer", None)
+        if (
+            isinstance(message_body, bytes)
+            and len(message_body) < JOIN_BELOW
+            and not encode_chunked
+            and isinstance(buffer, list)
+        ):
+            buffer.extend((b"", b""))
+            message = b"\r\n".join(buffer) + message_body
+            del buffer[:]
+            self.send(message)
+            return
+        super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPS connection that may check the certificate against another name."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout: float | None,
+        context: ssl.SSLContext,
+        server_hostname: str | None,
+    ) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._tls_context = context
+        self._tls_name = server_hostname or host
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._tls_name)
+
+
+class ConnectionPool:
+    """Keep-alive ``http.client`` connections, handed to one thread at a time."""
+
+    def __init__(self, endpoint: Endpoint, tls: TLSConfig | None, max_idle: int = 32) -> None:
+        # First, so that __del__ works even when reading the TLS files fails below.
+        self._idle: deque[http.client.HTTPConnection] = deque()
+        self._max_idle = max_idle
+        self._host = endpoint.host
+        self._port = endpoint.port
+        self._context = ssl_context(tls) if endpoint.tls else None
+        self._server_hostname = tls.server_hostname if tls else None
+
+    def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self._context is None:
+            return _Connection(self._host, self._port, timeout=timeout)
+        return _HTTPSConnection(
+            self._host,
+            self._port,
+            timeout=timeout,
+            context=self._context,
+            server_hostname=self._server_hostname,
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        headers: Mapping[str, str],
+        timeout: float | None,
+    ) -> tuple[int, int | None, bytes]:
+        """One exchange, on an idle keep-alive connection when there is one.
+
+        An idle connection may have been closed by the server (a restart, an idle
+        timeout): it is checked before use, and a failure while sending on it is
+        repeated at once on a fresh connection, since the request did not get through.
+        A connection that breaks after the request went out is reported, not repeated:
+        whether to send again is the retry policy's decision.
+        """
+        connection = self._idle_connection()
+        if connection is None:
+            connection = self._connect(timeout)
+            self._send(connection, method, path, body, headers, timeout)
+            return self._receive(connection)
+        try:
+            self._send(connection, method, path, body, headers, timeout)
+        except _STALE_CONNECTION:
+            connection = self._connect(timeout)
+            self._send(connection, method, path, body, headers, timeout)
+        return self._receive(connection)
+
+    def _idle_connection(self) -> http.client.HTTPConnection | None:
+        """An idle connection the server has not closed meanwhile, if any."""
+        while True:
+            try:
+                connection = self._idle.pop()
+            except IndexError:
+                return None
+            if _still_open(connection):
+                return connection
+            connection.close()
+
+    def _send(
+        self,
+        connection: http.client.HTTPConnection,
+        method: str,
+        path: str,
+        body: Any,
+        headers: Mapping[str, str],
+        timeout: float | None,
+    ) -> None:
+        try:
+            connection.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
+            connection.request(method, path, body, dict(headers))
+        except BaseException:
+            connection.close()
+            raise
+
+    def _receive(self, connection: http.client.HTTPConnection) -> tuple[int, int | None, bytes]:
+        try:
+            response = connection.getresponse()
+            data = response.read()
+        except BaseException:
+            connection.close()
+            raise
+        if response.will_close or len(self._idle) >= self._max_idle:
+            connection.close()
+        else:
+            self._idle.append(connection)
+        return response.status, header_length(response.getheader(HEADER_LENGTH)), data
+
+    def open_stream(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        headers: Mapping[str, str],
+        timeout: float | None,
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send a request on a connection of its own, for an answer read piece by piece.
+
+        The caller closes the connection when done; ``timeout`` bounds each read.
+        """
+        connection = self._connect(timeout)
+        try:
+            connection.request(method, path, body, dict(headers))
+            return connection, connection.getresponse()
+        except BaseException:
+            connection.close()
+            raise
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+    def __del__(self) -> None:
+        # A client dropped without close() should not leave sockets to the collector.
+        self.close()

@@ -1,0 +1,83 @@
+"""Reading the server's Prometheus endpoint (its own port, 8002 by default).
+
+Both protocols' transports send :class:`FetchMetrics` here: the endpoint is plain HTTP
+whatever protocol the client speaks.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+from urllib.parse import SplitResult, urlsplit
+
+from .._call import CallContext
+from .._config import TLSConfig
+from .._errors import InvalidInputError, TritonError
+from .._http_codec import error_from_response
+from ._errors import http_error
+from ._http_pool import ssl_context
+
+__all__ = ["fetch_metrics", "fetch_metrics_async"]
+
+
+def _checked_url(url: str) -> tuple[SplitResult, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise InvalidInputError(f"not a metrics URL: {url!r} (expected http(s)://host:port/path)")
+    return parts, port
+
+
+def _failure(exc: BaseException, url: str, timeout: float | None) -> TritonError:
+    error = http_error(exc, None, timeout)
+    return type(error)(f"cannot read metrics from {url}: {error}", retryable=error.retryable)
+
+
+def _text(status: int, body: bytes) -> str:
+    if status != 200:
+        raise error_from_response(status, body)
+    return body.decode("utf-8")
+
+
+def fetch_metrics(url: str, ctx: CallContext, tls: TLSConfig | None) -> str:
+    """The metrics text at ``url``, sent with the call's headers and the client's TLS files."""
+    parts, port = _checked_url(url)
+    host = parts.hostname or ""
+    if parts.scheme == "https":
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+            host, port, timeout=ctx.timeout, context=ssl_context(tls)
+        )
+    else:
+        connection = http.client.HTTPConnection(host, port, timeout=ctx.timeout)
+    try:
+        connection.request("GET", parts.path or "/metrics", headers=dict(ctx.headers))
+        response = connection.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise _failure(exc, url, ctx.timeout) from exc
+    finally:
+        connection.close()
+    return _text(response.status, body)
+
+
+async def fetch_metrics_async(url: str, ctx: CallContext, tls: TLSConfig | None) -> str:
+    """The metrics text at ``url``, without blocking the event loop."""
+    import asyncio
+
+    import aiohttp
+
+    _checked_url(url)
+    context: ssl.SSLContext | bool = ssl_context(tls) if url.startswith("https:") else True
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ctx.timeout)) as session,
+            session.get(url, headers=dict(ctx.headers), ssl=context) as response,
+        ):
+            body = await response.read()
+            status = response.status
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        raise _failure(exc, url, ctx.timeout) from exc
+    return _text(status, body)

@@ -1,0 +1,244 @@
+"""Test your code without a server: a transport that answers from your own function.
+
+::
+
+    import numpy as np
+    import triton_sdk as ts
+    from triton_sdk import ops
+    from triton_sdk.testing import MockTransport
+
+    spec = ts.ModelSpec(
+        name="add_one",
+        max_batch_size=8,
+        inputs={"X": ts.TensorSpec(name="X", datatype="FP32", shape=(1,))},
+        outputs={"Y": ts.TensorSpec(name="Y", datatype="FP32", shape=(1,))},
+    )
+
+    def handler(op, ctx):
+        if isinstance(op, ops.InferRequest):
+            return {"Y": op.inputs[0].array + 1}
+        raise NotImplementedError(op)   # anything else: a failing test says which op
+
+    mock = MockTransport(handler, models=[spec])
+    client = ts.Client("grpc://test", transport=mock)   # or ts.AsyncClient(...)
+    assert client.model("add_one").infer(X=[1.0, 2.0])["Y"].tolist() == [[2.0], [3.0]]
+    assert mock.calls[-1].ctx.headers == {}
+
+The same ``MockTransport`` serves :class:`~triton_sdk.Client` and
+:class:`~triton_sdk.AsyncClient`; the handler may be a plain function or, for the
+asyncio client, a coroutine function. Every call goes through the client's real call
+path (validation, hooks, retries, timeouts), so what your code sees is what it would
+see from a server.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, NamedTuple, TypeVar, cast
+
+import numpy as np
+
+from ._call import CallContext
+from ._dtypes import datatype_of
+from ._errors import InferenceError, ModelNotFoundError, TritonError
+from ._ops import (
+    JSON,
+    GetModelConfig,
+    GetModelMetadata,
+    IsModelReady,
+    IsServerLive,
+    IsServerReady,
+    Op,
+    StreamOp,
+)
+from ._request import InferRequest
+from ._result import InferResult
+from ._spec import ModelSpec, TensorSpec
+from ._transports._protocol import AsyncTransport, Transport
+
+__all__ = ["AsyncTransport", "Handler", "MockTransport", "RecordedCall", "Transport"]
+
+T = TypeVar("T")
+
+Handler = Callable[[Op[Any] | StreamOp[Any], CallContext], object]
+"""``handler(op, ctx)`` returns the op's answer (see :class:`MockTransport`), may raise a
+:class:`TritonError` (or return one, which is raised), and may be a coroutine function
+for the asyncio client."""
+
+
+class RecordedCall(NamedTuple):
+    """One call that reached the transport: the op and the context of its attempt."""
+
+    op: Op[Any] | StreamOp[Any]
+    ctx: CallContext
+
+
+class MockTransport:
+    """A transport for :class:`~triton_sdk.Client` and :class:`~triton_sdk.AsyncClient`
+    that answers from ``handler`` and records every call in :attr:`calls`.
+
+    Answers are what the op answers (see ``triton_sdk.ops``): JSON for metadata, config
+    and settings, ``bool`` for health, an :class:`~triton_sdk.InferResult` for an
+    :class:`~triton_sdk.ops.InferRequest` (or, simpler, a mapping of output name to
+    array, batch axis included), an iterable of items for a streamed op. A returned
+    :class:`TritonError` is raised.
+
+    ``models`` are served without the handler: their metadata, config and readiness,
+    and a live and ready server; other names raise ModelNotFoundError. An op neither
+    answers raises an InferenceError with status ``"UNIMPLEMENTED"``.
+    """
+
+    def __init__(self, handler: Handler | None = None, *, models: Iterable[ModelSpec] = ()) -> None:
+        self.handler = handler
+        self.models = {spec.name: spec for spec in models}
+        self.calls: list[RecordedCall] = []
+        self.closed = False
+
+    # What both kinds of client call
+
+    def _canned(self, op: Op[Any] | StreamOp[Any]) -> object:
+        if isinstance(op, IsServerLive | IsServerReady):
+            return True
+        if isinstance(op, GetModelMetadata | GetModelConfig | IsModelReady):
+            spec = self.models.get(op.name)
+            if spec is None:
+                if isinstance(op, IsModelReady):
+                    return False
+                return ModelNotFoundError(
+                    f"Request for unknown model: '{op.name}' is not found",
+                    status="NOT_FOUND",
+                    model=op.name,
+                )
+            if isinstance(op, IsModelReady):
+                return True
+            return model_metadata(spec) if isinstance(op, GetModelMetadata) else model_config(spec)
+        return _UNANSWERED
+
+    def _record(self, op: Op[Any] | StreamOp[Any], ctx: CallContext) -> None:
+        if self.closed:
+            raise TritonError("the client's connection is closed (MockTransport was closed)")
+        self.calls.append(RecordedCall(op, ctx))
+
+    def _answer(self, op: Op[Any] | StreamOp[Any], answer: object) -> Any:
+        if isinstance(answer, BaseException):
+            raise answer
+        if answer is _UNANSWERED:
+            raise InferenceError(
+                f"MockTransport has no answer for {type(op).__name__}",
+                status="UNIMPLEMENTED",
+                model=op.model,
+            )
+        if isinstance(op, InferRequest) and isinstance(answer, Mapping):
+            return result_of(op.model, answer)
+        return answer
+
+    def _first_answer(self, op: Op[Any] | StreamOp[Any], ctx: CallContext) -> object:
+        canned = self._canned(op)
+        if canned is not _UNANSWERED or self.handler is None:
+            return canned
+        return self.handler(op, ctx)
+
+    # Transport
+
+    def call(self, op: Op[T], ctx: CallContext) -> T:
+        self._record(op, ctx)
+        answer = self._first_answer(op, ctx)
+        if inspect.isawaitable(answer):
+            cast("Any", answer).close()
+            raise TypeError("a coroutine handler serves only AsyncClient")
+        return cast("T", self._answer(op, answer))
+
+    def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
+        self._record(op, ctx)
+        answer = self._first_answer(op, ctx)
+        if inspect.isawaitable(answer):
+            cast("Any", answer).close()
+            raise TypeError("a coroutine handler serves only AsyncClient")
+        yield from cast("Iterable[T]", self._answer(op, answer))
+
+    def close(self) -> None:
+        self.closed = True
+
+    # AsyncTransport
+
+    async def acall(self, op: Op[T], ctx: CallContext) -> T:
+        self._record(op, ctx)
+        answer = self._first_answer(op, ctx)
+        if inspect.isawaitable(answer):
+            answer = await cast("Awaitable[object]", answer)
+        return cast("T", self._answer(op, answer))
+
+    async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        self._record(op, ctx)
+        answer = self._first_answer(op, ctx)
+        if inspect.isawaitable(answer):
+            answer = await cast("Awaitable[object]", answer)
+        for item in cast("Iterable[T]", self._answer(op, answer)):
+            yield item
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+_UNANSWERED: Any = object()
+
+
+# Canned answers
+
+
+def _tensor_metadata(tensor: TensorSpec, batched: bool) -> JSON:
+    shape = [-1, *tensor.shape] if batched else list(tensor.shape)
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": shape}
+
+
+def model_metadata(spec: ModelSpec) -> JSON:
+    """The model metadata a server reports for ``spec`` (shapes with the batch axis)."""
+    return {
+        "name": spec.name,
+        "versions": list(spec.versions),
+        "platform": spec.platform,
+        "inputs": [_tensor_metadata(t, spec.batched) for t in spec.inputs.values()],
+        "outputs": [_tensor_metadata(t, spec.batched) for t in spec.outputs.values()],
+    }
+
+
+def _tensor_config(tensor: TensorSpec) -> JSON:
+    config: JSON = {"name": tensor.name, "dims": list(tensor.shape)}
+    if tensor.optional:
+        config["optional"] = True
+    if tensor.label_filename:
+        config["label_filename"] = tensor.label_filename
+    return config
+
+
+def model_config(spec: ModelSpec) -> JSON:
+    """The model config a server reports for ``spec`` (the JSON form of config.pbtxt)."""
+    config: JSON = {
+        "name": spec.name,
+        "platform": spec.platform,
+        "backend": spec.backend or "",
+        "max_batch_size": spec.max_batch_size,
+        "input": [_tensor_config(t) for t in spec.inputs.values()],
+        "output": [_tensor_config(t) for t in spec.outputs.values()],
+    }
+    if spec.decoupled:
+        config["model_transaction_policy"] = {"decoupled": True}
+    if spec.sequence:
+        kind = "TYPE_STRING" if spec.string_sequence_ids else "TYPE_UINT64"
+        corrid = {"kind": "CONTROL_SEQUENCE_CORRID", "data_type": kind}
+        config["sequence_batching"] = {"control_input": [{"name": "CORRID", "control": [corrid]}]}
+    if spec.dynamic_batching:
+        config["dynamic_batching"] = {"preferred_batch_size": list(spec.preferred_batch_sizes)}
+    return config
+
+
+def result_of(model: str, outputs: Mapping[str, Any], **fields: Any) -> InferResult:
+    """An InferResult of ``outputs`` (name -> array-like, batch axis included)."""
+    arrays = {name: np.asarray(value) for name, value in outputs.items()}
+    arrays = {
+        name: array.astype(np.object_) if array.dtype.kind in "US" else array
+        for name, array in arrays.items()
+    }
+    datatypes = {name: datatype_of(array) for name, array in arrays.items()}
+    return InferResult(arrays, datatypes=datatypes, model_name=model, model_version="1", **fields)
