@@ -28,6 +28,11 @@ EXAMPLE_MODELS = TESTS.parent / "triton_sdk" / "examples" / "models"
 PROTOCOLS = ["grpc", "http"]
 MODES = ["sync", "async"]
 
+# The session server hands request headers named x-... to the models as request
+# parameters (tritonserver matches the pattern case-insensitively, anywhere in the name,
+# hence the ^). The echo_headers models send them back: see test_headers.py.
+HEADER_FORWARD_PATTERN = "^x-"
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -52,7 +57,11 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(repository: Path) -> Iterator[LocalServer]:
-    with LocalServer(repository) as running:
+    forward = [
+        f"--grpc-header-forward-pattern={HEADER_FORWARD_PATTERN}",
+        f"--http-header-forward-pattern={HEADER_FORWARD_PATTERN}",
+    ]
+    with LocalServer(repository, extra_args=forward) as running:
         yield running
 
 
