@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 import attrs
 
 from ._call import CallHook, CallOptions
+from ._checks import check_headers, check_int, check_text, check_timeout
 from ._config import (
     Endpoint,
     NotGiven,
@@ -61,15 +61,25 @@ class ClientSettings:
         metrics_url: str | None,
         hooks: Iterable[CallHook] = (),
     ) -> ClientSettings:
+        """Check the client's arguments (callers without type checking can pass anything)."""
         endpoint = parse_url(url)
+        given: object = tls
+        if given is not None and not isinstance(given, TLSConfig):
+            raise InvalidInputError(f"tls must be a ts.TLSConfig, got {type(given).__name__}")
+        if metrics_url is not None:
+            check_text(metrics_url, "metrics_url")
+        checked_hooks = tuple(hooks)
+        for hook in checked_hooks:
+            if not isinstance(hook, CallHook):
+                raise InvalidInputError(f"hooks must be ts.CallHook, got {type(hook).__name__}")
         return cls(
             endpoint=endpoint,
             timeout=check_timeout(timeout),
-            retry=RetryPolicy.none() if retry is None else retry,
-            headers=MappingProxyType(check_headers(headers or {})),
+            retry=RetryPolicy.none() if retry is None else check_retry(retry),
+            headers=MappingProxyType(check_headers(headers)),
             tls=tls,
             metrics_url=metrics_url or default_metrics_url(endpoint),
-            hooks=tuple(hooks),
+            hooks=checked_hooks,
         )
 
     def options(
@@ -82,37 +92,24 @@ class ClientSettings:
 
         The retry deadline starts now, so every request of the call shares it.
         """
-        policy = self.retry if isinstance(retry, NotGiven) else retry
+        policy = self.retry if isinstance(retry, NotGiven) else check_retry(retry)
         return CallOptions(
             self.timeout if isinstance(timeout, NotGiven) else check_timeout(timeout),
             policy,
-            MappingProxyType(merge_headers(self.headers, headers)) if headers else self.headers,
+            self.headers
+            if headers is None
+            else MappingProxyType(merge_headers(self.headers, headers)),
             None if policy.deadline is None else time.monotonic() + policy.deadline,
         )
 
 
-def check_timeout(timeout: float | None) -> float | None:
-    if timeout is not None and not timeout > 0:
-        raise InvalidInputError(f"timeout must be > 0 or None, got {timeout!r}")
-    return timeout
-
-
-_HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_HEADER_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
-
-
-def check_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """Headers both protocols can carry: token names, printable ASCII values."""
-    for name, value in headers.items():
-        if not _HEADER_NAME.fullmatch(str(name)):
-            raise InvalidInputError(f"invalid header name {name!r}")
-        given: object = value  # callers without type checking can pass anything
-        if not isinstance(given, str) or not _HEADER_VALUE.fullmatch(given):
-            # The value is not shown: headers often carry credentials.
-            raise InvalidInputError(
-                f"header {name!r}: values must be printable ASCII without line breaks"
-            )
-    return dict(headers)
+def check_retry(retry: object) -> RetryPolicy:
+    if not isinstance(retry, RetryPolicy):
+        raise InvalidInputError(
+            f"retry must be a ts.RetryPolicy (RetryPolicy.none() for no retries), "
+            f"got {type(retry).__name__}"
+        )
+    return retry
 
 
 def merge_headers(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
@@ -177,7 +174,16 @@ class ModelCore:
         """Checked output requests, remembered: calls usually ask for the same outputs."""
         if outputs is None:
             return None
-        key = ((outputs,) if isinstance(outputs, str) else tuple(outputs), class_count)
+        if isinstance(outputs, str):
+            names: tuple[str, ...] = (outputs,)
+        else:
+            try:
+                names = tuple(outputs)
+            except TypeError:
+                raise InvalidInputError(
+                    f"outputs must be output names, got {type(outputs).__name__}"
+                ) from None
+        key = (names, class_count)
         checked = self._checked_outputs.get(key)
         if checked is None:
             checked = check_outputs(self.spec, key[0], class_count)
@@ -220,7 +226,7 @@ class ModelCore:
             version=self.version or "",
             inputs=prepared.tensors,
             outputs=self._outputs(outputs, class_count),
-            request_id=request_id,
+            request_id=request_id if request_id == "" else check_text(request_id, "request_id"),
             parameters=check_parameters(parameters, self.name),
             priority=check_priority(priority, self.name),
             sequence_id=sequence.sequence_id if sequence else 0,
@@ -242,10 +248,9 @@ class ModelCore:
         ]
 
     def _classification_output(self, output: str | None, top_k: int) -> str:
-        if top_k < 1:
-            raise InvalidInputError(f"top_k must be >= 1, got {top_k}", model=self.name)
+        check_int(top_k, "top_k", 1, 2**31 - 1)
         if output is not None:
-            return output
+            return check_text(output, "output")
         if len(self.spec.outputs) == 1:
             return next(iter(self.spec.outputs))
         raise InvalidInputError(

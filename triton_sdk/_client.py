@@ -23,6 +23,7 @@ from ._base import (
     config_json,
 )
 from ._call import CallContext, CallHook, CallOptions
+from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
 from ._concurrency import (
     ChunkRunner,
@@ -268,13 +269,15 @@ class Client:
         return self._healthy(IsModelReady(name, version), self._options(timeout, headers))
 
     def wait_until_ready(
-        self, timeout: float = 60.0, *, model: str | None = None, headers: Headers = None
+        self, timeout: float | None = 60.0, *, model: str | None = None, headers: Headers = None
     ) -> None:
         """Poll until the server (and ``model``, if given) is ready.
 
-        Raises TritonTimeoutError when ``timeout`` seconds pass first.
+        Raises TritonTimeoutError when ``timeout`` seconds pass first (``None``: wait
+        for as long as it takes).
         """
-        deadline = time.monotonic() + timeout
+        limit = check_timeout(timeout)
+        deadline = time.monotonic() + (float("inf") if limit is None else limit)
         while True:
             each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
             ready = self._healthy(IsServerReady(), each) and (

@@ -93,7 +93,13 @@ def encode_bytes(items: Sequence[object], input_name: str) -> bytes:
         if isinstance(item, bytes):
             data = item
         elif isinstance(item, str):
-            data = item.encode("utf-8")
+            try:
+                data = item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise TypeError(
+                    f"input {input_name!r}: the str at flat index {index} is not valid text "
+                    "(it has a lone surrogate, which UTF-8 cannot carry)"
+                ) from None
         else:
             raise TypeError(
                 f"input {input_name!r} is BYTES: its elements must be str or bytes, "

@@ -47,6 +47,9 @@ class TritonError(Exception):
         model: the model the call was about, when there was one.
         request_id: the request id of the failed inference, when one was set.
         retryable: whether the retry policy may repeat the call (for idempotent calls).
+        may_have_run: the request had gone out when the failure happened, so the server
+            may have run it; a retry after such a failure can run it twice (logged as a
+            warning when it happens).
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class TritonError(Exception):
         model: str | None = None,
         request_id: str | None = None,
         retryable: bool = False,
+        may_have_run: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -64,6 +68,7 @@ class TritonError(Exception):
         self.model = model
         self.request_id = request_id
         self.retryable = retryable
+        self.may_have_run = may_have_run
 
     def __str__(self) -> str:
         return self.message

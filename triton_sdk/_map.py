@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._checks import check_int
 from ._errors import InferenceError, InvalidInputError, TritonError
 from ._request import InferRequest, check_outputs
 from ._result import InferResult
@@ -52,9 +53,9 @@ def check_batch_size(spec: ModelSpec, batch_size: int | None) -> int:
             "response each; use model.stream(...) per request",
             model=spec.name,
         )
-    size = default_batch_size(spec) if batch_size is None else batch_size
-    if size < 1:
-        raise InvalidInputError(f"batch_size must be >= 1, got {size}")
+    size = (
+        default_batch_size(spec) if batch_size is None else check_int(batch_size, "batch_size", 1)
+    )
     if not spec.batched:
         return 1
     return min(size, spec.max_batch_size)
@@ -133,8 +134,7 @@ class MapPlan:
         errors: str,
         outputs: Iterable[str] | None,
     ) -> None:
-        if concurrency < 1:
-            raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
+        check_int(concurrency, "concurrency", 1)
         if errors not in ("raise", "collect"):
             raise InvalidInputError(f"errors must be 'raise' or 'collect', got {errors!r}")
         self.spec = spec

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeAlias, Ty
 
 import attrs
 
+from ._checks import check_model_name, check_version
 from ._result import InferResult
 from ._spec import ModelSpec
 
@@ -119,6 +120,27 @@ class StreamOp(Generic[T_co]):
         return None
 
 
+def _model_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_model_name(value)
+
+
+def _optional_model_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        check_model_name(value)
+
+
+def _version(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_version(value)
+
+
+def _name_field() -> Any:
+    return attrs.field(validator=_model_name)
+
+
+def _version_field() -> Any:
+    return attrs.field(default=None, validator=_version)
+
+
 class _ModelOp:
     """Mixin: the op's ``name`` is the model it is about."""
 
@@ -147,8 +169,8 @@ class IsServerReady(Op[bool]):
 
 @attrs.frozen
 class IsModelReady(_ModelOp, Op[bool]):
-    name: str
-    version: str | None = None
+    name: str = _name_field()
+    version: str | None = _version_field()
     call = "is_model_ready"
     route = Route("/v2/models/{model}/ready", "ModelReady", "ok", "ready")
 
@@ -164,16 +186,16 @@ class GetServerMetadata(Op[JSON]):
 
 @attrs.frozen
 class GetModelMetadata(_ModelOp, Op[JSON]):
-    name: str
-    version: str | None = None
+    name: str = _name_field()
+    version: str | None = _version_field()
     call = "model_metadata"
     route = Route("/v2/models/{model}", "ModelMetadata")
 
 
 @attrs.frozen
 class GetModelConfig(_ModelOp, Op[JSON]):
-    name: str
-    version: str | None = None
+    name: str = _name_field()
+    version: str | None = _version_field()
     call = "model_config"
     route = Route("/v2/models/{model}/config", "ModelConfig", field="config")
 
@@ -190,7 +212,7 @@ class LoadModel(_ModelOp, Op[None]):
     """Load or reload a model; ``config`` is the JSON text of a config override and
     ``files`` maps ``"file:<path>"`` to content. Never retried: it really reloads."""
 
-    name: str
+    name: str = _name_field()
     config: str | None = None
     files: Mapping[str, bytes] | None = None
     call = "load_model"
@@ -202,7 +224,7 @@ class LoadModel(_ModelOp, Op[None]):
 
 @attrs.frozen
 class UnloadModel(_ModelOp, Op[None]):
-    name: str
+    name: str = _name_field()
     unload_dependents: bool = False
     call = "unload_model"
 
@@ -214,8 +236,8 @@ class UnloadModel(_ModelOp, Op[None]):
 class GetModelStatistics(_ModelOp, Op[list[JSON]]):
     """Statistics of one model (all of them when ``name`` is None)."""
 
-    name: str | None = None
-    version: str | None = None
+    name: str | None = attrs.field(default=None, validator=_optional_model_name)
+    version: str | None = _version_field()
     call = "model_statistics"
 
 
@@ -223,7 +245,7 @@ class GetModelStatistics(_ModelOp, Op[list[JSON]]):
 class GetTraceSettings(Op[JSON]):
     """Trace settings, server-wide or of one model: ``{setting: [values]}``."""
 
-    model_name: str | None = None
+    model_name: str | None = attrs.field(default=None, validator=_optional_model_name)
     call = "trace_settings"
 
     @property
@@ -235,7 +257,7 @@ class GetTraceSettings(Op[JSON]):
 class UpdateTraceSettings(Op[JSON]):
     """Change trace settings; answers the settings in force afterwards."""
 
-    model_name: str | None
+    model_name: str | None = attrs.field(validator=_optional_model_name)
     updates: Mapping[str, list[str]]
     call = "update_trace_settings"
 

@@ -71,6 +71,17 @@ class StopAt(tenacity.stop.stop_base):
 def _log_retry(what: str, policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], None]:
     def log(retry_state: tenacity.RetryCallState) -> None:
         error = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(error, TritonError) and error.may_have_run:
+            logger.warning(
+                "resending %s in %.3fs after attempt %d of %d failed once the request had "
+                "gone out, so the server may run it twice: %s",
+                what,
+                retry_state.upcoming_sleep,
+                retry_state.attempt_number,
+                policy.max_attempts,
+                error,
+            )
+            return
         logger.info(
             "retrying %s in %.3fs after attempt %d of %d failed: %s",
             what,

@@ -8,6 +8,7 @@ import warnings
 from typing import Final
 
 from ._base import SequenceFlags
+from ._checks import check_text
 from ._errors import InvalidInputError, TritonError
 from ._spec import ModelSpec
 
@@ -54,6 +55,14 @@ class SequenceState:
             raise InvalidInputError(
                 f"a sequence id is an int in [1, 2**63 - 1] or a non-empty str, got {sequence_id!r}"
             )
+        elif isinstance(sequence_id, str):
+            check_text(sequence_id, "sequence id")
+            if not spec.string_sequence_ids:
+                raise InvalidInputError(
+                    f"model {spec.name!r} takes integer sequence ids (its CORRID control is "
+                    f"not TYPE_STRING), got the str {sequence_id!r}",
+                    model=spec.name,
+                )
         self.model = spec.name
         self.sequence_id = sequence_id
         self.sent = 0

@@ -12,6 +12,7 @@ from typing import Any, Final, NamedTuple, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from ._dtypes import BF16
 from ._errors import InvalidInputError
 from ._spec import ModelSpec, TensorSpec
 
@@ -119,6 +120,8 @@ def _names(specs: Mapping[str, TensorSpec]) -> str:
 def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:
     """Convert a value to an array of the input's dtype, refusing lossy or senseless casts."""
     if spec.datatype == "BYTES":
+        if isinstance(value, np.ndarray):
+            _check_size(value, np.dtype(np.object_), spec, model)
         return _to_bytes_array(value, spec, model)
     target = spec.dtype
     if isinstance(value, np.ndarray):
@@ -136,9 +139,39 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
                 f"input {spec.name!r}: cannot make an array of the value given ({exc})",
                 model=model,
             ) from exc
+    _check_size(array, target, spec, model)
     if array.dtype == target:
         return array
     return _cast(array, target, spec, model)
+
+
+MAX_TENSOR_BYTES: Final = 2**31 - 1
+"""The most one input can carry: a gRPC message's limit, and well past Triton's HTTP one."""
+
+MAX_AXIS: Final = 2**31 - 1
+
+
+def _check_size(
+    array: np.ndarray[Any, Any], target: np.dtype[Any], spec: TensorSpec, model: str
+) -> None:
+    """Refuse what no request can carry before any copy is made: an array can be a view
+    (a stride-0 broadcast) far larger than the memory it takes."""
+    size = 1
+    for dim in array.shape:
+        if dim > MAX_AXIS:
+            raise InvalidInputError(
+                f"input {spec.name!r}: an axis of {dim} in shape {array.shape} is longer than "
+                f"a request can carry ({MAX_AXIS})",
+                model=model,
+            )
+        size *= dim
+    itemsize = 4 if target.kind == "O" else target.itemsize  # a BYTES element: 4 or more
+    if size * itemsize > MAX_TENSOR_BYTES:
+        raise InvalidInputError(
+            f"input {spec.name!r}: shape {array.shape} is {size} elements of {spec.datatype}, "
+            f"more than one request can carry ({MAX_TENSOR_BYTES} bytes); split it (model.map)",
+            model=model,
+        )
 
 
 def _cast(
@@ -148,6 +181,12 @@ def _cast(
     # Signed and unsigned integers count as one kind here: the range check below is what
     # keeps the cast safe, and it lets [0, 255] (int64 to numpy) feed a UINT8 input.
     integers = source.kind in _INTEGER_KINDS and target.kind in _INTEGER_KINDS
+    if source.kind == "b":
+        raise InvalidInputError(
+            f"input {spec.name!r} is {spec.datatype}: got booleans; cast them explicitly "
+            f"(e.g. array.astype(np.{target.name}))",
+            model=model,
+        )
     if source.kind in _TEXT_KINDS or not (
         integers or np.can_cast(source, target, casting="same_kind")
     ):
@@ -166,7 +205,29 @@ def _cast(
                 f"[{info.min}, {info.max}]",
                 model=model,
             )
+    if target.kind == "f" or target == BF16:
+        return _cast_floats(array, target, spec, model)
     return array.astype(target)
+
+
+def _cast_floats(
+    array: np.ndarray[Any, Any], target: np.dtype[Any], spec: TensorSpec, model: str
+) -> np.ndarray[Any, Any]:
+    """A float cast that refuses finite values the target cannot hold (they would be inf)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = array.astype(target)
+    if array.dtype.kind == "f" and array.size:
+        overflowed = np.isinf(cast)
+        if overflowed.any():
+            overflowed &= ~np.isinf(array)
+            if overflowed.any():
+                bad = array[overflowed].flat[0]
+                raise InvalidInputError(
+                    f"input {spec.name!r} is {spec.datatype}: value {bad!r} is outside its "
+                    "range (it would become inf)",
+                    model=model,
+                )
+    return cast
 
 
 def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:

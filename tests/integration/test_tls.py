@@ -56,6 +56,18 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.pem",
         cwd=folder,
     )  # fmt: skip
+    # A client certificate from the server's authority, and one from another.
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key",
+        "-out", "client.csr", "-subj", "/CN=client",
+        cwd=folder,
+    )  # fmt: skip
+    for authority, name in (("ca", "client.pem"), ("other-ca", "stranger.pem")):
+        _openssl(
+            "x509", "-req", "-in", "client.csr", "-CA", f"{authority}.pem",
+            "-CAkey", f"{authority}.key", "-CAcreateserial", "-days", "2", "-out", name,
+            cwd=folder,
+        )  # fmt: skip
     return folder
 
 
@@ -207,3 +219,99 @@ def test_https_with_an_untrusted_certificate_is_not_retried(
         metadata()
     assert caught.value.retryable is False
     assert "retrying" not in caplog.text
+
+
+# Mutual TLS: the server wants a client certificate from its own authority.
+
+
+@pytest.fixture(scope="module")
+def mtls_server(certificates: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    repository = tmp_path_factory.mktemp("mtls_repository")
+    (repository / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub", target_is_directory=True)
+    arguments = [
+        "--grpc-use-ssl-mutual=true",
+        f"--grpc-server-cert={certificates / 'server.pem'}",
+        f"--grpc-server-key={certificates / 'server.key'}",
+        f"--grpc-root-cert={certificates / 'ca.pem'}",
+    ]
+    with LocalServer(repository, extra_args=arguments) as server:
+        yield f"grpcs://127.0.0.1:{server.grpc_port}"
+
+
+def _metadata(url: str, tls: ts.TLSConfig, mode: str, policy: ts.RetryPolicy) -> str:
+    async def metadata_async() -> str:
+        async with ts.AsyncClient(url, tls=tls, retry=policy, timeout=10) as client:
+            return (await client.server_metadata()).version
+
+    if mode == "async":
+        return asyncio.run(metadata_async())
+    with ts.Client(url, tls=tls, retry=policy, timeout=10) as client:
+        return client.server_metadata().version
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_mutual_tls_with_the_right_client_certificate(
+    mtls_server: str, certificates: Path, mode: str
+) -> None:
+    tls = ts.TLSConfig(
+        ca_file=str(certificates / "ca.pem"),
+        server_hostname="triton.test",
+        cert_file=str(certificates / "client.pem"),
+        key_file=str(certificates / "client.key"),
+    )
+    assert _metadata(mtls_server, tls, mode, ts.RetryPolicy.none())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("certificate", [None, "stranger.pem"], ids=["none", "other-authority"])
+def test_mutual_tls_refusals_are_tls_failures_and_not_retried(
+    mtls_server: str,
+    certificates: Path,
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+    certificate: str | None,
+) -> None:
+    tls = ts.TLSConfig(
+        ca_file=str(certificates / "ca.pem"),
+        server_hostname="triton.test",
+        cert_file=None if certificate is None else str(certificates / certificate),
+        key_file=None if certificate is None else str(certificates / "client.key"),
+    )
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    with pytest.raises(ts.TritonConnectionError, match="TLS failure") as caught:
+        _metadata(mtls_server, tls, mode, ts.RetryPolicy(max_attempts=5, initial_backoff=0.01))
+    assert caught.value.retryable is False
+    assert "retrying" not in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_https_to_a_plain_http_port_is_a_tls_failure_and_not_retried(
+    server: LocalServer, caplog: pytest.LogCaptureFixture, mode: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    url = f"https://127.0.0.1:{server.http_port}"
+    with pytest.raises(ts.TritonConnectionError, match="TLS failure") as caught:
+        _metadata(url, ts.TLSConfig(), mode, ts.RetryPolicy(max_attempts=5, initial_backoff=0.01))
+    assert caught.value.retryable is False
+    assert "retrying" not in caplog.text
+
+
+@pytest.mark.parametrize("scheme", ["grpcs", "https"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_unusable_tls_files_are_refused_when_the_client_is_made(
+    tmp_path: Path, scheme: str, mode: str
+) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+
+    async def make_async() -> None:
+        ts.AsyncClient(f"{scheme}://127.0.0.1:1", tls=ts.TLSConfig(ca_file=str(junk)))
+
+    def make() -> None:
+        if mode == "async":
+            asyncio.run(make_async())
+        else:
+            ts.Client(f"{scheme}://127.0.0.1:1", tls=ts.TLSConfig(ca_file=str(junk)))
+
+    with pytest.raises(ts.InvalidInputError, match="TLS files"):
+        make()

@@ -8,9 +8,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import triton_sdk as ts
 from triton_sdk import InvalidInputError, ModelSpec, TensorSpec
 from triton_sdk._base import ModelCore
-from triton_sdk._shaping import Tensor, prepare_inputs, split_batch
+from triton_sdk._shaping import Tensor, prepare_inputs, split_batch, to_array
 
 Shape = tuple[int, ...]
 
@@ -453,7 +454,6 @@ def test_numbers_into_bytes_are_refused(value: Any, dims: Shape) -> None:
         ([0, 255], "UINT8", np.array([0, 255], np.uint8)),
         ([0, 65535], "UINT16", np.array([0, 65535], np.uint16)),
         ([True, False], "BOOL", np.array([True, False])),
-        ([True, False], "INT32", np.array([1, 0], np.int32)),
         ([2**64 - 1], "UINT64", np.array([2**64 - 1], np.uint64)),
     ],
 )
@@ -594,3 +594,45 @@ def test_non_native_byte_order_is_converted(dtype: str, datatype: str) -> None:
     assert array.dtype.isnative
     assert array.dtype == np.dtype(dtype).newbyteorder("=")
     assert array.tolist() == [1, 2, 300]
+
+
+@pytest.mark.parametrize("datatype", ["INT32", "UINT8", "FP32", "FP16", "BF16"])
+def test_booleans_feed_only_bool_inputs(datatype: str) -> None:
+    # A mask passed where numbers are expected is a bug more often than a wish.
+    spec = ts.TensorSpec(name="X", datatype=datatype, shape=(-1,))
+    with pytest.raises(ts.InvalidInputError, match="booleans; cast them explicitly"):
+        to_array(np.array([True, False]), spec, "m")
+    with pytest.raises(ts.InvalidInputError, match="booleans"):
+        to_array([True, False], spec, "m")
+
+
+@pytest.mark.parametrize(
+    ("datatype", "value"),
+    [("FP32", 1e300), ("FP32", -3.5e38), ("FP16", 70000.0), ("BF16", 1e39)],
+)
+def test_finite_floats_out_of_range_are_refused(datatype: str, value: float) -> None:
+    spec = ts.TensorSpec(name="X", datatype=datatype, shape=(-1,))
+    with pytest.raises(ts.InvalidInputError, match="outside its range"):
+        to_array(np.array([1.0, value]), spec, "m")
+
+
+def test_infinities_and_nans_pass_through_a_float_cast() -> None:
+    spec = ts.TensorSpec(name="X", datatype="FP32", shape=(-1,))
+    array = to_array(np.array([np.inf, -np.inf, np.nan, 1.0]), spec, "m")
+    assert array.dtype == np.float32
+    assert np.isinf(array[:2]).all()
+    assert np.isnan(array[2])
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 2**40), (1, 2**58), (2**40, 0)], ids=["2^40", "2^58", "empty-2^40"]
+)
+@pytest.mark.parametrize("datatype", ["FP32", "BYTES"])
+def test_views_larger_than_a_request_are_refused_without_a_copy(
+    shape: tuple[int, ...], datatype: str
+) -> None:
+    spec = ts.TensorSpec(name="X", datatype=datatype, shape=(-1,))
+    base = np.zeros(1, np.uint8 if datatype == "FP32" else np.object_)
+    view = np.lib.stride_tricks.as_strided(base, shape=shape, strides=(0,) * len(shape))
+    with pytest.raises(ts.InvalidInputError, match="input 'X'"):
+        to_array(view, spec, "m")

@@ -26,6 +26,13 @@ def http_error(exc: BaseException, op: AnyOp | None, timeout: float | None) -> T
     """A failure of ``http.client``, a socket or aiohttp, below the HTTP exchange."""
     model = None if op is None else op.model
     request_id = None if op is None else op.request_id
+    if _tls_connect_reset(exc):
+        return TritonConnectionError(
+            f"TLS failure: the server closed the connection during the handshake (is it "
+            f"serving plain HTTP?): {exc}",
+            model=model,
+            request_id=request_id,
+        )
     error = classify_transport_error(exc, model=model, request_id=request_id, timeout=timeout)
     if error is None:
         error = TritonConnectionError(
@@ -34,8 +41,29 @@ def http_error(exc: BaseException, op: AnyOp | None, timeout: float | None) -> T
     return error
 
 
-def grpc_error(exc: Any, op: AnyOp | None) -> TritonError:
-    """A ``grpc.RpcError``: its status code, read with its message."""
+def _tls_connect_reset(exc: BaseException) -> bool:
+    """aiohttp's report of a TLS connection the server reset during the handshake, as a
+    plain-HTTP server does (the blocking transport sees an SSL error there)."""
+    key = getattr(exc, "_conn_key", None)
+    cause = getattr(exc, "os_error", None)
+    return bool(getattr(key, "is_ssl", False)) and isinstance(
+        cause, ConnectionResetError | EOFError
+    )
+
+
+def _refused_handshake(lowered: str) -> bool:
+    return "failed to connect" in lowered and (
+        "socket closed" in lowered or "connection reset" in lowered
+    )
+
+
+def grpc_error(exc: Any, op: AnyOp | None, *, tls: bool = False) -> TritonError:
+    """A ``grpc.RpcError``: its status code, read with its message.
+
+    On a TLS channel, a server that closes the connection while it is being set up
+    refused the handshake (a client certificate it does not accept, or none): that is
+    not retried, like every other TLS failure.
+    """
     model = None if op is None else op.model
     request_id = None if op is None else op.request_id
     code = exc.code() if callable(getattr(exc, "code", None)) else None
@@ -43,7 +71,31 @@ def grpc_error(exc: Any, op: AnyOp | None) -> TritonError:
     message = details or str(exc)
     if code is None:
         return TritonConnectionError(message, model=model, request_id=request_id)
-    return classify_status(code.name, message, model=model, request_id=request_id)
+    lowered = message.lower()
+    if tls and code.name == "UNAVAILABLE" and _refused_handshake(lowered):
+        return TritonConnectionError(
+            f"TLS failure: the server closed the connection during the handshake (does "
+            f"it want a client certificate, or another one?): {message}",
+            status=code.name,
+            model=model,
+            request_id=request_id,
+        )
+    error = classify_status(code.name, message, model=model, request_id=request_id)
+    if isinstance(error, TritonConnectionError) and error.retryable:
+        error.may_have_run = not any(hint in lowered for hint in _NEVER_CONNECTED)
+    return error
+
+
+# gRPC's words for a call that failed before any connection carried it.
+_NEVER_CONNECTED = (
+    "failed to connect",
+    "connection refused",
+    "connect failed",
+    "dns resolution failed",
+    "name resolution",
+    "no route to host",
+    "network is unreachable",
+)
 
 
 def closed_error(exc: BaseException) -> TritonError:

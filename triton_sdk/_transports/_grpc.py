@@ -24,6 +24,7 @@ from .._errors import InvalidInputError, TritonError, TritonTimeoutError
 from .._grpc_codec import GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
 from .._ops import FetchMetrics, Op, StreamOp
 from ._errors import closed_error, grpc_error, refused_error
+from ._http_pool import ssl_context
 from ._loop import check_loop
 from ._metrics import fetch_metrics, fetch_metrics_async
 
@@ -38,11 +39,17 @@ def channel_options(tls: TLSConfig | None = None) -> list[tuple[str, Any]]:
     """The complete channel argument list.
 
     gRPC takes the list as a whole, so the 2 GiB message limits must be in it (without
-    them the receive limit falls back to 4 MiB). The short reconnect backoff lets a
-    client find a restarted server within a quarter of a second instead of 1-3 s (or, after a
-    long outage, up to two minutes). gRPC's own retry
-    policy is not configured: it silently skips requests over 256 KiB, and one retry
-    layer (the SDK's) is easier to reason about.
+    them the receive limit falls back to 4 MiB). The short reconnect backoff (100 ms,
+    growing to at most 250 ms) lets a client find a restarted server within a quarter
+    of a second instead of 1-3 s (or, after a long outage, up to two minutes).
+
+    ``grpc.min_reconnect_backoff_ms`` is left at gRPC's default on purpose: gRPC also
+    uses it as the shortest time a connection attempt may take, and set to 100 ms it
+    abandons every handshake over a link slower than that (a TLS handshake across zones).
+    A call's own timeout bounds the wait instead.
+
+    gRPC's own retry policy is not configured: it silently skips requests over 256 KiB,
+    and one retry layer (the SDK's) is easier to reason about.
     """
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -52,7 +59,6 @@ def channel_options(tls: TLSConfig | None = None) -> list[tuple[str, Any]]:
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 2),
         ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 250),
     ]
     if tls is not None and tls.server_hostname:
@@ -61,6 +67,11 @@ def channel_options(tls: TLSConfig | None = None) -> list[tuple[str, Any]]:
 
 
 def _credentials(tls: TLSConfig | None) -> grpc.ChannelCredentials:
+    """The channel's TLS credentials. The files are checked the way the HTTP transports
+    check them, so that an unusable certificate or key is an InvalidInputError when the
+    client is made, not a handshake failure at the first call."""
+    ssl_context(tls)
+
     def read(path: str | None) -> bytes | None:
         if path is None:
             return None
@@ -139,7 +150,7 @@ class GrpcTransport:
         except ValueError as exc:  # a closed channel, or metadata grpc will not send
             raise self._refused(exc) from exc
         except grpc.RpcError as exc:
-            raise grpc_error(exc, op) from exc
+            raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         encoded = encode_stream(op)
@@ -185,7 +196,7 @@ class GrpcTransport:
                 if message is _END:
                     return
                 if isinstance(message, grpc.RpcError):
-                    raise grpc_error(message, op) from message
+                    raise grpc_error(message, op, tls=self.endpoint.tls) from message
                 item, final = stream.read(message)
                 if item is not None:
                     yield item
@@ -208,6 +219,7 @@ class AsyncGrpcTransport:
     def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
         self.endpoint = endpoint
         self._tls = tls
+        self._credentials = _credentials(tls) if endpoint.tls else None
         self._metadata = _Metadata()
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
@@ -221,9 +233,9 @@ class AsyncGrpcTransport:
         if self._closed:
             raise closed_error(RuntimeError("closed by aclose()"))
         target = self.endpoint.authority
-        if self.endpoint.tls:
+        if self._credentials is not None:
             self._channel = grpc.aio.secure_channel(
-                target, _credentials(self._tls), options=channel_options(self._tls)
+                target, self._credentials, options=channel_options(self._tls)
             )
         else:
             self._channel = grpc.aio.insecure_channel(target, options=channel_options(self._tls))
@@ -246,7 +258,7 @@ class AsyncGrpcTransport:
                 call.message, timeout=ctx.timeout, metadata=self._metadata(ctx.headers)
             )
         except grpc.RpcError as exc:
-            raise grpc_error(exc, op) from exc
+            raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         encoded = encode_stream(op)
@@ -279,7 +291,7 @@ class AsyncGrpcTransport:
                     if final:
                         return
             except grpc.RpcError as exc:
-                raise grpc_error(exc, op) from exc
+                raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
         finally:
             call.cancel()
 

@@ -21,7 +21,7 @@ from .._config import Endpoint, TLSConfig
 from .._http_codec import HEADER_LENGTH, HttpCall, HttpCodec, HttpStream
 from .._ops import FetchMetrics, Op, StreamOp
 from ._errors import closed_error, http_error
-from ._http_pool import ConnectionPool, body_of, header_length, ssl_context
+from ._http_pool import AnswerLost, ConnectionPool, body_of, header_length, ssl_context
 from ._loop import check_loop
 from ._metrics import fetch_metrics, fetch_metrics_async
 
@@ -63,6 +63,10 @@ class HttpTransport:
             status, length, data = self._pool.request(
                 call.method, call.path, body, headers, ctx.timeout
             )
+        except AnswerLost as lost:
+            error = http_error(lost.cause, op, ctx.timeout)
+            error.may_have_run = True
+            raise error from lost.cause
         except _HTTP_FAILURES as exc:
             raise http_error(exc, op, ctx.timeout) from exc
         return call.read(status, length, data)
@@ -108,6 +112,8 @@ class AsyncHttpTransport:
         self._codec = HttpCodec(endpoint.base_path)
         self._tls = tls
         self._origin = f"{'https' if endpoint.tls else 'http'}://{endpoint.authority}"
+        # Made now, so that unusable TLS files are refused when the client is made.
+        self._ssl: ssl.SSLContext | bool = ssl_context(tls) if endpoint.tls else False
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -115,8 +121,7 @@ class AsyncHttpTransport:
     def _open(self) -> aiohttp.ClientSession:
         if self._closed:
             raise closed_error(RuntimeError("closed by aclose()"))
-        context: ssl.SSLContext | bool = ssl_context(self._tls) if self.endpoint.tls else False
-        connector = aiohttp.TCPConnector(limit=_ASYNC_CONNECTIONS, ssl=context)
+        connector = aiohttp.TCPConnector(limit=_ASYNC_CONNECTIONS, ssl=self._ssl)
         self._session = aiohttp.ClientSession(
             connector=connector,
             # Triton compresses answers when asked to; on the paths this SDK serves the CPU
@@ -125,6 +130,10 @@ class AsyncHttpTransport:
             timeout=aiohttp.ClientTimeout(total=None),
             auto_decompress=False,
         )
+        # aiohttp sends an idempotent request again, unasked, when a kept-alive connection
+        # drops; the SDK's retry policy alone decides that (RetryPolicy.none() is none).
+        if hasattr(self._session, "_retry_connection"):
+            self._session._retry_connection = False
         return self._session
 
     def _request(
@@ -156,7 +165,10 @@ class AsyncHttpTransport:
                 status = response.status
                 length = header_length(response.headers.get(HEADER_LENGTH))
         except _AIOHTTP_FAILURES as exc:
-            raise http_error(exc, op, ctx.timeout) from exc
+            error = http_error(exc, op, ctx.timeout)
+            # Failing to connect is the one failure that proves nothing went out.
+            error.may_have_run = not isinstance(exc, aiohttp.ClientConnectorError)
+            raise error from exc
         return call.read(status, length, data)
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:

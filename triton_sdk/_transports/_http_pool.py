@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import http.client
 import select
+import socket
 import ssl
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError
 from .._http_codec import HEADER_LENGTH
 
-__all__ = ["ConnectionPool", "body_of", "header_length", "ssl_context"]
+__all__ = ["AnswerLost", "ConnectionPool", "body_of", "header_length", "ssl_context"]
 
 JOIN_BELOW: Final = 64 * 1024
 """Bodies smaller than this are joined and sent in one write; larger ones part by part."""
@@ -68,12 +70,57 @@ def _still_open(connection: http.client.HTTPConnection) -> bool:
         return False
 
 
+class _DeadlineIO:
+    """Socket reads and writes that end by ``deadline`` (a ``time.monotonic()`` value):
+    each one waits at most the time left, so a peer that trickles bytes cannot stretch
+    a call past its timeout. None: each operation waits the socket's own timeout."""
+
+    deadline: float | None = None
+
+    def _time_left(self) -> None:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            cast("socket.socket", self).settimeout(left)
+
+    def recv_into(self, buffer: Any, *args: Any) -> int:
+        self._time_left()
+        return super().recv_into(buffer, *args)  # type: ignore[misc, no-any-return]
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        self._time_left()
+        super().sendall(data, *args)  # type: ignore[misc]
+
+
+class _DeadlineSocket(_DeadlineIO, socket.socket):
+    pass
+
+
+class _DeadlineSSLSocket(_DeadlineIO, ssl.SSLSocket):
+    pass
+
+
+def _with_deadline(sock: socket.socket, deadline: float | None) -> _DeadlineSocket:
+    wrapped = _DeadlineSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+    wrapped.settimeout(sock.gettimeout())
+    wrapped.deadline = deadline
+    return wrapped
+
+
 class _Connection(http.client.HTTPConnection):
-    """An HTTP connection that sends a small request's head and body in one write.
+    """An HTTP connection that sends a small request's head and body in one write, and
+    whose socket ends each exchange by ``deadline``.
 
     ``http.client`` writes the head and the body separately; for the small requests of
     a typical inference that is a second system call and packet on every request.
     """
+
+    deadline: float | None = None
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock = _with_deadline(self.sock, self.deadline)
 
     def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
         buffer = getattr(self, "_buffer", None)
@@ -92,7 +139,10 @@ class _Connection(http.client.HTTPConnection):
 
 
 class _HTTPSConnection(http.client.HTTPSConnection):
-    """An HTTPS connection that may check the certificate against another name."""
+    """An HTTPS connection that may check the certificate against another name, and
+    whose socket ends each exchange by ``deadline``."""
+
+    deadline: float | None = None
 
     def __init__(
         self,
@@ -109,7 +159,19 @@ class _HTTPSConnection(http.client.HTTPSConnection):
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)
-        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._tls_name)
+        plain = _with_deadline(self.sock, self.deadline)
+        wrapped = self._tls_context.wrap_socket(plain, server_hostname=self._tls_name)
+        cast("_DeadlineSSLSocket", wrapped).deadline = self.deadline
+        self.sock = wrapped
+
+
+class AnswerLost(Exception):
+    """The request went out, then reading its answer failed (``cause`` says how): the
+    server may have run it."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class ConnectionPool:
@@ -122,6 +184,8 @@ class ConnectionPool:
         self._host = endpoint.host
         self._port = endpoint.port
         self._context = ssl_context(tls) if endpoint.tls else None
+        if self._context is not None:
+            self._context.sslsocket_class = _DeadlineSSLSocket
         self._server_hostname = tls.server_hostname if tls else None
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
@@ -183,10 +247,14 @@ class ConnectionPool:
         headers: Mapping[str, str],
         timeout: float | None,
     ) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
+            # The whole exchange, connecting included, ends by the deadline.
             connection.timeout = timeout
+            connection.deadline = deadline  # type: ignore[attr-defined]
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)
+                cast("_DeadlineIO", connection.sock).deadline = deadline
             connection.request(method, path, body, dict(headers))
         except BaseException:
             connection.close()
@@ -196,6 +264,9 @@ class ConnectionPool:
         try:
             response = connection.getresponse()
             data = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise AnswerLost(exc) from exc
         except BaseException:
             connection.close()
             raise

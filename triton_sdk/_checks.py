@@ -1,0 +1,122 @@
+"""Checks of the arguments of public calls, made before anything is sent.
+
+Every public entry point runs its arguments through these (directly, or through the
+validators of the op it builds), so that a wrong type or value raises
+:class:`InvalidInputError` naming the argument, the same way on every transport, and
+never a foreign exception from deeper down.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ._errors import InvalidInputError
+
+__all__ = [
+    "NO_LIMIT_FROM",
+    "check_headers",
+    "check_int",
+    "check_model_name",
+    "check_text",
+    "check_timeout",
+    "check_version",
+]
+
+NO_LIMIT_FROM: Final = 1e9
+"""Timeouts of this many seconds (about 31 years) or more, ``inf`` included, mean no
+limit: the transports' own clocks cannot hold them."""
+
+MAX_MODEL_NAME_BYTES: Final = 1024
+"""Model names are directory names in a repository; longer ones are refused before a
+server closes the connection on a URL it will not read."""
+
+_HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def check_timeout(timeout: object, what: str = "timeout") -> float | None:
+    """Seconds > 0, or None for no limit (as is ``inf`` and anything from 1e9 s on)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise InvalidInputError(
+            f"{what} must be a number of seconds or None, got {_type_name(timeout)}"
+        )
+    if math.isnan(timeout) or not timeout > 0:
+        raise InvalidInputError(f"{what} must be > 0 or None, got {timeout!r}")
+    return None if timeout >= NO_LIMIT_FROM else float(timeout)
+
+
+def check_int(value: object, what: str, minimum: int, maximum: int | None = None) -> int:
+    """An int (not a bool) in ``[minimum, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be an int, got {_type_name(value)}")
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = "" if maximum is None else f" and <= {maximum}"
+        raise InvalidInputError(f"{what} must be >= {minimum}{upper}, got {value}")
+    return value
+
+
+def check_text(value: object, what: str) -> str:
+    """A str that can travel as UTF-8 (no lone surrogates)."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a str, got {_type_name(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{what} is not valid text: it has a lone surrogate, which UTF-8 cannot carry"
+        ) from None
+    return value
+
+
+def check_model_name(name: object, what: str = "model name") -> str:
+    """A non-empty model name that fits a repository (at most 1024 bytes of UTF-8)."""
+    text = check_text(name, what)
+    if not text:
+        raise InvalidInputError(f"{what} must not be empty")
+    if len(text.encode("utf-8")) > MAX_MODEL_NAME_BYTES:
+        raise InvalidInputError(
+            f"{what} is {len(text.encode('utf-8'))} bytes long; model names are at most "
+            f"{MAX_MODEL_NAME_BYTES} bytes"
+        )
+    return text
+
+
+def check_version(version: object) -> str | None:
+    """A model version: None (the server's policy picks) or a non-empty str of digits."""
+    if version is None or version == "":
+        return None
+    text = check_text(version, "version")
+    if not text.isdigit():
+        raise InvalidInputError(f"version must be a str of digits such as '1', got {text!r}")
+    return text
+
+
+def check_headers(headers: object) -> dict[str, str]:
+    """Headers both protocols can carry: a mapping of token names to printable ASCII."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise InvalidInputError(
+            f"headers must be a mapping of str to str, got {_type_name(headers)}"
+        )
+    checked: dict[str, str] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise InvalidInputError(f"invalid header name {name!r}")
+        given: Any = value
+        if not isinstance(given, str) or not _HEADER_VALUE.fullmatch(given):
+            # The value is not shown: headers often carry credentials.
+            raise InvalidInputError(
+                f"header {name!r}: values must be printable ASCII without line breaks"
+            )
+        checked[name] = given
+    return checked
