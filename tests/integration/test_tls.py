@@ -62,6 +62,12 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "-out", "client.csr", "-subj", "/CN=client",
         cwd=folder,
     )  # fmt: skip
+    # The server's certificate again, expired yesterday.
+    _openssl(
+        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "-1", "-extfile", "san.cnf", "-out", "expired.pem",
+        cwd=folder,
+    )  # fmt: skip
     for authority, name in (("ca", "client.pem"), ("other-ca", "stranger.pem")):
         _openssl(
             "x509", "-req", "-in", "client.csr", "-CA", f"{authority}.pem",
@@ -315,3 +321,51 @@ def test_unusable_tls_files_are_refused_when_the_client_is_made(
 
     with pytest.raises(ts.InvalidInputError, match="TLS files"):
         make()
+
+
+@pytest.fixture(scope="module")
+def expired_server(certificates: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    repository = tmp_path_factory.mktemp("expired_repository")
+    (repository / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub", target_is_directory=True)
+    arguments = [
+        "--grpc-use-ssl=true",
+        f"--grpc-server-cert={certificates / 'expired.pem'}",
+        f"--grpc-server-key={certificates / 'server.key'}",
+    ]
+    with LocalServer(repository, extra_args=arguments) as server:
+        yield f"grpcs://127.0.0.1:{server.grpc_port}"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_expired_server_certificate_is_a_tls_failure_and_not_retried(
+    expired_server: str, certificates: Path, caplog: pytest.LogCaptureFixture, mode: str
+) -> None:
+    tls = ts.TLSConfig(ca_file=str(certificates / "ca.pem"), server_hostname="triton.test")
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    with pytest.raises(ts.TritonConnectionError, match="expired") as caught:
+        _metadata(expired_server, tls, mode, ts.RetryPolicy(max_attempts=5, initial_backoff=0.01))
+    assert caught.value.retryable is False
+    assert "retrying" not in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mismatch", ["grpc-to-tls", "grpc-to-http", "grpcs-to-http"])
+def test_protocol_mismatches_on_grpc_say_so_and_are_not_retried(
+    tls_server: str,
+    server: LocalServer,
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+    mismatch: str,
+) -> None:
+    url = {
+        "grpc-to-tls": tls_server.replace("grpcs://", "grpc://"),
+        "grpc-to-http": f"grpc://127.0.0.1:{server.http_port}",
+        "grpcs-to-http": f"grpcs://127.0.0.1:{server.http_port}",
+    }[mismatch]
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    policy = ts.RetryPolicy(max_attempts=5, initial_backoff=0.01)
+    with pytest.raises(ts.TritonConnectionError) as caught:
+        _metadata(url, ts.TLSConfig(), mode, policy)
+    assert caught.value.retryable is False
+    assert "HTTP port" in str(caught.value)
+    assert "retrying" not in caplog.text

@@ -51,10 +51,9 @@ def _tls_connect_reset(exc: BaseException) -> bool:
     )
 
 
-def _refused_handshake(lowered: str) -> bool:
-    return "failed to connect" in lowered and (
-        "socket closed" in lowered or "connection reset" in lowered
-    )
+def _closed_while_connecting(lowered: str) -> bool:
+    # A clean close (not a reset, which a balancer dropping a dead pod also sends).
+    return "failed to connect" in lowered and "socket closed" in lowered
 
 
 def grpc_error(exc: Any, op: AnyOp | None, *, tls: bool = False) -> TritonError:
@@ -72,13 +71,18 @@ def grpc_error(exc: Any, op: AnyOp | None, *, tls: bool = False) -> TritonError:
     if code is None:
         return TritonConnectionError(message, model=model, request_id=request_id)
     lowered = message.lower()
-    if tls and code.name == "UNAVAILABLE" and _refused_handshake(lowered):
+    if code.name == "UNAVAILABLE" and _closed_while_connecting(lowered):
+        # The port answered and hung up before gRPC could begin: not a server that is
+        # down (that refuses), but one that does not speak this: waiting will not help.
+        hint = (
+            "TLS failure: the server closed the connection during the handshake (does it "
+            "want a client certificate, or another one? is this an HTTP port?)"
+            if tls
+            else "the server closed the connection before gRPC could start: is this "
+            "Triton's HTTP port (use http://), or does it want TLS (use grpcs://)?"
+        )
         return TritonConnectionError(
-            f"TLS failure: the server closed the connection during the handshake (does "
-            f"it want a client certificate, or another one?): {message}",
-            status=code.name,
-            model=model,
-            request_id=request_id,
+            f"{hint}: {message}", status=code.name, model=model, request_id=request_id
         )
     error = classify_status(code.name, message, model=model, request_id=request_id)
     if isinstance(error, TritonConnectionError) and error.retryable:
