@@ -145,7 +145,13 @@ def classify_status(
     """
     error_class, retryable = _status_class(status, message.lower())
     return error_class(
-        message, status=status, model=model, request_id=request_id, retryable=retryable
+        message,
+        status=status,
+        model=model,
+        request_id=request_id,
+        retryable=retryable,
+        # A deadline that passed says nothing of whether the server ran the request.
+        may_have_run=error_class is TritonTimeoutError,
     )
 
 
@@ -231,7 +237,9 @@ def classify_transport_error(
         return TritonConnectionError(f"TLS failure: {detail}", model=model, request_id=request_id)
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):  # distinct before Python 3.11
         after = "" if timeout is None else f" after {timeout}s"
-        return TritonTimeoutError(f"timed out{after}: {detail}", model=model, request_id=request_id)
+        return TritonTimeoutError(
+            f"timed out{after}: {detail}", model=model, request_id=request_id, may_have_run=True
+        )
     if isinstance(exc, OSError | http.client.HTTPException) or _from_aiohttp(exc):
         return TritonConnectionError(
             f"connection failed: {detail}", model=model, request_id=request_id, retryable=True

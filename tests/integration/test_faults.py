@@ -50,7 +50,6 @@ ADD_SUB_INPUTS: dict[str, Any] = {"INPUT0": INPUT0, "INPUT1": INPUT1}
 # Retries that would show: three attempts, almost no wait between them.
 FAST_RETRY = ts.RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.02, jitter=False)
 # Long enough to ride out a server restart of a few seconds.
-GENEROUS_RETRY = ts.RetryPolicy(max_attempts=60, initial_backoff=0.05, max_backoff=0.5, deadline=30)
 
 # Slack over a call's timeout before "it took too long": scheduling on a loaded machine.
 MARGIN = 0.3
@@ -388,7 +387,7 @@ class Load:
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
-        # A call may be riding out the restart: GENEROUS_RETRY's deadline (30 s) bounds it.
+        # A call may be riding out the restart: the policy's deadline (30 s) bounds it.
         self._thread.join(40)
         assert not self._thread.is_alive(), "the load thread did not stop"
 
@@ -399,7 +398,8 @@ def test_kill_and_restart_under_load_loses_no_call(
     crash_server: LocalServer, loop: LoopThread, protocol: str, mode: str
 ) -> None:
     url = crash_server.grpc_url if protocol == "grpc" else crash_server.http_url
-    client = open_client(url, mode, loop, retry=GENEROUS_RETRY)
+    # The preset meant for this: it rides out a restart of a few seconds.
+    client = open_client(url, mode, loop, retry=ts.RetryPolicy.resilient())
     try:
         model = client.model("add_sub")
         with Load(model) as load:

@@ -14,6 +14,7 @@ import triton_sdk as ts
 from triton_sdk import _async_client, _client
 from triton_sdk._errors import classify_status, classify_transport_error
 from triton_sdk._retry import attempt_timeout, should_retry
+from triton_sdk._transports._errors import grpc_error
 from triton_sdk.testing import MockTransport
 
 MODES = ["sync", "async"]
@@ -394,3 +395,66 @@ def test_attempt_timeout() -> None:
     assert attempt_timeout(None, 102.0, 100.0) == 2.0
     with pytest.raises(ts.TritonTimeoutError):
         attempt_timeout(5.0, 100.0, 100.0)
+
+
+# Failures after the request went out
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_retry_after_the_request_went_out_is_a_warning(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    lost = ts.TritonConnectionError("connection reset", retryable=True, may_have_run=True)
+    attempt = FakeAttempt([lost])
+    assert await run(mode, attempt) == "ok"
+    (record,) = [record for record in caplog.records if record.name == "triton_sdk"]
+    assert record.levelno == logging.WARNING
+    assert "may run it twice" in record.getMessage()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_retry_before_the_request_went_out_is_an_info(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    attempt = FakeAttempt([unavailable(1)])
+    assert await run(mode, attempt) == "ok"
+    (record,) = [record for record in caplog.records if record.name == "triton_sdk"]
+    assert record.levelno == logging.INFO
+
+
+@pytest.mark.parametrize(
+    ("message", "may_have_run", "retryable"),
+    [
+        ("failed to connect to all addresses; last error: connection refused", False, True),
+        ("recvmsg:Connection reset by peer", True, True),
+        ("Socket closed", True, True),
+        (
+            "failed to connect to all addresses; last error: UNAVAILABLE: Socket closed",
+            False,
+            False,
+        ),
+    ],
+)
+def test_grpc_unavailable_says_whether_the_request_may_have_run(
+    message: str, may_have_run: bool, retryable: bool
+) -> None:
+    class Unavailable(Exception):
+        def code(self) -> Any:
+            return type("Code", (), {"name": "UNAVAILABLE"})()
+
+        def details(self) -> str:
+            return message
+
+    error = grpc_error(Unavailable(), None)
+    assert isinstance(error, ts.TritonConnectionError)
+    assert error.retryable is retryable
+    assert error.may_have_run is may_have_run
+
+
+def test_timeouts_may_have_run() -> None:
+    assert classify_status("DEADLINE_EXCEEDED", "Deadline Exceeded").may_have_run
+    timeout = classify_transport_error(TimeoutError("timed out"))
+    assert timeout is not None
+    assert timeout.may_have_run

@@ -111,6 +111,7 @@ def _response_timeout(timeout: float | None, op: StreamOp[Any] | Op[Any]) -> Tri
         f"no response from {op.model!r} within {timeout}s",
         model=op.model,
         request_id=op.request_id,
+        may_have_run=True,
     )
 
 
