@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import attrs
 import pytest
@@ -338,3 +341,19 @@ def test_header_values_are_not_shown_in_errors() -> None:
 def test_good_headers_are_kept() -> None:
     headers = {"authorization": "Bearer abc.def", "X-Request-Source": "batch job 7"}
     assert settings(headers=headers).headers == headers
+
+
+def test_a_failed_tls_setup_leaves_no_noise_on_stderr(tmp_path: Path) -> None:
+    # The connection pool of a client that failed to load its TLS files is collected
+    # without "Exception ignored in ... __del__".
+    missing = str(tmp_path / "no.pem")
+    code = (
+        "import gc, triton_sdk as ts\n"
+        "try:\n"
+        f"    ts.Client('https://127.0.0.1:1', tls=ts.TLSConfig(ca_file={missing!r}))\n"
+        "except ts.InvalidInputError:\n"
+        "    pass\n"
+        "gc.collect()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr == ""
