@@ -35,7 +35,7 @@ from ._concurrency import (
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
 from ._errors import TritonError, TritonTimeoutError
 from ._generate import JSONValue
-from ._map import MapPlan, Outcome, PreparedSample, progress_bar
+from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
 from ._operations import (
     LogSettings,
     ModelStatistics,
@@ -753,6 +753,7 @@ class AsyncModel(ModelCore):
         the server refuses is then retried sample by sample to find the culprits.
         ``progress=True`` shows a tqdm progress bar.
         """
+        check_samples(samples)
         plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
         return _AsyncMapRunner(self, plan, timeout, retry, headers).run(samples, progress)
 

@@ -27,6 +27,7 @@ from ._request import (
     check_outputs,
     check_parameters,
     check_priority,
+    output_names,
 )
 from ._shaping import InputValue, prepare_inputs, split_batch
 from ._spec import ModelSpec
@@ -147,6 +148,10 @@ def merge_inputs(
 ) -> Mapping[str, InputValue]:
     if inputs is None:
         return named
+    if not isinstance(inputs, Mapping):
+        raise InvalidInputError(
+            f"inputs are given by name (a mapping or keywords), got {type(inputs).__name__}"
+        )
     if not named:
         return inputs
     both = inputs.keys() & named.keys()
@@ -174,16 +179,7 @@ class ModelCore:
         """Checked output requests, remembered: calls usually ask for the same outputs."""
         if outputs is None:
             return None
-        if isinstance(outputs, str):
-            names: tuple[str, ...] = (outputs,)
-        else:
-            try:
-                names = tuple(outputs)
-            except TypeError:
-                raise InvalidInputError(
-                    f"outputs must be output names, got {type(outputs).__name__}"
-                ) from None
-        key = (names, class_count)
+        key = (output_names(outputs), class_count)
         checked = self._checked_outputs.get(key)
         if checked is None:
             checked = check_outputs(self.spec, key[0], class_count)
@@ -226,7 +222,11 @@ class ModelCore:
             version=self.version or "",
             inputs=prepared.tensors,
             outputs=self._outputs(outputs, class_count),
-            request_id=request_id if request_id == "" else check_text(request_id, "request_id"),
+            request_id=(
+                request_id
+                if type(request_id) is str and not request_id
+                else check_text(request_id, "request_id")
+            ),
             parameters=check_parameters(parameters, self.name),
             priority=check_priority(priority, self.name),
             sequence_id=sequence.sequence_id if sequence else 0,

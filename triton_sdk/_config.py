@@ -220,7 +220,10 @@ def parse_url(url: str) -> Endpoint:
             '(e.g. headers={"authorization": "Bearer ..."})'
         )
     if parts.query or parts.fragment or text.endswith(("?", "#")):
-        raise InvalidInputError(f"a client URL cannot have a query or fragment: {shown!r}")
+        raise InvalidInputError(
+            f"a client URL cannot have a query or fragment: {shown!r}; credentials go in "
+            'headers (e.g. headers={"authorization": "Bearer ..."})'
+        )
     protocol, tls, default_port = _SCHEMES[scheme]
     if not parts.hostname:
         raise InvalidInputError(f"no host in URL {shown!r}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sized
+from collections.abc import AsyncIterable, Iterable, Mapping, Sized
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,6 +43,15 @@ def default_batch_size(spec: ModelSpec) -> int:
         return 1
     preferred = [size for size in spec.preferred_batch_sizes if size <= spec.max_batch_size]
     return max(preferred) if preferred else spec.max_batch_size
+
+
+def check_samples(samples: object) -> None:
+    """``map`` takes an iterable (or, on AsyncModel, an async iterable) of samples."""
+    if not isinstance(samples, Iterable | AsyncIterable) or isinstance(samples, str | bytes):
+        raise InvalidInputError(
+            f"map takes an iterable of samples (mappings of input name to value), "
+            f"got {type(samples).__name__}"
+        )
 
 
 def check_batch_size(spec: ModelSpec, batch_size: int | None) -> int:

@@ -7,13 +7,20 @@ from typing import Final, TypeAlias
 
 import attrs
 
+from ._checks import check_text
 from ._errors import InvalidInputError
 from ._ops import Op
 from ._result import InferResult
 from ._shaping import Tensor
 from ._spec import ModelSpec
 
-__all__ = ["InferRequest", "ParameterValue", "RequestedOutput", "check_parameters"]
+__all__ = [
+    "InferRequest",
+    "ParameterValue",
+    "RequestedOutput",
+    "check_parameters",
+    "output_names",
+]
 
 ParameterValue: TypeAlias = bool | int | float | str
 """A request parameter value, as the inference protocol allows it."""
@@ -66,13 +73,29 @@ class InferRequest(Op[InferResult]):
         return not self.sequence_id
 
 
+def output_names(outputs: object) -> tuple[str, ...]:
+    """The names of ``outputs=`` (one str, or an iterable of str)."""
+    if isinstance(outputs, str):
+        return (outputs,)
+    try:
+        names: tuple[object, ...] = tuple(outputs)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidInputError(
+            f"outputs must be output names, got {type(outputs).__name__}"
+        ) from None
+    checked = []
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidInputError(f"output names must be str, got {type(name).__name__}")
+        checked.append(name)
+    return tuple(checked)
+
+
 def check_outputs(
     spec: ModelSpec, names: Iterable[str], class_count: int = 0
 ) -> tuple[RequestedOutput, ...]:
     """Refuse output names the model does not have, before anything is sent."""
-    if isinstance(names, str):
-        names = (names,)
-    requested = tuple(RequestedOutput(name, class_count) for name in names)
+    requested = tuple(RequestedOutput(name, class_count) for name in output_names(names))
     unknown = [output.name for output in requested if output.name not in spec.outputs]
     if unknown:
         raise InvalidInputError(
@@ -98,6 +121,7 @@ def check_parameter_names(names: Iterable[object], model: str) -> None:
     for name in names:
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"parameter names must be non-empty str, got {name!r}")
+        check_text(name, "a parameter name")
         if name in _RESERVED_PARAMETERS or name.startswith("triton_"):
             raise InvalidInputError(
                 f"parameter {name!r} is reserved by the inference protocol; "
@@ -110,11 +134,20 @@ def check_parameters(
     parameters: Mapping[str, ParameterValue] | None, model: str
 ) -> Mapping[str, ParameterValue] | None:
     """Refuse parameters the protocol reserves or cannot carry."""
+    if parameters is None:
+        return None
+    if not isinstance(parameters, Mapping):
+        raise InvalidInputError(
+            f"parameters must be a mapping of name to value, got {type(parameters).__name__}",
+            model=model,
+        )
     if not parameters:
         return None
     check_parameter_names(parameters, model)
     for key, value in parameters.items():
-        if not isinstance(value, bool | int | float | str):
+        if isinstance(value, str):
+            check_text(value, f"parameter {key!r}")
+        elif not isinstance(value, bool | int | float):
             raise InvalidInputError(
                 f"parameter {key!r} must be bool, int, float or str, got {type(value).__name__}",
                 model=model,

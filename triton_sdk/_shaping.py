@@ -6,6 +6,7 @@ client always declares the shape and datatype of the data it carries.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
@@ -39,6 +40,7 @@ class PreparedInputs(NamedTuple):
 
 
 _TEXT_KINDS: Final = frozenset("USO")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _INTEGER_KINDS: Final = frozenset("iu")
 _MISSING: Final = object()
 
@@ -52,10 +54,15 @@ def prepare_inputs(
     added here for batched models.
     """
     specs = spec.inputs
-    if not values.keys() <= specs.keys():
-        unknown = sorted(set(values) - set(specs))
+    if not isinstance(values, Mapping):
         raise InvalidInputError(
-            f"model {spec.name!r} has no input named {', '.join(map(repr, unknown))}; "
+            f"inputs are given by name (a mapping or keywords), got {type(values).__name__}",
+            model=spec.name,
+        )
+    if not values.keys() <= specs.keys():
+        unknown = sorted(map(repr, set(values) - set(specs)))
+        raise InvalidInputError(
+            f"model {spec.name!r} has no input named {', '.join(unknown)}; "
             f"its inputs are {_names(specs)}",
             model=spec.name,
         )
@@ -134,7 +141,7 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
     else:
         try:
             array = np.asarray(value)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, MemoryError, OverflowError) as exc:
             raise InvalidInputError(
                 f"input {spec.name!r}: cannot make an array of the value given ({exc})",
                 model=model,
@@ -245,16 +252,21 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
     elif isinstance(value, str | bytes):
         array = np.empty((), dtype=np.object_)
         array[()] = value
-        return array
     else:
         try:
             array = np.array(value, dtype=np.object_)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, MemoryError, OverflowError) as exc:
             raise InvalidInputError(
                 f"input {spec.name!r}: cannot make an array of the value given ({exc})",
                 model=model,
             ) from exc
     for index, item in enumerate(array.flat):
+        if isinstance(item, str) and _SURROGATE.search(item):
+            raise InvalidInputError(
+                f"input {spec.name!r}: the str at flat index {index} is not valid text (it "
+                "has a lone surrogate, which UTF-8 cannot carry)",
+                model=model,
+            )
         if not isinstance(item, str | bytes):
             raise InvalidInputError(
                 f"input {spec.name!r} is BYTES: its elements must be str or bytes, "
