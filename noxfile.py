@@ -13,7 +13,12 @@ nox.options.sessions = ["lint", "typecheck", "tests", "tests_numpy2"]
 nox.options.error_on_external_run = True
 nox.options.reuse_venv = "yes"
 
-TEST_REQUIREMENTS = ["pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.2", "hypothesis>=6.100"]
+TEST_REQUIREMENTS = [
+    "pytest>=8",
+    "pytest-asyncio>=0.24",
+    "pytest-timeout>=2.2",
+    "hypothesis>=6.100",
+]
 
 
 @nox.session
