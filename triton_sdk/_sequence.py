@@ -57,7 +57,7 @@ class SequenceState:
             )
         elif isinstance(sequence_id, str):
             check_text(sequence_id, "sequence id")
-            if not spec.string_sequence_ids:
+            if spec.integer_sequence_ids:
                 raise InvalidInputError(
                     f"model {spec.name!r} takes integer sequence ids (its CORRID control is "
                     f"not TYPE_STRING), got the str {sequence_id!r}",

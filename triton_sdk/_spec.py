@@ -66,6 +66,9 @@ class ModelSpec:
         sequence: the model is stateful (sequence batching).
         string_sequence_ids: the sequence batcher takes string ids (its CORRID control
             is TYPE_STRING); otherwise ids are integers.
+        integer_sequence_ids: the sequence batcher's CORRID control takes integers, so a
+            string id is refused before sending. A model without a CORRID control
+            takes either.
         dynamic_batching: the server gathers requests into batches.
         preferred_batch_sizes: the batch sizes the dynamic batcher prefers.
     """
@@ -84,6 +87,7 @@ class ModelSpec:
     decoupled: bool = False
     sequence: bool = False
     string_sequence_ids: bool = False
+    integer_sequence_ids: bool = False
     dynamic_batching: bool = False
     preferred_batch_sizes: tuple[int, ...] = ()
 
@@ -123,7 +127,8 @@ class ModelSpec:
             outputs={spec.name: spec for spec in outputs},
             decoupled=bool(policy.get("decoupled", False)),
             sequence="sequence_batching" in config,
-            string_sequence_ids=_string_sequence_ids(config.get("sequence_batching") or {}),
+            string_sequence_ids=_corrid_type(config) == "TYPE_STRING",
+            integer_sequence_ids=_corrid_type(config) not in (None, "TYPE_STRING"),
             dynamic_batching=dynamic is not None,
             preferred_batch_sizes=tuple(
                 json_int(size) for size in (dynamic or {}).get("preferred_batch_size", ())
@@ -131,12 +136,13 @@ class ModelSpec:
         )
 
 
-def _string_sequence_ids(sequence_batching: JSON) -> bool:
-    for control_input in sequence_batching.get("control_input", ()):
+def _corrid_type(config: JSON) -> str | None:
+    """The data type of the sequence batcher's CORRID control, if it has one."""
+    for control_input in (config.get("sequence_batching") or {}).get("control_input", ()):
         for control in control_input.get("control", ()):
             if control.get("kind") == "CONTROL_SEQUENCE_CORRID":
-                return bool(control.get("data_type") == "TYPE_STRING")
-    return False
+                return str(control.get("data_type") or "TYPE_UINT64")
+    return None
 
 
 def json_int(value: Any) -> int:

@@ -50,6 +50,7 @@ COUNTER = ts.ModelSpec(
     inputs={"X": tensor("X", "FP32", (1,))},
     outputs={"Y": tensor("Y", "FP32", (1,))},
     sequence=True,
+    integer_sequence_ids=True,  # its CORRID control takes integers
 )
 MODELS = (PROBE, COUNTER)
 

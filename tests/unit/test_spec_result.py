@@ -452,3 +452,20 @@ def test_server_metadata_without_extensions() -> None:
 )
 def test_model_status_from_json(entry: dict[str, str], expected: ts.ModelStatus) -> None:
     assert ts.ModelStatus.from_json(entry) == expected
+
+
+@pytest.mark.parametrize(
+    ("control", "strings", "integers"),
+    [("TYPE_STRING", True, False), ("TYPE_UINT64", False, True), (None, False, False)],
+)
+def test_sequence_id_type_comes_from_the_corrid_control(
+    control: str | None, strings: bool, integers: bool
+) -> None:
+    batching: dict[str, object] = {}
+    if control is not None:
+        corrid = {"kind": "CONTROL_SEQUENCE_CORRID", "data_type": control}
+        batching["control_input"] = [{"name": "CORRID", "control": [corrid]}]
+    spec = ModelSpec.from_metadata({"name": "m"}, {"name": "m", "sequence_batching": batching})
+    assert spec.sequence
+    assert spec.string_sequence_ids is strings
+    assert spec.integer_sequence_ids is integers

@@ -53,7 +53,7 @@ def _tls_connect_reset(exc: BaseException) -> bool:
 
 def _closed_while_connecting(lowered: str) -> bool:
     # A clean close (not a reset, which a balancer dropping a dead pod also sends).
-    return "failed to connect" in lowered and "socket closed" in lowered
+    return "failed to connect" in lowered and "socket closed" in lowered and "reset" not in lowered
 
 
 def grpc_error(exc: Any, op: AnyOp | None, *, tls: bool = False) -> TritonError:
