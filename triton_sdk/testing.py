@@ -229,9 +229,7 @@ def model_config(spec: ModelSpec) -> JSON:
         if spec.string_sequence_ids or spec.integer_sequence_ids:
             kind = "TYPE_STRING" if spec.string_sequence_ids else "TYPE_UINT64"
             corrid = {"kind": "CONTROL_SEQUENCE_CORRID", "data_type": kind}
-            config["sequence_batching"]["control_input"] = [
-                {"name": "CORRID", "control": [corrid]}
-            ]
+            config["sequence_batching"]["control_input"] = [{"name": "CORRID", "control": [corrid]}]
     if spec.dynamic_batching:
         config["dynamic_batching"] = {"preferred_batch_size": list(spec.preferred_batch_sizes)}
     return config
