@@ -348,6 +348,40 @@ def test_lost_answer_times_out_and_is_not_retried(
     assert settled_executed(fault_server, "add_sub") == before + 1
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("protocol", "mode"), TRANSPORTS)
+def test_a_connection_broken_after_the_request_left_says_it_may_have_run(
+    make_relay: Callable[..., Relay],
+    make_client: Callable[..., Any],
+    fault_server: LocalServer,
+    protocol: str,
+    mode: str,
+) -> None:
+    relay = make_relay(protocol)
+    relay.mode = "pass"
+    model = make_client(protocol, mode, relay, retry=ts.RetryPolicy.none()).model("add_sub")
+    check_add_sub(model.infer(**ADD_SUB_INPUTS))
+    before = settled_executed(fault_server, "add_sub")
+    relay.mode = "drop_response"
+    sent = relay.bytes_from_clients
+    outcome: list[BaseException | None] = []
+    call = threading.Thread(
+        target=lambda: outcome.append(timed(lambda: model.infer(**ADD_SUB_INPUTS, timeout=10))[0])
+    )
+    call.start()
+    deadline = time.monotonic() + 5
+    while relay.bytes_from_clients == sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the request reaches the server and runs
+    relay.mode = "reset"  # then the connection breaks before the answer comes back
+    call.join(15)
+    (error,) = outcome
+    assert isinstance(error, ts.TritonConnectionError), repr(error)
+    assert error.retryable
+    assert error.may_have_run
+    assert settled_executed(fault_server, "add_sub") == before + 1
+
+
 # f. kill -9 and restart under load
 
 
