@@ -163,6 +163,9 @@ def _check_size(
 ) -> None:
     """Refuse what no request can carry before any copy is made: an array can be a view
     (a stride-0 broadcast) far larger than the memory it takes."""
+    itemsize = 4 if target.kind == "O" else target.itemsize  # a BYTES element: 4 or more
+    if array.size > 0 and array.size * itemsize <= MAX_TENSOR_BYTES:
+        return  # no axis can be longer than the whole
     size = 1
     for dim in array.shape:
         if dim > MAX_AXIS:
@@ -172,7 +175,6 @@ def _check_size(
                 model=model,
             )
         size *= dim
-    itemsize = 4 if target.kind == "O" else target.itemsize  # a BYTES element: 4 or more
     if size * itemsize > MAX_TENSOR_BYTES:
         raise InvalidInputError(
             f"input {spec.name!r}: shape {array.shape} is {size} elements of {spec.datatype}, "
