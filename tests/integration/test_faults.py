@@ -31,8 +31,9 @@ import pytest
 import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
-from ._blocking import Blocking, LoopThread
+from ._blocking import LoopThread
 from ._relay import Relay
+from .conftest import close_client, open_client
 
 EXAMPLE_MODELS = Path(__file__).resolve().parents[2] / "triton_sdk" / "examples" / "models"
 
@@ -123,20 +124,6 @@ def loop() -> Iterator[LoopThread]:
     thread = LoopThread()
     yield thread
     thread.close()
-
-
-def open_client(url: str, mode: str, loop: LoopThread, **options: Any) -> Any:
-    """A Client, or a blocking view of an AsyncClient: the same calls work on both."""
-    if mode == "sync":
-        return ts.Client(url, **options)
-    return Blocking(ts.AsyncClient(url, **options), loop)
-
-
-def close_client(client: Any, loop: LoopThread) -> None:
-    if isinstance(client, Blocking):
-        loop.run(client.target.aclose())
-    else:
-        client.close()
 
 
 def target_port(server: LocalServer, protocol: str) -> int:

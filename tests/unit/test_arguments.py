@@ -9,7 +9,6 @@ Runs on a :class:`MockTransport`, whose ``calls`` record everything that reached
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,6 +23,8 @@ from hypothesis.extra import numpy as hnp
 import triton_sdk as ts
 from triton_sdk import ops
 from triton_sdk.testing import MockTransport
+
+from ._both import resolve
 
 MODES = ("sync", "async")
 
@@ -71,17 +72,6 @@ def answer(op: Any, ctx: ts.CallContext) -> object:
 
 
 # One body for both clients (the pattern of test_shells.py)
-
-
-async def resolve(value: Any) -> Any:
-    """The value of a call on either client: awaited, and drained when it is a stream."""
-    if inspect.isawaitable(value):
-        value = await value
-    if isinstance(value, AsyncIterator):
-        return [item async for item in value]
-    if isinstance(value, Iterator):
-        return list(value)
-    return value
 
 
 async def close(thing: Any) -> None:

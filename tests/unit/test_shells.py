@@ -20,6 +20,8 @@ import triton_sdk as ts
 from triton_sdk import ops, testing
 from triton_sdk.testing import MockTransport, result_of
 
+from ._both import resolve
+
 MODES = ("sync", "async")
 
 FAST = ts.RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002, jitter=False)
@@ -82,17 +84,6 @@ def unavailable(number: int) -> ts.TritonError:
 
 
 # One body for both clients
-
-
-async def resolve(value: Any) -> Any:
-    """The value of a call on either client: awaited, and drained when it is a stream."""
-    if inspect.isawaitable(value):
-        value = await value
-    if isinstance(value, AsyncIterator):
-        return [item async for item in value]
-    if isinstance(value, Iterator):
-        return list(value)
-    return value
 
 
 END = object()
