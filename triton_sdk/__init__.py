@@ -37,7 +37,7 @@ from ._result import InferResult
 from ._sequence import SequenceNotEndedWarning
 from ._shaping import InputValue
 from ._spec import ModelSpec, TensorSpec
-from ._status import ModelStatus, ServerMetadata
+from ._status import ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import AsyncResponseStream, ResponseStream
 from ._transports._protocol import AsyncTransport, Transport
 
@@ -78,6 +78,7 @@ __all__ = [
     "SequenceNotEndedWarning",
     "ServerMetadata",
     "ServerMetrics",
+    "SharedMemoryRegion",
     "TLSConfig",
     "TensorSpec",
     "TraceSettings",

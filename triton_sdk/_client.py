@@ -7,11 +7,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
+import attrs
 from tenacity import Retrying
 
 from ._base import (
@@ -34,7 +37,7 @@ from ._concurrency import (
     sleep,
 )
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
-from ._errors import TritonError, TritonTimeoutError
+from ._errors import InferenceError, ModelNotFoundError, TritonError, TritonTimeoutError
 from ._generate import JSONValue
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
 from ._operations import (
@@ -55,6 +58,7 @@ from ._ops import (
     GetModelMetadata,
     GetModelStatistics,
     GetServerMetadata,
+    GetSystemSharedMemoryStatus,
     GetTraceSettings,
     IsModelReady,
     IsServerLive,
@@ -62,9 +66,11 @@ from ._ops import (
     ListModels,
     LoadModel,
     Op,
+    RegisterSystemSharedMemory,
     StreamInfer,
     StreamOp,
     UnloadModel,
+    UnregisterSystemSharedMemory,
     UpdateLogSettings,
     UpdateTraceSettings,
 )
@@ -73,8 +79,17 @@ from ._result import InferResult
 from ._retry import StopAt, final_error, retrying_kwargs, should_retry
 from ._sequence import SequenceState
 from ._shaping import InputValue
+from ._shm import (
+    DEFAULT_THRESHOLD,
+    Region,
+    RegionPool,
+    SharedMemory,
+    check_mode,
+    place,
+    stale_regions,
+)
 from ._spec import ModelSpec
-from ._status import ModelStatus, ServerMetadata
+from ._status import ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import ResponseStream
 from ._transports._protocol import Transport
 
@@ -83,6 +98,8 @@ __all__ = ["Client", "Model", "ModelSequence"]
 T = TypeVar("T")
 
 Headers = Mapping[str, str] | None
+
+logger = logging.getLogger("triton_sdk")
 
 DEFAULT_RETRY: Final = RetryPolicy()
 _ONCE: Final = RetryPolicy.none()
@@ -122,6 +139,10 @@ class Client:
         transport: what carries the calls, instead of the one the URL names; e.g. a
             :class:`triton_sdk.testing.MockTransport` in tests.
         hooks: :class:`CallHook` objects that see every attempt of every call.
+        shared_memory: ``"auto"`` sends large tensors through system shared memory when
+            the server shares this host (sockets otherwise, decided at the first large
+            call), ``"off"`` always uses sockets, ``"system"`` always shared memory (a
+            TritonError when the server cannot read this host's memory).
     """
 
     def __init__(
@@ -135,6 +156,7 @@ class Client:
         metrics_url: str | None = None,
         transport: Transport | None = None,
         hooks: Iterable[CallHook] = (),
+        shared_memory: SharedMemory = "auto",
     ) -> None:
         self._settings = ClientSettings.create(
             url,
@@ -145,8 +167,11 @@ class Client:
             metrics_url=metrics_url,
             hooks=hooks,
         )
+        self._shared_memory = check_mode(shared_memory)
         self._transport = transport or _open_transport(self._settings)
         self._chunks = ChunkRunner("Client")
+        self._regions = RegionPool()
+        self._server_reads_our_memory: bool | None = None  # None: not tried yet
         self._closed = False
 
     def __repr__(self) -> str:
@@ -418,6 +443,13 @@ class Client:
         data = self._run(UpdateLogSettings(updates), self._options(timeout, headers))
         return LogSettings.from_json(data)
 
+    def system_shared_memory_status(
+        self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+    ) -> list[SharedMemoryRegion]:
+        """The system shared memory regions registered with the server (by any client)."""
+        entries = self._run(GetSystemSharedMemoryStatus(), self._options(timeout, headers))
+        return [SharedMemoryRegion.from_json(entry) for entry in entries]
+
     # Model handles
 
     def model_config(
@@ -460,15 +492,86 @@ class Client:
         spec = self.model_spec(name, version, timeout=timeout, headers=headers)
         return Model(self, spec, version)
 
-    def _infer(self, requests: list[InferRequest], options: CallOptions) -> InferResult:
+    def _infer(
+        self,
+        requests: list[InferRequest],
+        spec: ModelSpec,
+        options: CallOptions,
+        shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
+    ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
+        mode = (
+            self._shared_memory
+            if isinstance(shared_memory, NotGiven)
+            else check_mode(shared_memory)
+        )
         if len(requests) == 1:
-            return self._run(requests[0], options)
+            return self._infer_one(requests[0], spec, options, mode)
 
         def chunk(request: InferRequest) -> InferResult:
-            return self._run(request, options)
+            return self._infer_one(request, spec, options, mode)
 
         return InferResult.concatenate(self._chunks.run(chunk, requests))
+
+    def _infer_one(
+        self, request: InferRequest, spec: ModelSpec, options: CallOptions, mode: SharedMemory
+    ) -> InferResult:
+        """One request; its large tensors through shared memory when the mode allows."""
+        if mode == "off" or (mode == "auto" and self._server_reads_our_memory is False):
+            return self._run(request, options)
+        placed = place(request, spec, self._regions, DEFAULT_THRESHOLD)
+        if placed is None:
+            return self._run(request, options)
+        shm_request, placement = placed
+        try:
+            if not self._register(placement.regions, mode, options):
+                return self._run(request, options)
+            return self._run(shm_request, options)
+        finally:
+            self._regions.give_back(placement.regions)
+
+    def _register(self, regions: list[Region], mode: SharedMemory, options: CallOptions) -> bool:
+        """Register the regions the server does not know yet; False when it cannot read
+        this host's memory and ``mode`` is "auto" (sockets, then, for good)."""
+        once = attrs.evolve(options, retry=_ONCE)
+        if self._server_reads_our_memory is None:
+            self._forget_stale_regions(once)
+        for region in regions:
+            if region.registered:
+                continue
+            op = RegisterSystemSharedMemory(region.name, region.key, region.size)
+            try:
+                self._run(op, once)
+            except InferenceError as error:
+                if mode == "system" or self._server_reads_our_memory:
+                    raise TritonError(
+                        f"the server at {self.url} cannot use this host's shared memory "
+                        f"(shared_memory={mode!r}): {error}",
+                        status=error.status,
+                    ) from error
+                self._server_reads_our_memory = False
+                logger.info(
+                    "the server at %s cannot read this host's shared memory; large tensors "
+                    "go over the socket: %s",
+                    self.url,
+                    error,
+                )
+                return False
+            finally:
+                region.unlink()  # the server has it mapped now (or never will)
+            region.registered = True
+            self._server_reads_our_memory = True
+        return True
+
+    def _forget_stale_regions(self, options: CallOptions) -> None:
+        """Unregister regions that processes of this host left behind when they died."""
+        try:
+            status = self._run(GetSystemSharedMemoryStatus(), options)
+        except InferenceError:
+            return  # the registration that follows says what the server allows
+        for name in stale_regions(status):
+            with contextlib.suppress(ModelNotFoundError, InferenceError):
+                self._run(UnregisterSystemSharedMemory(name), options)
 
     # Lifetime
 
@@ -476,9 +579,25 @@ class Client:
         """Close the connections. The client cannot be used afterwards."""
         if self._closed:
             return
-        self._closed = True
-        self._chunks.close()
-        self._transport.close()
+        regions = self._regions.drain()
+        try:
+            options = self._settings.options(NOT_GIVEN, _ONCE, None)
+            for region in regions:
+                if region.registered:
+                    self._unregister(region, options)
+                region.close()
+        finally:
+            self._closed = True
+            self._chunks.close()
+            self._transport.close()
+
+    def _unregister(self, region: Region, options: CallOptions) -> None:
+        try:
+            self._run(UnregisterSystemSharedMemory(region.name), options)
+        except TritonError as error:
+            # The next client's first shared-memory call unregisters it (its process is
+            # gone by then); closing goes on.
+            logger.warning("could not unregister shared memory %s: %s", region.name, error)
 
     def __enter__(self) -> Client:
         return self
@@ -519,6 +638,7 @@ class Model(ModelCore):
         request_id: str = "",
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
         headers: Headers = None,
+        shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Run a batch (or, for models without a batch axis, one request) through the model.
@@ -535,6 +655,8 @@ class Model(ModelCore):
             request_id: an id the server echoes in the result and in its errors.
             retry: this call's retry policy, instead of the client's.
             headers: sent on top of the client's headers.
+            shared_memory: this call's ``"auto"``, ``"off"`` or ``"system"``, instead of
+                the client's.
         """
         requests = self._requests(
             inputs,
@@ -545,7 +667,8 @@ class Model(ModelCore):
             request_id=request_id,
             sample=False,
         )
-        return self._client._infer(requests, self._client._options(timeout, headers, retry))
+        options = self._client._options(timeout, headers, retry)
+        return self._client._infer(requests, self.spec, options, shared_memory)
 
     def infer_sample(
         self,
@@ -559,6 +682,7 @@ class Model(ModelCore):
         request_id: str = "",
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
         headers: Headers = None,
+        shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Run one sample: inputs and outputs carry no batch axis.
@@ -576,7 +700,7 @@ class Model(ModelCore):
             sample=True,
         )
         options = self._client._options(timeout, headers, retry)
-        result = self._client._infer(requests, options)
+        result = self._client._infer(requests, self.spec, options, shared_memory)
         return result.without_batch_axis() if self.spec.batched else result
 
     def classify(
@@ -612,7 +736,7 @@ class Model(ModelCore):
             class_count=top_k,
         )
         options = self._client._options(timeout, headers, retry)
-        result = self._client._infer(requests, options)
+        result = self._client._infer(requests, self.spec, options, "off")
         return parse_classifications(result[name], batched=self.spec.batched)
 
     def stream(
@@ -705,6 +829,7 @@ class Model(ModelCore):
         timeout: Timeout = ...,
         retry: RetryPolicy | NotGiven = ...,
         headers: Headers = ...,
+        shared_memory: SharedMemory | NotGiven = ...,
     ) -> Iterator[InferResult]: ...
 
     @overload
@@ -720,6 +845,7 @@ class Model(ModelCore):
         timeout: Timeout = ...,
         retry: RetryPolicy | NotGiven = ...,
         headers: Headers = ...,
+        shared_memory: SharedMemory | NotGiven = ...,
     ) -> Iterator[InferResult | TritonError]: ...
 
     def map(
@@ -734,6 +860,7 @@ class Model(ModelCore):
         timeout: Timeout = NOT_GIVEN,
         retry: RetryPolicy | NotGiven = NOT_GIVEN,
         headers: Headers = None,
+        shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
     ) -> Iterator[InferResult] | Iterator[InferResult | TritonError]:
         """Run many samples, batched, with ``concurrency`` batches in flight.
 
@@ -748,7 +875,8 @@ class Model(ModelCore):
         """
         check_samples(samples)
         plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
-        return _MapRunner(self, plan, timeout, retry, headers).run(samples, progress)
+        runner = _MapRunner(self, plan, timeout, retry, headers, shared_memory)
+        return runner.run(samples, progress)
 
 
 class ModelSequence:
@@ -788,6 +916,7 @@ class ModelSequence:
         priority: int,
         request_id: str,
         headers: Headers,
+        shared_memory: SharedMemory | NotGiven,
     ) -> InferResult:
         model = self._model
         (request,) = model._requests(
@@ -804,7 +933,7 @@ class ModelSequence:
         # Counted before it goes out, so that a request sent meanwhile (from another
         # task or thread) cannot carry START a second time.
         self._state.sent_one(end)
-        result = model._client._run(request, options)
+        result = model._client._infer([request], model.spec, options, shared_memory)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     def infer(
@@ -819,6 +948,7 @@ class ModelSequence:
         priority: int = 0,
         request_id: str = "",
         headers: Headers = None,
+        shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Send the next request of the sequence (batched inputs, as :meth:`Model.infer`)."""
@@ -833,6 +963,7 @@ class ModelSequence:
             priority=priority,
             request_id=request_id,
             headers=headers,
+            shared_memory=shared_memory,
         )
 
     def infer_sample(
@@ -847,6 +978,7 @@ class ModelSequence:
         priority: int = 0,
         request_id: str = "",
         headers: Headers = None,
+        shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
         **named_inputs: InputValue,
     ) -> InferResult:
         """Send the next request as one sample (as :meth:`Model.infer_sample`)."""
@@ -861,6 +993,7 @@ class ModelSequence:
             priority=priority,
             request_id=request_id,
             headers=headers,
+            shared_memory=shared_memory,
         )
 
     def __enter__(self) -> ModelSequence:
@@ -885,12 +1018,14 @@ class _MapRunner:
         timeout: Timeout,
         retry: RetryPolicy | NotGiven,
         headers: Headers,
+        shared_memory: SharedMemory | NotGiven,
     ) -> None:
         self.model = model
         self.plan = plan
         self.timeout = timeout
         self.retry = retry
         self.headers = headers
+        self.shared_memory = shared_memory
         model._client._options(timeout, headers, retry)  # refuses bad options at once
 
     def _run_batch(self, samples: list[PreparedSample]) -> list[Outcome]:
@@ -902,7 +1037,8 @@ class _MapRunner:
         # (a closed client) end the whole map, not one sample.
         options = client._options(self.timeout, self.headers, self.retry)
         try:
-            result = client._run(plan.request(samples), options)
+            request = plan.request(samples)
+            result = client._infer([request], self.model.spec, options, self.shared_memory)
         except TritonError as error:
             if plan.isolate(samples, error):
                 return [outcome for sample in samples for outcome in self._run_batch([sample])]

@@ -8,7 +8,7 @@ describe and never looks inside.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 import attrs
 from google.protobuf import json_format
@@ -22,19 +22,25 @@ from ._ops import (
     GenerateStream,
     GetLogSettings,
     GetModelStatistics,
+    GetSystemSharedMemoryStatus,
     GetTraceSettings,
     ListModels,
     LoadModel,
     Op,
+    RegisterSystemSharedMemory,
     StreamInfer,
     StreamOp,
     UnloadModel,
+    UnregisterSystemSharedMemory,
     UpdateLogSettings,
     UpdateTraceSettings,
 )
 from ._request import InferRequest, ParameterValue
-from ._result import InferResult, decode_json_output, decode_output
+from ._result import InferResult, decode_json_output, decode_output, read_region
 from ._wire import tensor_bytes
+
+if TYPE_CHECKING:
+    from ._shm import Placement, Slot
 
 __all__ = [
     "GrpcCall",
@@ -93,6 +99,13 @@ def _set_parameter(target: Any, value: ParameterValue) -> None:
         target.string_param = value
 
 
+def _set_region(parameters: Any, slot: Slot) -> None:
+    parameters["shared_memory_region"].string_param = slot.region.name
+    parameters["shared_memory_byte_size"].int64_param = slot.byte_size
+    if slot.offset:
+        parameters["shared_memory_offset"].int64_param = slot.offset
+
+
 def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
     """The protobuf message of an infer request."""
     message = pb.ModelInferRequest(
@@ -100,11 +113,17 @@ def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
     )
     inputs = []
     contents = []
+    placement = request.shared_memory
     for tensor in request.inputs:
-        contents.append(tensor_bytes(tensor))
-        inputs.append(
-            _InputTensor(name=tensor.name, datatype=tensor.datatype, shape=tensor.array.shape)
+        described = _InputTensor(
+            name=tensor.name, datatype=tensor.datatype, shape=tensor.array.shape
         )
+        slot = None if placement is None else placement.inputs.get(tensor.name)
+        if slot is None:
+            contents.append(tensor_bytes(tensor))
+        else:  # its data is in a region: no raw contents
+            _set_region(described.parameters, slot)
+        inputs.append(described)
     message.inputs.extend(inputs)
     message.raw_input_contents.extend(contents)
     if request.outputs is not None:
@@ -112,6 +131,9 @@ def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
             requested = message.outputs.add(name=output.name)
             if output.class_count:
                 requested.parameters["classification"].int64_param = output.class_count
+            slot = None if placement is None else placement.outputs.get(output.name)
+            if slot is not None:
+                _set_region(requested.parameters, slot)
     parameters = message.parameters
     for key, value in (request.parameters or {}).items():
         _set_parameter(parameters[key], value)
@@ -145,15 +167,22 @@ _TYPED_CONTENTS: Final = {
 }
 
 
-def decode_infer_response(response: pb.ModelInferResponse) -> InferResult:
-    """An InferResult from a ModelInferResponse."""
+def decode_infer_response(
+    response: pb.ModelInferResponse, placement: Placement | None = None
+) -> InferResult:
+    """An InferResult from a ModelInferResponse; outputs in regions are read from them."""
     raw = response.raw_output_contents
     outputs = {}
     datatypes = {}
-    for index, output in enumerate(response.outputs):
+    index = 0  # raw contents hold the outputs that are not in regions, in order
+    for output in response.outputs:
         shape = tuple(output.shape)
-        if index < len(raw):
+        slot = None if placement is None else placement.outputs.get(output.name)
+        if slot is not None:
+            outputs[output.name] = read_region(output.name, output.datatype, shape, slot)
+        elif index < len(raw):
             outputs[output.name] = decode_output(output.name, output.datatype, shape, raw[index])
+            index += 1
         else:
             field = _TYPED_CONTENTS.get(output.datatype, "")
             values = list(getattr(output.contents, field)) if field else []
@@ -198,7 +227,37 @@ def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
 
 
 def _infer(request: InferRequest) -> GrpcCall[InferResult]:
-    return GrpcCall("ModelInfer", build_infer_request(request), decode_infer_response)
+    placement = request.shared_memory
+    if placement is None:
+        return GrpcCall("ModelInfer", build_infer_request(request), decode_infer_response)
+    return GrpcCall(
+        "ModelInfer",
+        build_infer_request(request),
+        lambda response: decode_infer_response(response, placement),
+    )
+
+
+# System shared memory
+
+
+def _register(op: RegisterSystemSharedMemory) -> GrpcCall[None]:
+    request = pb.SystemSharedMemoryRegisterRequest(
+        name=op.name, key=op.key, offset=op.offset, byte_size=op.byte_size
+    )
+    return GrpcCall("SystemSharedMemoryRegister", request, _nothing)
+
+
+def _unregister(op: UnregisterSystemSharedMemory) -> GrpcCall[None]:
+    request = pb.SystemSharedMemoryUnregisterRequest(name=op.name)
+    return GrpcCall("SystemSharedMemoryUnregister", request, _nothing)
+
+
+def _shm_status(op: GetSystemSharedMemoryStatus) -> GrpcCall[list[JSON]]:
+    def read(response: Any) -> list[JSON]:
+        return [_to_json(region) for region in response.regions.values()]
+
+    request = pb.SystemSharedMemoryStatusRequest(name=op.name)
+    return GrpcCall("SystemSharedMemoryStatus", request, read)
 
 
 def _generate(op: Generate) -> GrpcCall[dict[str, JSONValue]] | GrpcCollect[Any, Any]:
@@ -306,6 +365,9 @@ _ENCODERS: Final[dict[type[Any], Callable[[Any], GrpcCall[Any] | GrpcCollect[Any
     UpdateTraceSettings: lambda op: _trace(op.model_name, op.updates),
     GetLogSettings: lambda op: _log(None),
     UpdateLogSettings: lambda op: _log(op.updates),
+    RegisterSystemSharedMemory: _register,
+    UnregisterSystemSharedMemory: _unregister,
+    GetSystemSharedMemoryStatus: _shm_status,
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 from urllib.parse import quote
 
 import attrs
@@ -29,20 +29,26 @@ from ._ops import (
     GenerateStream,
     GetLogSettings,
     GetModelStatistics,
+    GetSystemSharedMemoryStatus,
     GetTraceSettings,
     ListModels,
     LoadModel,
     Op,
+    RegisterSystemSharedMemory,
     StreamInfer,
     StreamOp,
     UnloadModel,
+    UnregisterSystemSharedMemory,
     UpdateLogSettings,
     UpdateTraceSettings,
 )
-from ._request import InferRequest
-from ._result import InferResult, decode_json_output, decode_output
+from ._request import InferRequest, RequestedOutput
+from ._result import InferResult, decode_json_output, decode_output, read_region
 from ._spec import ModelSpec
 from ._wire import tensor_payload
+
+if TYPE_CHECKING:
+    from ._shm import Placement, Slot
 
 __all__ = [
     "HEADER_LENGTH",
@@ -83,13 +89,28 @@ def _parameters(request: InferRequest) -> dict[str, Any]:
     return parameters
 
 
-def _header(request: InferRequest, sizes: list[int]) -> bytes:
+def _region(slot: Slot) -> dict[str, Any]:
+    parameters: dict[str, Any] = {
+        "shared_memory_region": slot.region.name,
+        "shared_memory_byte_size": slot.byte_size,
+    }
+    if slot.offset:
+        parameters["shared_memory_offset"] = slot.offset
+    return parameters
+
+
+def _header(request: InferRequest, sizes: list[int | None]) -> bytes:
+    placement = request.shared_memory
     inputs = [
         {
             "name": tensor.name,
             "shape": list(tensor.array.shape),
             "datatype": tensor.datatype,
-            "parameters": {"binary_data_size": size},
+            "parameters": (
+                {"binary_data_size": size}
+                if size is not None or placement is None
+                else _region(placement.inputs[tensor.name])
+            ),
         }
         for tensor, size in zip(request.inputs, sizes, strict=True)
     ]
@@ -101,19 +122,21 @@ def _header(request: InferRequest, sizes: list[int]) -> bytes:
         parameters["binary_data_output"] = True
     else:
         header["outputs"] = [
-            {
-                "name": output.name,
-                "parameters": (
-                    {"binary_data": True, "classification": output.class_count}
-                    if output.class_count
-                    else {"binary_data": True}
-                ),
-            }
+            {"name": output.name, "parameters": _output_parameters(output, placement)}
             for output in request.outputs
         ]
     if parameters:
         header["parameters"] = parameters
     return json.dumps(header, separators=(",", ":")).encode()
+
+
+def _output_parameters(output: RequestedOutput, placement: Placement | None) -> dict[str, Any]:
+    slot = None if placement is None else placement.outputs.get(output.name)
+    if slot is not None:
+        return _region(slot)
+    if output.class_count:
+        return {"binary_data": True, "classification": output.class_count}
+    return {"binary_data": True}
 
 
 _HeaderKey = tuple[Any, ...]
@@ -128,13 +151,21 @@ def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
     so they are kept, keyed by what they contain.
     """
     parts: list[bytes | memoryview] = [b""]
-    sizes = []
+    sizes: list[int | None] = []
+    placement = request.shared_memory
     for tensor in request.inputs:
+        if placement is not None and tensor.name in placement.inputs:
+            sizes.append(None)  # its data is in a region
+            continue
         raw = tensor_payload(tensor)
         parts.append(raw)
         sizes.append(len(raw) if isinstance(raw, bytes) else raw.nbytes)
     plain = not (
-        request.request_id or request.parameters or request.sequence_id or request.priority
+        request.request_id
+        or request.parameters
+        or request.sequence_id
+        or request.priority
+        or placement is not None
     )
     if not plain:
         parts[0] = _header(request, sizes)
@@ -168,8 +199,10 @@ def decode_infer(
     header_length: int | None,
     model: str | None = None,
     request_id: str | None = None,
+    placement: Placement | None = None,
 ) -> InferResult:
-    """Read an infer response: a JSON header, then the binary outputs it describes."""
+    """Read an infer response: a JSON header, then the binary outputs it describes;
+    outputs in shared memory regions are read from them."""
     json_end = len(body) if header_length is None else header_length
     header = decode_json(body[:json_end], "infer")
     if "error" in header:
@@ -183,7 +216,10 @@ def decode_infer(
         datatype = output["datatype"]
         shape = output["shape"]
         size = (output.get("parameters") or {}).get("binary_data_size")
-        if size is None:
+        slot = None if placement is None else placement.outputs.get(name)
+        if slot is not None:
+            outputs[name] = read_region(name, datatype, shape, slot)
+        elif size is None:
             outputs[name] = decode_json_output(name, datatype, shape, output.get("data", []))
         else:
             outputs[name] = decode_output(name, datatype, shape, view[offset : offset + size])
@@ -323,9 +359,10 @@ def _field_reader(field: str, model: str | None) -> Reader[Any]:
 
 def _infer_reader(request: InferRequest) -> Reader[InferResult]:
     model, request_id = request.model, request.request_id or None
+    placement = request.shared_memory
 
     def infer_result(header_length: int | None, body: bytes) -> InferResult:
-        return decode_infer(body, header_length, model, request_id)
+        return decode_infer(body, header_length, model, request_id, placement)
 
     return _reader(infer_result, model, request_id)
 
@@ -393,6 +430,9 @@ class HttpCodec:
             GetTraceSettings: lambda op: self._trace(op.model_name, None),
             UpdateTraceSettings: lambda op: self._trace(op.model_name, op.updates),
             GetLogSettings: lambda op: self._settings(f"{self.base}/v2/logging", None, None),
+            RegisterSystemSharedMemory: self._register,
+            UnregisterSystemSharedMemory: self._unregister,
+            GetSystemSharedMemoryStatus: self._shm_status,
             UpdateLogSettings: lambda op: self._settings(
                 f"{self.base}/v2/logging", op.updates, None
             ),
@@ -460,6 +500,25 @@ class HttpCodec:
             return HttpCall("GET", self.base + path, None, _NO_HEADERS, _is_ok)
         reader = _json_reader(op.call.replace("_", " "), op.model)
         return HttpCall("GET", self.base + path, None, _NO_HEADERS, reader)
+
+    def _shm_path(self, name: str, action: str) -> str:
+        region = f"/region/{quote(name, safe='')}" if name else ""
+        return f"{self.base}/v2/systemsharedmemory{region}/{action}"
+
+    def _register(self, op: RegisterSystemSharedMemory) -> HttpCall[None]:
+        body = {"key": op.key, "offset": op.offset, "byte_size": op.byte_size}
+        path = self._shm_path(op.name, "register")
+        return HttpCall(
+            "POST", path, [json.dumps(body).encode()], _JSON_HEADERS, _status_reader(None)
+        )
+
+    def _unregister(self, op: UnregisterSystemSharedMemory) -> HttpCall[None]:
+        path = self._shm_path(op.name, "unregister")
+        return HttpCall("POST", path, [b"{}"], _JSON_HEADERS, _status_reader(None))
+
+    def _shm_status(self, op: GetSystemSharedMemoryStatus) -> HttpCall[Any]:
+        path = self._shm_path(op.name, "status")
+        return HttpCall("GET", path, None, _NO_HEADERS, _json_reader("shared memory status"))
 
     def _list_models(self, op: ListModels) -> HttpCall[Any]:
         path = f"{self.base}/v2/repository/index"

@@ -33,6 +33,7 @@ __all__ = [
     "GetModelMetadata",
     "GetModelStatistics",
     "GetServerMetadata",
+    "GetSystemSharedMemoryStatus",
     "GetTraceSettings",
     "IsModelReady",
     "IsServerLive",
@@ -41,10 +42,12 @@ __all__ = [
     "ListModels",
     "LoadModel",
     "Op",
+    "RegisterSystemSharedMemory",
     "Route",
     "StreamInfer",
     "StreamOp",
     "UnloadModel",
+    "UnregisterSystemSharedMemory",
     "UpdateLogSettings",
     "UpdateTraceSettings",
 ]
@@ -283,6 +286,41 @@ class FetchMetrics(Op[str]):
 
     url: str
     call = "metrics"
+
+
+# System shared memory
+
+
+@attrs.frozen
+class RegisterSystemSharedMemory(Op[None]):
+    """Let the server map ``byte_size`` bytes at ``offset`` of the shm object ``key``
+    as region ``name``. Not retried: a second registration of a name fails."""
+
+    name: str
+    key: str
+    byte_size: int
+    offset: int = 0
+    call = "register_system_shared_memory"
+
+    @property
+    def idempotent(self) -> bool:
+        return False
+
+
+@attrs.frozen
+class UnregisterSystemSharedMemory(Op[None]):
+    """Forget region ``name`` (every region when it is empty)."""
+
+    name: str = ""
+    call = "unregister_system_shared_memory"
+
+
+@attrs.frozen
+class GetSystemSharedMemoryStatus(Op[list[JSON]]):
+    """The registered regions (``name``, ``key``, ``offset``, ``byte_size``)."""
+
+    name: str = ""
+    call = "system_shared_memory_status"
 
 
 # Inference (``InferRequest``, the hot path, lives in ``_request``)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 import attrs
 
@@ -13,6 +13,9 @@ from ._ops import Op
 from ._result import InferResult
 from ._shaping import Tensor
 from ._spec import ModelSpec
+
+if TYPE_CHECKING:
+    from ._shm import Placement
 
 __all__ = [
     "InferRequest",
@@ -66,6 +69,8 @@ class InferRequest(Op[InferResult]):
     sequence_id: int | str = 0
     sequence_start: bool = False
     sequence_end: bool = False
+    shared_memory: Placement | None = attrs.field(default=None, repr=False)
+    """The inputs and outputs that travel through shared memory regions, if any."""
 
     @property
     def idempotent(self) -> bool:

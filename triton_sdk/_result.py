@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ._dtypes import decode_bytes, wire_dtype
 from ._errors import InferenceError, InvalidInputError, UnknownOutputError
+
+if TYPE_CHECKING:
+    from ._shm import Slot
 
 __all__ = ["InferResult", "decode_json_output", "decode_output"]
 
@@ -181,6 +184,23 @@ def decode_output(
             f"output {name!r}: {len(buffer)} bytes do not hold {datatype} of shape {list(shape)}"
         )
     return np.frombuffer(buffer, dtype).reshape(shape)
+
+
+def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> Array:
+    """An output the server wrote into a shared memory region, copied out of it (the
+    region is reused by the next call)."""
+    if datatype == "BYTES":
+        raise InferenceError(f"output {name!r}: BYTES outputs do not travel in regions")
+    try:
+        size = _count(shape, name) * wire_dtype(datatype).itemsize
+    except KeyError:
+        raise InferenceError(f"output {name!r} has unknown datatype {datatype!r}") from None
+    if size > slot.byte_size:
+        raise InferenceError(
+            f"output {name!r}: shape {list(shape)} needs {size} bytes, its region has "
+            f"{slot.byte_size}"
+        )
+    return decode_output(name, datatype, shape, slot.region.view(size, slot.offset)).copy()
 
 
 def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: object) -> Array:

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["ModelStatus", "ServerMetadata"]
+__all__ = ["ModelStatus", "ServerMetadata", "SharedMemoryRegion"]
 
 
 @attrs.frozen(kw_only=True)
@@ -52,4 +52,23 @@ class ModelStatus:
             version=str(data["version"]) if data.get("version") else None,
             state=str(data.get("state") or ""),
             reason=str(data.get("reason") or ""),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class SharedMemoryRegion:
+    """A system shared memory region registered with the server."""
+
+    name: str
+    key: str
+    offset: int = 0
+    byte_size: int = 0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SharedMemoryRegion:
+        return cls(
+            name=str(data.get("name", "")),
+            key=str(data.get("key", "")),
+            offset=int(data.get("offset") or 0),
+            byte_size=int(data.get("byte_size") or 0),
         )

@@ -48,6 +48,7 @@ EXPORTED = [
     "SequenceNotEndedWarning",
     "ServerMetadata",
     "ServerMetrics",
+    "SharedMemoryRegion",
     "TLSConfig",
     "TensorSpec",
     "TraceSettings",

@@ -1,0 +1,142 @@
+"""System shared memory against a real server on this host: results, reuse, cleanup.
+
+The session server shares this host, so "auto" uses shared memory for large tensors.
+What a server that cannot read this host's memory does is in tests/unit/test_shm.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+from triton_sdk.local import LocalServer
+
+SAMPLE = 262144  # FP32 elements per sample of big_fixed: 1 MiB
+
+
+def ours(client: Any) -> list[str]:
+    """The regions the server has of this process's clients."""
+    pid = f"-{os.getpid()}-"
+    return sorted(r.name for r in client.system_shared_memory_status() if pid in r.name)
+
+
+def own(client: Any) -> list[str]:
+    """The regions the server has of this client."""
+    pool = getattr(client, "target", client)._regions
+    return [name for name in ours(client) if name.startswith(pool._tag + "-")]
+
+
+def dev_shm() -> list[str]:
+    return sorted(name for name in os.listdir("/dev/shm") if name.startswith("triton_sdk-"))
+
+
+@pytest.mark.parametrize("shared_memory", ["auto", "system"])
+def test_large_tensors_go_through_regions_and_come_back_right(
+    make_client: Any, shared_memory: str
+) -> None:
+    client = make_client(shared_memory=shared_memory)
+    model = client.model("big_fixed")
+    batch = np.random.default_rng(1).random((3, SAMPLE), dtype=np.float32)
+    assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
+    assert own(client), "nothing was registered"
+    assert dev_shm() == []  # unlinked as soon as the server had them
+
+
+def test_regions_are_reused_call_after_call(make_client: Any) -> None:
+    client = make_client(shared_memory="system")
+    model = client.model("big_fixed")
+    batch = np.ones((2, SAMPLE), dtype=np.float32)
+    model.infer(X=batch)
+    first = own(client)
+    for scale in range(2, 6):
+        assert np.array_equal(model.infer(X=batch * scale)["Y"], 2 * scale * batch)
+    assert own(client) == first
+
+
+def test_an_output_of_unknown_size_comes_over_the_socket(make_client: Any) -> None:
+    client = make_client(shared_memory="system")
+    values = np.arange(300_000, dtype=np.float32)[np.newaxis]
+    assert np.array_equal(client.model("big_ragged").infer(X=values)["Y"], 2 * values)
+
+
+def test_off_and_small_tensors_register_nothing(make_client: Any) -> None:
+    client = make_client(shared_memory="off")
+    batch = np.ones((2, SAMPLE), dtype=np.float32)
+    assert np.array_equal(client.model("big_fixed").infer(X=batch)["Y"], 2 * batch)
+    assert own(client) == []
+    small = make_client(shared_memory="system")
+    assert small.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    assert own(small) == []
+
+
+def test_per_call_off_overrides_the_client(make_client: Any) -> None:
+    client = make_client(shared_memory="system")
+    batch = np.ones((1, SAMPLE), dtype=np.float32)
+    before = own(client)
+    assert np.array_equal(
+        client.model("big_fixed").infer(X=batch, shared_memory="off")["Y"], 2 * batch
+    )
+    assert own(client) == before
+
+
+def test_map_batches_use_regions(make_client: Any) -> None:
+    client = make_client(shared_memory="system")
+    model = client.model("big_fixed")
+    samples = [{"X": np.full(SAMPLE, value, dtype=np.float32)} for value in range(5)]
+    results = list(model.map(samples, batch_size=2))
+    for value, result in enumerate(results):
+        assert np.array_equal(result["Y"], np.full(SAMPLE, 2 * value, dtype=np.float32))
+    assert own(client)
+
+
+def test_close_unregisters_the_clients_regions(make_client: Any) -> None:
+    client = make_client(shared_memory="system")
+    client.model("big_fixed").infer(X=np.ones((1, SAMPLE), dtype=np.float32))
+    mine = set(own(client))
+    assert mine
+    other = make_client()
+    if hasattr(client, "close"):
+        client.close()
+    else:
+        client.aclose()
+    assert not mine & set(ours(other))
+
+
+def test_a_killed_clients_regions_are_gone_by_the_next_clients_first_use(
+    server: LocalServer, protocol: str
+) -> None:
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys, numpy as np, triton_sdk as ts
+        client = ts.Client({url!r}, shared_memory="system")
+        client.model("big_fixed").infer(X=np.ones((1, {SAMPLE}), dtype=np.float32))
+        print(os.getpid(), flush=True)
+        sys.stdin.read()
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        pid = int(child.stdout.readline())
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        child.wait(30)
+    assert dev_shm() == []
+    with ts.Client(url, shared_memory="system") as next_client:
+        status = next_client.system_shared_memory_status()
+        left = [region.name for region in status if f"-{pid}-" in region.name]
+        assert left, "the killed client had registered nothing"
+        next_client.model("big_fixed").infer(X=np.ones((1, SAMPLE), dtype=np.float32))
+        status = next_client.system_shared_memory_status()
+        assert not [region.name for region in status if f"-{pid}-" in region.name]

@@ -1,0 +1,257 @@
+"""System shared memory: regions of this host's memory that a local server reads and writes.
+
+A :class:`RegionPool` owns the client's regions. Each is a file in ``/dev/shm`` that is
+mapped here, registered with the server (which maps it too), and then unlinked at once:
+the mappings stay, so nothing is left in ``/dev/shm`` even if the process is killed.
+Regions are reused call after call (registered once); the pool hands each to one call at
+a time. :func:`place` decides which tensors of a request go through regions.
+
+Region names carry this host and this process (``triton_sdk-<host>-<pid>-<n>``), so that
+the next client on the host can unregister the regions of a process that died without
+closing its client (:func:`stale_regions`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+import numpy as np
+
+from ._errors import TritonError
+from ._request import InferRequest, RequestedOutput
+from ._spec import ModelSpec
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "Placement",
+    "Region",
+    "RegionPool",
+    "SharedMemory",
+    "place",
+    "stale_regions",
+]
+
+SharedMemory = str
+"""``"auto"`` | ``"off"`` | ``"system"``: how large tensors travel (see the docs)."""
+
+MODES: Final = ("auto", "off", "system")
+
+DEFAULT_THRESHOLD: Final = 256 * 1024
+"""Tensors of at least this many bytes go through shared memory; smaller ones are cheaper
+to send over the socket than to copy into a region."""
+
+PREFIX: Final = "triton_sdk-"
+_MIN_REGION: Final = 64 * 1024
+
+
+def _host_tag() -> str:
+    """A short tag of this host (its boot, so that containers that share /dev/shm agree)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            ident = boot.read().strip()
+    except OSError:
+        ident = socket.gethostname()
+    return hashlib.sha256(ident.encode()).hexdigest()[:8]
+
+
+HOST: Final = _host_tag()
+
+
+def check_mode(mode: object) -> str:
+    if mode not in MODES:
+        raise_invalid(mode)
+    return str(mode)
+
+
+def raise_invalid(mode: object) -> None:
+    from ._errors import InvalidInputError
+
+    raise InvalidInputError(f"shared_memory must be 'auto', 'off' or 'system', got {mode!r}")
+
+
+class Region:
+    """One mapped region: ``name`` on the server, ``key`` in /dev/shm (unlinked once the
+    server has it), ``size`` bytes."""
+
+    __slots__ = ("_map", "key", "name", "registered", "size")
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.key = "/" + name
+        self.size = size
+        self.registered = False
+        path = "/dev/shm" + self.key
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+
+    def view(self, size: int, offset: int = 0) -> memoryview:
+        return memoryview(self._map)[offset : offset + size]
+
+    def unlink(self) -> None:
+        """Remove the /dev/shm name; the mappings (here and in the server) stay."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink("/dev/shm" + self.key)
+
+    def close(self) -> None:
+        self.unlink()
+        # BufferError: a view still uses this memory; the mapping goes with its last view.
+        with contextlib.suppress(BufferError):
+            self._map.close()
+
+
+class RegionPool:
+    """The client's regions, reused by size class; one call at a time per region."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[int, list[Region]] = {}
+        self._all: list[Region] = []
+        self._serial = 0
+        self._tag = f"{PREFIX}{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
+
+    def take(self, size: int) -> Region:
+        """A region of at least ``size`` bytes; a new one is not registered yet."""
+        capacity = max(_MIN_REGION, 1 << (size - 1).bit_length())
+        with self._lock:
+            idle = self._idle.get(capacity)
+            if idle:
+                return idle.pop()
+            self._serial += 1
+            name = f"{self._tag}-{self._serial}"
+        region = Region(name, capacity)
+        with self._lock:
+            self._all.append(region)
+        return region
+
+    def give_back(self, regions: Iterable[Region]) -> None:
+        with self._lock:
+            for region in regions:
+                if region.registered:
+                    self._idle.setdefault(region.size, []).append(region)
+                else:
+                    self._all.remove(region)
+                    region.close()
+
+    def drain(self) -> list[Region]:
+        """Every region (to unregister and close), leaving the pool empty."""
+        with self._lock:
+            regions, self._all, self._idle = self._all, [], {}
+        return regions
+
+
+def stale_regions(status: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Regions of this host registered by processes that are gone."""
+    stale = []
+    for entry in status:
+        name = str(entry.get("name", ""))
+        parts = name.split("-")
+        if not name.startswith(PREFIX) or len(parts) < 5 or parts[1] != HOST:
+            continue
+        try:
+            pid = int(parts[2])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            stale.append(name)
+    return stale
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@attrs.define
+class Slot:
+    """Where one tensor lives in a region."""
+
+    region: Region
+    offset: int
+    byte_size: int
+
+
+@attrs.define
+class Placement:
+    """Which inputs and outputs of one request go through regions, and where."""
+
+    inputs: dict[str, Slot]
+    outputs: dict[str, Slot]
+
+    @property
+    def regions(self) -> list[Region]:
+        seen: dict[str, Region] = {}
+        for slot in (*self.inputs.values(), *self.outputs.values()):
+            seen[slot.region.name] = slot.region
+        return list(seen.values())
+
+
+def _output_bytes(spec: ModelSpec, name: str, batch: int | None) -> int | None:
+    """The byte size of an output known from the spec, or None (variable or BYTES)."""
+    tensor = spec.outputs[name]
+    if tensor.datatype == "BYTES" or any(dim < 0 for dim in tensor.shape):
+        return None
+    count = int(np.prod(tensor.shape, dtype=np.int64)) * (batch if batch is not None else 1)
+    return count * tensor.dtype.itemsize
+
+
+def place(
+    request: InferRequest, spec: ModelSpec, pool: RegionPool, threshold: int
+) -> tuple[InferRequest, Placement] | None:
+    """The request with its large tensors in regions of ``pool``, or None if none is."""
+    inputs: dict[str, Slot] = {}
+    for tensor in request.inputs:
+        array = tensor.array
+        if tensor.datatype == "BYTES" or array.nbytes < threshold:
+            continue
+        region = pool.take(array.nbytes)
+        target = np.frombuffer(region.view(array.nbytes), dtype=array.dtype.newbyteorder("<"))
+        np.copyto(target.reshape(array.shape), array, casting="equiv")
+        inputs[tensor.name] = Slot(region, 0, array.nbytes)
+    batch = request.inputs[0].array.shape[0] if spec.batched and request.inputs else None
+    wanted = (
+        [output.name for output in request.outputs]
+        if request.outputs is not None
+        else list(spec.outputs)
+    )
+    outputs: dict[str, Slot] = {}
+    for name in wanted:
+        size = _output_bytes(spec, name, batch)
+        if size is not None and size >= threshold:
+            outputs[name] = Slot(pool.take(size), 0, size)
+    if not inputs and not outputs:
+        return None
+    requested = request.outputs
+    if outputs and requested is None:
+        requested = tuple(RequestedOutput(name) for name in wanted)
+    placed = attrs.evolve(request, outputs=requested, shared_memory=Placement(inputs, outputs))
+    return placed, placed.shared_memory  # type: ignore[return-value]
+
+
+def refused(error: TritonError) -> bool:
+    """Whether the server refused client shared memory, or cannot open this host's."""
+    message = error.message.lower()
+    return any(
+        hint in message
+        for hint in ("shared memory", "shared_memory", "unable to open", "not allowed", "shm")
+    )
