@@ -17,6 +17,7 @@ from ._config import (
     NotGiven,
     RetryPolicy,
     TLSConfig,
+    check_metrics_url,
     parse_url,
 )
 from ._errors import InvalidInputError, TritonError
@@ -68,7 +69,9 @@ class ClientSettings:
         if given is not None and not isinstance(given, TLSConfig):
             raise InvalidInputError(f"tls must be a ts.TLSConfig, got {type(given).__name__}")
         if metrics_url is not None:
-            check_text(metrics_url, "metrics_url")
+            check_metrics_url(metrics_url)
+        if isinstance(hooks, CallHook) or not isinstance(hooks, Iterable):
+            raise InvalidInputError("hooks takes an iterable of ts.CallHook (e.g. [hook])")
         checked_hooks = tuple(hooks)
         for hook in checked_hooks:
             if not isinstance(hook, CallHook):
@@ -140,7 +143,23 @@ def config_json(config: Mapping[str, object] | str | None) -> str | None:
     """A load_model config override as the JSON text the server expects."""
     if config is None or isinstance(config, str):
         return config
-    return json.dumps(config)
+    if not isinstance(config, Mapping):
+        raise InvalidInputError(
+            f"config must be a mapping or its JSON text, got {type(config).__name__}"
+        )
+    try:
+        return json.dumps(config)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"config cannot be written as JSON: {exc}") from None
+
+
+def merge_fields(
+    fields: Mapping[str, object] | None, named: Mapping[str, object]
+) -> dict[str, object]:
+    """generate's fields, given as one mapping and by keyword."""
+    if fields is not None and not isinstance(fields, Mapping):
+        raise InvalidInputError(f"fields are given by name, got {type(fields).__name__}")
+    return {**(fields or {}), **named}
 
 
 def merge_inputs(

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 
+from ._checks import check_headers, check_timeout
 from ._config import RetryPolicy
 from ._errors import TritonError
 from ._ops import Op, StreamOp
 from ._retry import attempt_timeout
 
-__all__ = ["AnyOp", "CallContext", "CallHook", "CallOptions"]
+__all__ = ["AnyOp", "CallContext", "CallHook", "CallOptions", "run_before_send"]
 
 AnyOp = Op[Any] | StreamOp[Any]
 
@@ -43,7 +45,7 @@ class CallContext:
 
     call: str
     model: str | None
-    headers: Mapping[str, str]
+    headers: Mapping[str, str] = attrs.field(repr=False)  # values may be credentials
     timeout: float | None
     deadline_at: float | None = None
     attempt: int = 1
@@ -68,14 +70,26 @@ class CallHook:
         """Called when an attempt (or a stream) fails, before any retry."""
 
 
+def run_before_send(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) -> None:
+    """Run the hooks' ``before_send``; what they changed is checked as the call's own
+    arguments are (a header the protocols cannot carry, a timeout that is no number)."""
+    headers, timeout = ctx.headers, ctx.timeout
+    for hook in hooks:
+        hook.before_send(op, ctx)
+    if ctx.headers is not headers:
+        ctx.headers = MappingProxyType(check_headers(ctx.headers))
+    if ctx.timeout is not timeout:
+        ctx.timeout = check_timeout(ctx.timeout)
+
+
 @attrs.define(slots=True)
 class CallOptions:
     """The options of one public call, resolved against the client's once."""
 
     timeout: float | None
     retry: RetryPolicy
-    headers: Mapping[str, str]
-    deadline_at: float | None
+    headers: Mapping[str, str] = attrs.field(repr=False)  # values may be credentials
+    deadline_at: float | None = attrs.field(default=None)
 
     def context(self, op: AnyOp, attempt: int = 1) -> CallContext:
         """The context of an attempt; raises TritonTimeoutError past the deadline."""

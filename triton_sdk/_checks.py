@@ -33,8 +33,23 @@ MAX_MODEL_NAME_BYTES: Final = 1024
 """Model names are directory names in a repository; longer ones are refused before a
 server closes the connection on a URL it will not read."""
 
-_HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Names both HTTP and gRPC metadata carry: gRPC takes no other punctuation.
+_HEADER_NAME: Final = re.compile(r"[0-9A-Za-z_.-]+")
 _HEADER_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
+# Names the transports set themselves: a user's value would contradict the framing.
+_RESERVED_HEADERS: Final = frozenset(
+    {
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "transfer-encoding",
+        "host",
+        "connection",
+        "te",
+        "upgrade",
+        "inference-header-content-length",
+    }
+)
 
 
 def _type_name(value: object) -> str:
@@ -111,7 +126,15 @@ def check_headers(headers: object) -> dict[str, str]:
     checked: dict[str, str] = {}
     for name, value in headers.items():
         if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
-            raise InvalidInputError(f"invalid header name {name!r}")
+            raise InvalidInputError(
+                f"invalid header name {name!r}: letters, digits, '-', '_' and '.' only"
+            )
+        lowered = name.lower()
+        if lowered in _RESERVED_HEADERS or lowered.startswith("grpc-") or lowered.endswith("-bin"):
+            raise InvalidInputError(
+                f"header {name!r} is set by the transport (or is binary gRPC metadata); "
+                "it cannot be given"
+            )
         given: Any = value
         if not isinstance(given, str) or not _HEADER_VALUE.fullmatch(given):
             # The value is not shown: headers often carry credentials.

@@ -24,8 +24,9 @@ from ._base import (
     client_repr,
     closed_error,
     config_json,
+    merge_fields,
 )
-from ._call import CallContext, CallHook, CallOptions
+from ._call import CallContext, CallHook, CallOptions, run_before_send
 from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
 from ._concurrency import (
@@ -37,7 +38,13 @@ from ._concurrency import (
     sleep,
 )
 from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
-from ._errors import InferenceError, ModelNotFoundError, TritonError, TritonTimeoutError
+from ._errors import (
+    InferenceError,
+    InvalidInputError,
+    ModelNotFoundError,
+    TritonError,
+    TritonTimeoutError,
+)
 from ._generate import JSONValue
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
 from ._operations import (
@@ -168,7 +175,11 @@ class Client:
             hooks=hooks,
         )
         self._shared_memory = check_mode(shared_memory)
-        self._transport = transport or _open_transport(self._settings)
+        if transport is not None and not isinstance(transport, Transport):
+            raise InvalidInputError(
+                f"transport must be a ts.Transport, got {type(transport).__name__}"
+            )
+        self._transport = _open_transport(self._settings) if transport is None else transport
         self._chunks = ChunkRunner("Client")
         self._regions = RegionPool()
         self._server_reads_our_memory: bool | None = None  # None: not tried yet
@@ -196,8 +207,7 @@ class Client:
         hooks = self._settings.hooks
         if not hooks:
             return self._transport.call(op, ctx)
-        for hook in hooks:
-            hook.before_send(op, ctx)
+        run_before_send(hooks, op, ctx)
         try:
             result = self._transport.call(op, ctx)
         except TritonError as error:
@@ -246,12 +256,12 @@ class Client:
         """The responses of a streamed op; never retried."""
         if self._closed:
             raise closed_error("Client")
-        return self._responses(op, options.context(op))
+        # Streams are never retried: the retry deadline does not cut their waits.
+        return self._responses(op, attrs.evolve(options, deadline_at=None).context(op))
 
     def _responses(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         hooks = self._settings.hooks
-        for hook in hooks:
-            hook.before_send(op, ctx)
+        run_before_send(hooks, op, ctx)
         responses = self._transport.stream(op, ctx)
         try:
             for item in responses:
@@ -789,7 +799,7 @@ class Model(ModelCore):
         parameters. Returns the response's outputs (a one-element output as its plain
         value, BYTES as text). Works on gRPC too, through an inference or a stream.
         """
-        op = Generate(self.spec, self.version, {**(fields or {}), **named_fields}, parameters)
+        op = Generate(self.spec, self.version, merge_fields(fields, named_fields), parameters)
         return self._client._run(op, self._client._options(timeout, headers, retry))
 
     def generate_stream(
@@ -803,7 +813,7 @@ class Model(ModelCore):
         **named_fields: object,
     ) -> ResponseStream[dict[str, JSONValue]]:
         """Like :meth:`generate`, yielding the fields of each response as it arrives."""
-        merged = {**(fields or {}), **named_fields}
+        merged = merge_fields(fields, named_fields)
         op = GenerateStream(self.spec, self.version, merged, parameters)
         return ResponseStream(self._client._stream(op, self._client._options(timeout, headers)))
 

@@ -8,6 +8,7 @@ blocking twin. Everything else the two clients do is the same text.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections import deque
@@ -102,7 +103,9 @@ class ChunkRunner:
                 )
             executor = self._executor
         try:
-            return list(executor.map(send, chunks))
+            # Each chunk runs in the caller's context (contextvars: a tracer's span).
+            futures = [executor.submit(contextvars.copy_context().run, send, c) for c in chunks]
+            return [future.result() for future in futures]
         except RuntimeError as exc:  # the pool was shut down by close() meanwhile
             raise closed_error(self._kind) from exc
 
@@ -153,7 +156,8 @@ class Window:
         return len(self._pending)
 
     def submit(self, work: Callable[[A], R], item: A) -> None:
-        self._pending.append(self._pool.submit(work, item))
+        context = contextvars.copy_context()  # the caller's, for hooks (a tracer's span)
+        self._pending.append(self._pool.submit(context.run, work, item))
 
     def oldest(self) -> Any:
         """Wait for the oldest batch and return its answer."""

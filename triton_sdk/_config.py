@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 import random
 from collections.abc import Callable
 from typing import Any, Final, Literal
@@ -18,6 +19,7 @@ __all__ = [
     "NotGiven",
     "RetryPolicy",
     "TLSConfig",
+    "check_metrics_url",
     "parse_url",
     "redact_url",
 ]
@@ -41,8 +43,15 @@ DEFAULT_TIMEOUT: Final = 60.0
 """Seconds each attempt of a call may take unless the client or the call says otherwise."""
 
 
-def _at_least(minimum: float) -> Callable[[object, attrs.Attribute[Any], float], None]:
+def _at_least(
+    minimum: float, integer: bool = False
+) -> Callable[[object, attrs.Attribute[Any], float], None]:
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+
     def check(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            kind = "an int" if integer else "a number"
+            raise InvalidInputError(f"{attribute.name} must be {kind}, got {type(value).__name__}")
         if not value >= minimum:
             raise InvalidInputError(f"{attribute.name} must be >= {minimum}, got {value!r}")
 
@@ -52,7 +61,13 @@ def _at_least(minimum: float) -> Callable[[object, attrs.Attribute[Any], float],
 def _optional_positive(
     instance: object, attribute: attrs.Attribute[float | None], value: float | None
 ) -> None:
-    if value is not None and not value > 0:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputError(
+            f"{attribute.name} must be a number or None, got {type(value).__name__}"
+        )
+    if not value > 0:
         raise InvalidInputError(f"{attribute.name} must be > 0 or None, got {value!r}")
 
 
@@ -77,7 +92,7 @@ class RetryPolicy:
             ``None`` for no bound beyond ``max_attempts``.
     """
 
-    max_attempts: int = attrs.field(default=3, validator=_at_least(1))
+    max_attempts: int = attrs.field(default=3, validator=_at_least(1, integer=True))
     initial_backoff: float = attrs.field(default=0.1, validator=_at_least(0))
     max_backoff: float = attrs.field(default=5.0, validator=_at_least(0))
     multiplier: float = attrs.field(default=2.0, validator=_at_least(1))
@@ -110,6 +125,20 @@ class RetryPolicy:
 _random = random.Random()
 
 
+def _path(value: object) -> str | None:
+    """A file name: a str or an os.PathLike."""
+    if value is None:
+        return None
+    if isinstance(value, str | os.PathLike):
+        return os.fspath(value)
+    raise InvalidInputError(f"TLS files are paths (str), got {type(value).__name__}")
+
+
+def _optional_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidInputError(f"{attribute.name} must be a str, got {type(value).__name__}")
+
+
 @attrs.frozen(kw_only=True)
 class TLSConfig:
     """Files for TLS connections (``grpcs://`` and ``https://`` URLs).
@@ -123,10 +152,10 @@ class TLSConfig:
             differs from the host in the URL.
     """
 
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    server_hostname: str | None = None
+    ca_file: str | None = attrs.field(default=None, converter=_path)
+    cert_file: str | None = attrs.field(default=None, converter=_path)
+    key_file: str | None = attrs.field(default=None, converter=_path)
+    server_hostname: str | None = attrs.field(default=None, validator=_optional_text)
 
     def __attrs_post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
@@ -176,16 +205,42 @@ def redact_url(url: str) -> str:
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "", text
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        authority = "***@" + authority.rpartition("@")[2]
-    path = slash + path
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
     for mark in ("?", "#"):
-        if mark in path:
-            path = path.partition(mark)[0] + mark + "***"
-    if "?" in authority or "#" in authority:
-        authority = authority.split("?")[0].split("#")[0] + "?***"
-    return f"{scheme}{sep}{authority}{path}"
+        if mark in rest:
+            rest = rest.partition(mark)[0] + mark + "***"
+    return f"{scheme}{sep}{rest}"
+
+
+def check_url_secrets(url: str, shown: str) -> None:
+    """Refuse credentials in a URL: they belong in headers, where they are never shown."""
+    if "@" in url:
+        raise InvalidInputError(
+            f"credentials in the URL {shown!r} are not sent: give them as headers "
+            '(e.g. headers={"authorization": "Bearer ..."})'
+        )
+    if "?" in url or "#" in url:
+        raise InvalidInputError(
+            f"a URL here cannot have a query or fragment: {shown!r}; credentials go in "
+            'headers (e.g. headers={"authorization": "Bearer ..."})'
+        )
+
+
+def check_metrics_url(url: object) -> str:
+    """An ``http(s)://host[:port][/path]`` URL without credentials."""
+    if not isinstance(url, str):
+        raise InvalidInputError(f"the metrics URL must be a str, got {type(url).__name__}")
+    shown = redact_url(url)
+    check_url_secrets(url, shown)
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise InvalidInputError(f"not a metrics URL: {shown!r} (expected http(s)://host:port/path)")
+    return url
 
 
 def parse_url(url: str) -> Endpoint:
@@ -214,16 +269,7 @@ def parse_url(url: str) -> Endpoint:
             f"unsupported URL scheme {parts.scheme!r} in {shown!r}; "
             "use grpc://, grpcs://, http:// or https://"
         )
-    if "@" in parts.netloc:
-        raise InvalidInputError(
-            f"credentials in the URL {shown!r} are not sent: give them as headers "
-            '(e.g. headers={"authorization": "Bearer ..."})'
-        )
-    if parts.query or parts.fragment or text.endswith(("?", "#")):
-        raise InvalidInputError(
-            f"a client URL cannot have a query or fragment: {shown!r}; credentials go in "
-            'headers (e.g. headers={"authorization": "Bearer ..."})'
-        )
+    check_url_secrets(text, shown)
     protocol, tls, default_port = _SCHEMES[scheme]
     if not parts.hostname:
         raise InvalidInputError(f"no host in URL {shown!r}")

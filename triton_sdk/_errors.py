@@ -150,8 +150,9 @@ def classify_status(
         model=model,
         request_id=request_id,
         retryable=retryable,
-        # A deadline that passed says nothing of whether the server ran the request.
-        may_have_run=error_class is TritonTimeoutError,
+        # A deadline that passed says nothing of whether the server ran the request, nor
+        # does a gateway (502/504) that forwarded it and lost the answer.
+        may_have_run=error_class is TritonTimeoutError or status in (502, 504),
     )
 
 

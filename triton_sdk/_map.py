@@ -173,7 +173,8 @@ class MapPlan:
         Only when collecting errors, and only after the server refused the batch: a
         timed-out or cut-off batch may still run on the server, and is not sent again.
         """
-        return self.collect and len(samples) > 1 and type(error) is InferenceError
+        refused = type(error) is InferenceError and not (error.retryable or error.may_have_run)
+        return self.collect and len(samples) > 1 and refused
 
     def emit(self, outcome: Outcome) -> Outcome:
         """An outcome as map yields it: errors are raised unless they are collected."""

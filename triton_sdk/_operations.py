@@ -280,7 +280,10 @@ def trace_updates(
     """The settings to send, as the protocol takes them (lists of strings)."""
     updates: dict[str, list[str]] = {}
     if level is not None:
-        updates["trace_level"] = [level] if isinstance(level, str) else list(level)
+        levels = [level] if isinstance(level, str) else list(level)
+        if not all(isinstance(item, str) for item in levels):
+            raise InvalidInputError(f"trace levels are str such as 'TIMESTAMPS', got {level!r}")
+        updates["trace_level"] = levels
     for key, value in (
         ("trace_rate", rate),
         ("trace_count", count),

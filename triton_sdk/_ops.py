@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeAlias, Ty
 import attrs
 
 from ._checks import check_model_name, check_version
+from ._config import check_metrics_url
+from ._errors import InvalidInputError
 from ._result import InferResult
 from ._spec import ModelSpec
 
@@ -136,6 +138,20 @@ def _version(instance: object, attribute: attrs.Attribute[Any], value: object) -
     check_version(value)
 
 
+def _files(instance: object, attribute: attrs.Attribute[Any], files: object) -> None:
+    if files is None:
+        return
+    if not isinstance(files, Mapping) or not all(
+        isinstance(path, str) and isinstance(content, bytes) for path, content in files.items()
+    ):
+        raise InvalidInputError('files maps "file:<path>" (str) to its content (bytes)')
+
+
+def _flag(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{attribute.name} must be a bool, got {type(value).__name__}")
+
+
 def _name_field() -> Any:
     return attrs.field(validator=_model_name)
 
@@ -217,7 +233,7 @@ class LoadModel(_ModelOp, Op[None]):
 
     name: str = _name_field()
     config: str | None = None
-    files: Mapping[str, bytes] | None = None
+    files: Mapping[str, bytes] | None = attrs.field(default=None, validator=_files)
     call = "load_model"
 
     @property
@@ -228,7 +244,7 @@ class LoadModel(_ModelOp, Op[None]):
 @attrs.frozen
 class UnloadModel(_ModelOp, Op[None]):
     name: str = _name_field()
-    unload_dependents: bool = False
+    unload_dependents: bool = attrs.field(default=False, validator=_flag)
     call = "unload_model"
 
 
@@ -284,7 +300,7 @@ class UpdateLogSettings(Op[JSON]):
 class FetchMetrics(Op[str]):
     """The text of the server's Prometheus endpoint at ``url`` (its own port)."""
 
-    url: str
+    url: str = attrs.field(validator=lambda _, __, url: check_metrics_url(url))
     call = "metrics"
 
 

@@ -22,7 +22,14 @@ from .._config import Endpoint, TLSConfig
 from .._http_codec import HEADER_LENGTH, HttpCall, HttpCodec, HttpStream
 from .._ops import FetchMetrics, Op, StreamOp
 from ._errors import closed_error, http_error
-from ._http_pool import AnswerLost, ConnectionPool, body_of, header_length, ssl_context
+from ._http_pool import (
+    AnswerLost,
+    ConnectionPool,
+    PoolClosed,
+    body_of,
+    header_length,
+    ssl_context,
+)
 from ._loop import check_loop
 from ._metrics import fetch_metrics, fetch_metrics_async
 
@@ -66,6 +73,8 @@ class HttpTransport:
             status, length, data = self._pool.request(
                 call.method, call.path, body, headers, ctx.timeout
             )
+        except PoolClosed as exc:
+            raise closed_error(exc) from exc
         except AnswerLost as lost:
             error = http_error(lost.cause, op, ctx.timeout)
             error.may_have_run = True
@@ -83,23 +92,25 @@ class HttpTransport:
             connection, response = self._pool.open_stream(
                 call.method, call.path, body, headers, ctx.timeout
             )
+        except PoolClosed as exc:
+            raise closed_error(exc) from exc
         except _HTTP_FAILURES as exc:
             raise http_error(exc, op, ctx.timeout) from exc
         try:
-            if response.status != 200:
-                call.check(response.status, None, response.read())
             decoder = call.decoder()
-            # read1 rather than readline: readline reports a stream that broke off as a
-            # clean end, read1 raises IncompleteRead.
             while True:
+                # read1 rather than readline: readline reports a stream that broke off as
+                # a clean end, read1 raises IncompleteRead.
                 try:
+                    if response.status != 200:
+                        call.check(response.status, None, response.read())
                     data = response.read1(65536)
-                except _HTTP_FAILURES as exc:
+                    items = decoder.feed(data) if data else decoder.finish()
+                except _HTTP_FAILURES as exc:  # UnicodeDecodeError is a ValueError
                     raise http_error(exc, op, ctx.timeout) from exc
+                yield from items
                 if not data:
                     break
-                yield from decoder.feed(data)
-            yield from decoder.finish()
         finally:
             connection.close()
 

@@ -15,7 +15,7 @@ from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError
 from .._http_codec import HEADER_LENGTH
 
-__all__ = ["AnswerLost", "ConnectionPool", "body_of", "header_length", "ssl_context"]
+__all__ = ["AnswerLost", "ConnectionPool", "PoolClosed", "body_of", "header_length", "ssl_context"]
 
 JOIN_BELOW: Final = 64 * 1024
 """Bodies smaller than this are joined and sent in one write; larger ones part by part."""
@@ -174,6 +174,10 @@ class AnswerLost(Exception):
         self.cause = cause
 
 
+class PoolClosed(Exception):
+    """The pool was closed: no new exchange may start."""
+
+
 class ConnectionPool:
     """Keep-alive ``http.client`` connections, handed to one thread at a time."""
 
@@ -181,6 +185,7 @@ class ConnectionPool:
         # First, so that __del__ works even when reading the TLS files fails below.
         self._idle: deque[http.client.HTTPConnection] = deque()
         self._max_idle = max_idle
+        self._closed = False
         self._host = endpoint.host
         self._port = endpoint.port
         self._context = ssl_context(tls) if endpoint.tls else None
@@ -215,6 +220,8 @@ class ConnectionPool:
         A connection that breaks after the request went out is reported, not repeated:
         whether to send again is the retry policy's decision.
         """
+        if self._closed:
+            raise PoolClosed("the client's connections are closed")
         connection = self._idle_connection()
         if connection is None:
             connection = self._connect(timeout)
@@ -270,7 +277,7 @@ class ConnectionPool:
         except BaseException:
             connection.close()
             raise
-        if response.will_close or len(self._idle) >= self._max_idle:
+        if response.will_close or self._closed or len(self._idle) >= self._max_idle:
             connection.close()
         else:
             self._idle.append(connection)
@@ -288,6 +295,8 @@ class ConnectionPool:
 
         The caller closes the connection when done; ``timeout`` bounds each read.
         """
+        if self._closed:
+            raise PoolClosed("the client's connections are closed")
         connection = self._connect(timeout)
         try:
             connection.request(method, path, body, dict(headers))
@@ -297,6 +306,7 @@ class ConnectionPool:
             raise
 
     def close(self) -> None:
+        self._closed = True
         while self._idle:
             self._idle.pop().close()
 

@@ -11,8 +11,8 @@ import ssl
 from urllib.parse import SplitResult, urlsplit
 
 from .._call import CallContext
-from .._config import TLSConfig
-from .._errors import InvalidInputError, TritonError
+from .._config import TLSConfig, check_metrics_url, redact_url
+from .._errors import TritonError
 from .._http_codec import error_from_response
 from ._errors import http_error
 from ._http_pool import ssl_context
@@ -21,19 +21,14 @@ __all__ = ["fetch_metrics", "fetch_metrics_async"]
 
 
 def _checked_url(url: str) -> tuple[SplitResult, int | None]:
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-        raise InvalidInputError(f"not a metrics URL: {url!r} (expected http(s)://host:port/path)")
-    return parts, port
+    parts = urlsplit(check_metrics_url(url))
+    return parts, parts.port
 
 
 def _failure(exc: BaseException, url: str, timeout: float | None) -> TritonError:
     error = http_error(exc, None, timeout)
-    return type(error)(f"cannot read metrics from {url}: {error}", retryable=error.retryable)
+    shown = redact_url(url)
+    return type(error)(f"cannot read metrics from {shown}: {error}", retryable=error.retryable)
 
 
 def _text(status: int, body: bytes) -> str:
