@@ -50,6 +50,19 @@ def tests_numpy2(session: nox.Session) -> None:
 
 
 @nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmarks, each printing ratios against raw tritonclient measured side by side.
+
+    Not part of the default sessions: timings are no test. See docs/performance.md.
+    """
+    session.install(".[server]")
+    session.run("python", "bench/overhead.py")
+    session.run("python", "bench/large.py")
+    if Path("bench/bytes.py").exists():
+        session.run("python", "bench/bytes.py")
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, and the generated blocking client is fresh."""
     session.install("ruff==0.17.6")

@@ -12,6 +12,7 @@ import attrs
 
 from ._call import CallHook, CallOptions
 from ._checks import check_headers, check_int, check_text, check_timeout
+from ._compression import Compression, check_compression
 from ._config import (
     Endpoint,
     NotGiven,
@@ -50,6 +51,7 @@ class ClientSettings:
     tls: TLSConfig | None
     metrics_url: str
     hooks: tuple[CallHook, ...] = ()
+    compression: Compression = None
 
     @classmethod
     def create(
@@ -62,6 +64,7 @@ class ClientSettings:
         tls: TLSConfig | None,
         metrics_url: str | None,
         hooks: Iterable[CallHook] = (),
+        compression: object = None,
     ) -> ClientSettings:
         """Check the client's arguments (callers without type checking can pass anything)."""
         endpoint = parse_url(url)
@@ -84,6 +87,7 @@ class ClientSettings:
             tls=tls,
             metrics_url=metrics_url or default_metrics_url(endpoint),
             hooks=checked_hooks,
+            compression=check_compression(compression),
         )
 
     def options(

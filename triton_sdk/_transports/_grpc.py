@@ -19,6 +19,7 @@ import grpc.aio
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from .._call import CallContext
+from .._compression import Compression
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError, TritonError, TritonTimeoutError
 from .._grpc_codec import GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
@@ -118,12 +119,22 @@ def _response_timeout(timeout: float | None, op: StreamOp[Any] | Op[Any]) -> Tri
 _END: Final = object()
 
 
+_ALGORITHMS: Final = {
+    None: None,
+    "gzip": grpc.Compression.Gzip,
+    "deflate": grpc.Compression.Deflate,
+}
+
+
 class GrpcTransport:
     """Blocking gRPC. grpc's channel is thread-safe, so one transport serves all threads."""
 
-    def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
+    def __init__(
+        self, endpoint: Endpoint, *, tls: TLSConfig | None, compression: Compression = None
+    ) -> None:
         self.endpoint = endpoint
         self._tls = tls
+        self._compression = _ALGORITHMS[compression]
         target = endpoint.authority
         if endpoint.tls:
             self._channel = grpc.secure_channel(
@@ -146,7 +157,10 @@ class GrpcTransport:
     def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
         try:
             return getattr(self._stub, call.rpc)(
-                call.message, timeout=ctx.timeout, metadata=self._metadata(ctx.headers)
+                call.message,
+                timeout=ctx.timeout,
+                metadata=self._metadata(ctx.headers),
+                compression=self._compression,
             )
         except ValueError as exc:  # a closed channel, or metadata grpc will not send
             raise self._refused(exc) from exc
@@ -172,7 +186,9 @@ class GrpcTransport:
         """
         try:
             call = self._stub.ModelStreamInfer(
-                iter((stream.message,)), metadata=self._metadata(ctx.headers)
+                iter((stream.message,)),
+                metadata=self._metadata(ctx.headers),
+                compression=self._compression,
             )
         except ValueError as exc:
             raise self._refused(exc) from exc
@@ -217,9 +233,12 @@ class GrpcTransport:
 class AsyncGrpcTransport:
     """gRPC on asyncio. The channel is opened on first use, inside the running loop."""
 
-    def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
+    def __init__(
+        self, endpoint: Endpoint, *, tls: TLSConfig | None, compression: Compression = None
+    ) -> None:
         self.endpoint = endpoint
         self._tls = tls
+        self._compression = _ALGORITHMS[compression]
         self._credentials = _credentials(tls) if endpoint.tls else None
         self._metadata = _Metadata()
         self._channel: grpc.aio.Channel | None = None
@@ -256,7 +275,10 @@ class AsyncGrpcTransport:
         stub = self._open()
         try:
             return await getattr(stub, call.rpc)(
-                call.message, timeout=ctx.timeout, metadata=self._metadata(ctx.headers)
+                call.message,
+                timeout=ctx.timeout,
+                metadata=self._metadata(ctx.headers),
+                compression=self._compression,
             )
         except grpc.RpcError as exc:
             raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
@@ -273,7 +295,9 @@ class AsyncGrpcTransport:
         self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
     ) -> AsyncIterator[T]:
         """The responses of one request on a bidirectional stream of its own."""
-        call = self._open().ModelStreamInfer(metadata=self._metadata(ctx.headers))
+        call = self._open().ModelStreamInfer(
+            metadata=self._metadata(ctx.headers), compression=self._compression
+        )
         timeout = ctx.timeout
         try:
             try:

@@ -18,6 +18,7 @@ from typing import Any, Final, TypeVar
 import aiohttp
 
 from .._call import CallContext
+from .._compression import Compression, compress, decompress
 from .._config import Endpoint, TLSConfig
 from .._http_codec import HEADER_LENGTH, HttpCall, HttpCodec, HttpStream
 from .._ops import FetchMetrics, Op, StreamOp
@@ -52,12 +53,25 @@ _AIOHTTP_FAILURES: Final = (
 )
 
 
+def _compressed(body: Any, compression: str, headers: dict[str, str]) -> tuple[Any, int]:
+    """The body compressed (headers say so), and the answer asked for compressed."""
+    headers["Accept-Encoding"] = compression
+    if body is None:
+        return None, 0
+    data = compress(body if isinstance(body, bytes) else b"".join(body), compression)
+    headers["Content-Encoding"] = compression
+    return data, len(data)
+
+
 class HttpTransport:
     """Blocking HTTP, safe to share between threads; each call takes its own timeout."""
 
-    def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
+    def __init__(
+        self, endpoint: Endpoint, *, tls: TLSConfig | None, compression: Compression = None
+    ) -> None:
         self.endpoint = endpoint
         self._tls = tls
+        self._compression = compression
         self._codec = HttpCodec(endpoint.base_path)
         self._pool = ConnectionPool(endpoint, tls)
 
@@ -67,6 +81,8 @@ class HttpTransport:
         call = self._codec.encode(op)
         body, size = body_of(call.body)
         headers = {**ctx.headers, **call.headers}
+        if self._compression is not None:
+            body, size = _compressed(body, self._compression, headers)
         if body is not None:
             headers["Content-Length"] = str(size)
         try:
@@ -121,10 +137,13 @@ class HttpTransport:
 class AsyncHttpTransport:
     """HTTP on asyncio through aiohttp; the session opens on first use, in the running loop."""
 
-    def __init__(self, endpoint: Endpoint, *, tls: TLSConfig | None) -> None:
+    def __init__(
+        self, endpoint: Endpoint, *, tls: TLSConfig | None, compression: Compression = None
+    ) -> None:
         self.endpoint = endpoint
         self._codec = HttpCodec(endpoint.base_path)
         self._tls = tls
+        self._compression = compression
         self._origin = f"{'https' if endpoint.tls else 'http'}://{endpoint.authority}"
         # Made now, so that unusable TLS files are refused when the client is made.
         self._ssl: ssl.SSLContext | bool = ssl_context(tls) if endpoint.tls else False
@@ -159,6 +178,9 @@ class AsyncHttpTransport:
         body, _ = body_of(call.body)
         if body is not None and not isinstance(body, bytes):
             body = b"".join(body)
+        headers = {**ctx.headers, **call.headers}
+        if self._compression is not None and isinstance(call, HttpCall):
+            body, _ = _compressed(body, self._compression, headers)
         if body is not None and len(body) >= _LARGE_BODY:
             # aiohttp sends a large body in pieces from a file-like object, and warns
             # (an error in strict test runs) when it is given raw bytes.
@@ -167,7 +189,7 @@ class AsyncHttpTransport:
             call.method,
             self._origin + call.path,
             data=body,
-            headers={**ctx.headers, **call.headers},
+            headers=headers,
             timeout=timeout,
             server_hostname=self._tls.server_hostname if self._tls else None,
         )
@@ -179,7 +201,7 @@ class AsyncHttpTransport:
         timeout = aiohttp.ClientTimeout(total=ctx.timeout)
         try:
             async with self._request(call, ctx, timeout) as response:
-                data = await response.read()
+                data = decompress(await response.read(), response.headers.get("Content-Encoding"))
                 status = response.status
                 length = header_length(response.headers.get(HEADER_LENGTH))
         except _AIOHTTP_FAILURES as exc:

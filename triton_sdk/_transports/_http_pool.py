@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
+from .._compression import decompress
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError
 from .._http_codec import HEADER_LENGTH
@@ -281,6 +282,7 @@ class ConnectionPool:
             connection.close()
         else:
             self._idle.append(connection)
+        data = decompress(data, response.getheader("Content-Encoding"))
         return response.status, header_length(response.getheader(HEADER_LENGTH)), data
 
     def open_stream(
