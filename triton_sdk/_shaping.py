@@ -6,14 +6,13 @@ client always declares the shape and datatype of the data it carries.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-from ._dtypes import BF16
+from ._dtypes import BF16, remember_encoding, serialize_bytes
 from ._errors import InvalidInputError
 from ._spec import ModelSpec, TensorSpec
 
@@ -40,7 +39,6 @@ class PreparedInputs(NamedTuple):
 
 
 _TEXT_KINDS: Final = frozenset("USO")
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _INTEGER_KINDS: Final = frozenset("iu")
 _MISSING: Final = object()
 
@@ -152,6 +150,11 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
     return _cast(array, target, spec, model)
 
 
+_LARGEST: Final[dict[np.dtype[Any], float]] = {
+    np.dtype(kind): float(np.finfo(kind).max) for kind in (np.float16, np.float32, np.float64)
+}
+_LARGEST[BF16] = 3.3895313892515355e38  # (2 - 2**-7) * 2**127
+
 MAX_TENSOR_BYTES: Final = 2**31 - 1
 """The most one input can carry: a gRPC message's limit, and well past Triton's HTTP one."""
 
@@ -223,34 +226,42 @@ def _cast_floats(
     array: np.ndarray[Any, Any], target: np.dtype[Any], spec: TensorSpec, model: str
 ) -> np.ndarray[Any, Any]:
     """A float cast that refuses finite values the target cannot hold (they would be inf)."""
+    largest = _LARGEST.get(target)
+    if array.dtype.kind != "f" or largest is None or not array.size:
+        return array.astype(target)  # from integers, or nothing to check
+    if _LARGEST.get(array.dtype, np.inf) <= largest:
+        return array.astype(target)  # a float that widens: nothing overflows
+    if not np.abs(array).max() > largest:  # (a NaN peak compares False: fine)
+        return array.astype(target)
+    # Something is out of range, or is inf already (which may pass): look closer.
     with np.errstate(over="ignore", invalid="ignore"):
         cast = array.astype(target)
-    if array.dtype.kind == "f" and array.size:
-        overflowed = np.isinf(cast)
-        if overflowed.any():
-            overflowed &= ~np.isinf(array)
-            if overflowed.any():
-                bad = array[overflowed].flat[0]
-                raise InvalidInputError(
-                    f"input {spec.name!r} is {spec.datatype}: value {bad!r} is outside its "
-                    "range (it would become inf)",
-                    model=model,
-                )
+    overflowed = np.isinf(cast) & ~np.isinf(array)
+    if overflowed.any():
+        bad = array[overflowed].flat[0]
+        raise InvalidInputError(
+            f"input {spec.name!r} is {spec.datatype}: value {bad!r} is outside its "
+            "range (it would become inf)",
+            model=model,
+        )
     return cast
 
 
 def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:
+    """A new object array of the value's str and bytes elements, checked and encoded.
+
+    The one pass over the elements happens here: the wire payload it makes is remembered
+    with the array (a private copy, so what is sent is what was checked), and the wire
+    reuses it for the array, its reshapes and its row slices.
+    """
     if isinstance(value, np.ndarray):
-        kind = value.dtype.kind
-        if kind in "US":
-            return value.astype(np.object_)
-        if kind != "O":
+        if value.dtype.kind not in "USO":
             raise InvalidInputError(
                 f"input {spec.name!r} is BYTES: it takes str or bytes, "
                 f"got an array of {value.dtype}",
                 model=model,
             )
-        array: np.ndarray[Any, Any] = value
+        array: np.ndarray[Any, Any] = value.astype(np.object_, order="C")
     elif isinstance(value, str | bytes):
         array = np.empty((), dtype=np.object_)
         array[()] = value
@@ -262,19 +273,11 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
                 f"input {spec.name!r}: cannot make an array of the value given ({exc})",
                 model=model,
             ) from exc
-    for index, item in enumerate(array.flat):
-        if isinstance(item, str) and _SURROGATE.search(item):
-            raise InvalidInputError(
-                f"input {spec.name!r}: the str at flat index {index} is not valid text (it "
-                "has a lone surrogate, which UTF-8 cannot carry)",
-                model=model,
-            )
-        if not isinstance(item, str | bytes):
-            raise InvalidInputError(
-                f"input {spec.name!r} is BYTES: its elements must be str or bytes, "
-                f"got {type(item).__name__} at flat index {index}",
-                model=model,
-            )
+    try:
+        encoded = serialize_bytes(array.reshape(-1).tolist(), spec.name)
+    except TypeError as exc:
+        raise InvalidInputError(str(exc), model=model) from None
+    remember_encoding(array, encoded)
     return array
 
 

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._dtypes import DATATYPES, encode_bytes
+from ._dtypes import DATATYPES, encode_bytes, encoded_payload
 from ._errors import InvalidInputError
 from ._shaping import Tensor
 
@@ -36,8 +36,13 @@ def declared_count(shape: Sequence[int], name: str) -> int:
 
 
 def _bytes_payload(tensor: Tensor) -> bytes:
+    """The BYTES payload: the one shaping encoded when it checked the elements, or (for a
+    tensor built otherwise, such as a batch joined from samples) checked and encoded here."""
     array = tensor.array
     count = declared_count(array.shape, tensor.name)
+    payload = encoded_payload(array)
+    if payload is not None:
+        return payload
     items = array.reshape(-1).tolist()
     if len(items) != count:
         raise InvalidInputError(
