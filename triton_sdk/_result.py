@@ -200,7 +200,10 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
             f"output {name!r}: shape {list(shape)} needs {size} bytes, its region has "
             f"{slot.byte_size}"
         )
-    return decode_output(name, datatype, shape, slot.region.view(size, slot.offset)).copy()
+    copied: Array = np.array(
+        decode_output(name, datatype, shape, slot.region.view(size, slot.offset))
+    )
+    return copied
 
 
 def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: object) -> Array:
