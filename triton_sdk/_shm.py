@@ -14,7 +14,9 @@ closing its client (:func:`stale_regions`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import math
 import mmap
 import os
 import secrets
@@ -26,7 +28,8 @@ from typing import Any, Final
 import attrs
 import numpy as np
 
-from ._errors import TritonError
+from ._dtypes import numpy_dtype
+from ._errors import InvalidInputError
 from ._request import InferRequest, RequestedOutput
 from ._spec import ModelSpec
 
@@ -68,14 +71,8 @@ HOST: Final = _host_tag()
 
 def check_mode(mode: object) -> str:
     if mode not in MODES:
-        raise_invalid(mode)
+        raise InvalidInputError(f"shared_memory must be 'auto', 'off' or 'system', got {mode!r}")
     return str(mode)
-
-
-def raise_invalid(mode: object) -> None:
-    from ._errors import InvalidInputError
-
-    raise InvalidInputError(f"shared_memory must be 'auto', 'off' or 'system', got {mode!r}")
 
 
 class Region:
@@ -206,52 +203,51 @@ class Placement:
         return list(seen.values())
 
 
-def _output_bytes(spec: ModelSpec, name: str, batch: int | None) -> int | None:
-    """The byte size of an output known from the spec, or None (variable or BYTES)."""
-    tensor = spec.outputs[name]
-    if tensor.datatype == "BYTES" or any(dim < 0 for dim in tensor.shape):
+@functools.lru_cache(maxsize=1024)
+def _sample_bytes(datatype: str, shape: tuple[int, ...]) -> int | None:
+    """The byte size of one sample of an output, when the config fixes it."""
+    if datatype == "BYTES" or any(dim < 0 for dim in shape):
         return None
-    count = int(np.prod(tensor.shape, dtype=np.int64)) * (batch if batch is not None else 1)
-    return count * tensor.dtype.itemsize
+    return math.prod(shape) * numpy_dtype(datatype).itemsize
 
 
 def place(
     request: InferRequest, spec: ModelSpec, pool: RegionPool, threshold: int
 ) -> tuple[InferRequest, Placement] | None:
-    """The request with its large tensors in regions of ``pool``, or None if none is."""
-    inputs: dict[str, Slot] = {}
-    for tensor in request.inputs:
-        array = tensor.array
-        if tensor.datatype == "BYTES" or array.nbytes < threshold:
-            continue
-        region = pool.take(array.nbytes)
-        target = np.frombuffer(region.view(array.nbytes), dtype=array.dtype.newbyteorder("<"))
-        np.copyto(target.reshape(array.shape), array, casting="equiv")
-        inputs[tensor.name] = Slot(region, 0, array.nbytes)
-    batch = request.inputs[0].array.shape[0] if spec.batched and request.inputs else None
+    """The request with its large tensors in regions of ``pool``, or None if none is.
+
+    Runs on every call of a client whose mode allows shared memory, so the common case,
+    nothing large, is decided without allocating.
+    """
+    large = [
+        tensor
+        for tensor in request.inputs
+        if tensor.array.nbytes >= threshold and tensor.datatype != "BYTES"
+    ]
+    batch = request.inputs[0].array.shape[0] if spec.batched and request.inputs else 1
     wanted = (
         [output.name for output in request.outputs]
         if request.outputs is not None
         else list(spec.outputs)
     )
-    outputs: dict[str, Slot] = {}
+    sizes = {}
     for name in wanted:
-        size = _output_bytes(spec, name, batch)
-        if size is not None and size >= threshold:
-            outputs[name] = Slot(pool.take(size), 0, size)
-    if not inputs and not outputs:
+        output = spec.outputs[name]
+        per_sample = _sample_bytes(output.datatype, output.shape)
+        if per_sample is not None and per_sample * batch >= threshold:
+            sizes[name] = per_sample * batch
+    if not large and not sizes:
         return None
+    inputs: dict[str, Slot] = {}
+    for tensor in large:
+        array = tensor.array
+        region = pool.take(array.nbytes)
+        target = np.frombuffer(region.view(array.nbytes), dtype=array.dtype.newbyteorder("<"))
+        np.copyto(target.reshape(array.shape), array, casting="equiv")
+        inputs[tensor.name] = Slot(region, 0, array.nbytes)
+    outputs = {name: Slot(pool.take(size), 0, size) for name, size in sizes.items()}
     requested = request.outputs
     if outputs and requested is None:
         requested = tuple(RequestedOutput(name) for name in wanted)
-    placed = attrs.evolve(request, outputs=requested, shared_memory=Placement(inputs, outputs))
-    return placed, placed.shared_memory  # type: ignore[return-value]
-
-
-def refused(error: TritonError) -> bool:
-    """Whether the server refused client shared memory, or cannot open this host's."""
-    message = error.message.lower()
-    return any(
-        hint in message
-        for hint in ("shared memory", "shared_memory", "unable to open", "not allowed", "shm")
-    )
+    placement = Placement(inputs, outputs)
+    return attrs.evolve(request, outputs=requested, shared_memory=placement), placement
