@@ -80,23 +80,16 @@ class Route:
     field: str | None = None
 
 
-class Op(Generic[T_co]):
-    """A unary server call whose answer is a ``T_co``.
+class _Call:
+    """What every server call says of itself.
 
     Attributes:
         call: the call's name, for logs, hooks and errors (``"infer"``, ``"load_model"``).
-        idempotent: whether sending it twice is harmless, so the retry policy may.
-        route: set on plain calls, see :class:`Route`.
     """
 
     __slots__ = ()
 
     call: ClassVar[str]
-    route: ClassVar[Route | None] = None
-
-    @property
-    def idempotent(self) -> bool:
-        return True
 
     @property
     def model(self) -> str | None:
@@ -109,20 +102,27 @@ class Op(Generic[T_co]):
         return None
 
 
-class StreamOp(Generic[T_co]):
-    """A call answered by a stream of ``T_co``: never retried, read as it arrives."""
+class Op(_Call, Generic[T_co]):
+    """A unary server call whose answer is a ``T_co``.
+
+    Attributes:
+        idempotent: whether sending it twice is harmless, so the retry policy may.
+        route: set on plain calls, see :class:`Route`.
+    """
 
     __slots__ = ()
 
-    call: ClassVar[str]
+    route: ClassVar[Route | None] = None
 
     @property
-    def model(self) -> str | None:
-        return None
+    def idempotent(self) -> bool:
+        return True
 
-    @property
-    def request_id(self) -> str | None:
-        return None
+
+class StreamOp(_Call, Generic[T_co]):
+    """A call answered by a stream of ``T_co``: never retried, read as it arrives."""
+
+    __slots__ = ()
 
 
 def _model_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
