@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._call import AnyOp
 from .._errors import (
     InvalidInputError,
     TritonConnectionError,
@@ -15,11 +16,8 @@ from .._errors import (
     classify_status,
     classify_transport_error,
 )
-from .._ops import Op, StreamOp
 
 __all__ = ["closed_error", "grpc_error", "http_error", "refused_error"]
-
-AnyOp = Op[Any] | StreamOp[Any]
 
 
 def http_error(exc: BaseException, op: AnyOp | None, timeout: float | None) -> TritonError:
