@@ -87,7 +87,7 @@ from ._retry import StopAt, final_error, retrying_kwargs, should_retry
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._shm import (
-    DEFAULT_THRESHOLD,
+    PlacementPlan,
     Region,
     RegionPool,
     SharedMemory,
@@ -234,7 +234,9 @@ class AsyncClient:
             raise closed_error("AsyncClient")
         policy = options.retry
         try:
-            return await self._send(op, options.context(op))
+            if self._settings.hooks:
+                return await self._send(op, options.context(op))
+            return await self._transport.acall(op, options.context(op))
         except TritonError as error:
             if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
                 raise
@@ -515,31 +517,31 @@ class AsyncClient:
     async def _infer(
         self,
         requests: list[InferRequest],
-        spec: ModelSpec,
+        plan: PlacementPlan,
         options: CallOptions,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
     ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
-        mode = (
-            self._shared_memory
-            if isinstance(shared_memory, NotGiven)
-            else check_mode(shared_memory)
-        )
+        mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
         if len(requests) == 1:
-            return await self._infer_one(requests[0], spec, options, mode)
+            return await self._infer_one(requests[0], plan, options, mode)
 
         async def chunk(request: InferRequest) -> InferResult:
-            return await self._infer_one(request, spec, options, mode)
+            return await self._infer_one(request, plan, options, mode)
 
         return InferResult.concatenate(await self._chunks.run(chunk, requests))
 
     async def _infer_one(
-        self, request: InferRequest, spec: ModelSpec, options: CallOptions, mode: SharedMemory
+        self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory
     ) -> InferResult:
         """One request; its large tensors through shared memory when the mode allows."""
-        if mode == "off" or (mode == "auto" and self._server_reads_our_memory is False):
+        if (
+            plan.sockets_only
+            or mode == "off"
+            or (mode == "auto" and self._server_reads_our_memory is False)
+        ):
             return await self._run(request, options)
-        placed = place(request, spec, self._regions, DEFAULT_THRESHOLD)
+        placed = place(request, plan, self._regions)
         if placed is None:
             return await self._run(request, options)
         shm_request, placement = placed
@@ -690,7 +692,7 @@ class AsyncModel(ModelCore):
             sample=False,
         )
         options = self._client._options(timeout, headers, retry)
-        return await self._client._infer(requests, self.spec, options, shared_memory)
+        return await self._client._infer(requests, self._placement, options, shared_memory)
 
     async def infer_sample(
         self,
@@ -722,7 +724,7 @@ class AsyncModel(ModelCore):
             sample=True,
         )
         options = self._client._options(timeout, headers, retry)
-        result = await self._client._infer(requests, self.spec, options, shared_memory)
+        result = await self._client._infer(requests, self._placement, options, shared_memory)
         return result.without_batch_axis() if self.spec.batched else result
 
     async def classify(
@@ -758,7 +760,7 @@ class AsyncModel(ModelCore):
             class_count=top_k,
         )
         options = self._client._options(timeout, headers, retry)
-        result = await self._client._infer(requests, self.spec, options, "off")
+        result = await self._client._infer(requests, self._placement, options, "off")
         return parse_classifications(result[name], batched=self.spec.batched)
 
     def stream(
@@ -959,7 +961,7 @@ class AsyncModelSequence:
         # Counted before it goes out, so that a request sent meanwhile (from another
         # task or thread) cannot carry START a second time.
         self._state.sent_one(end)
-        result = await model._client._infer([request], model.spec, options, shared_memory)
+        result = await model._client._infer([request], model._placement, options, shared_memory)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     async def infer(
@@ -1064,7 +1066,9 @@ class _AsyncMapRunner:
         options = client._options(self.timeout, self.headers, self.retry)
         try:
             request = plan.request(samples)
-            result = await client._infer([request], self.model.spec, options, self.shared_memory)
+            result = await client._infer(
+                [request], self.model._placement, options, self.shared_memory
+            )
         except TritonError as error:
             if plan.isolate(samples, error):
                 return [

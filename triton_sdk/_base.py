@@ -14,6 +14,7 @@ from ._call import CallHook, CallOptions
 from ._checks import check_headers, check_int, check_text, check_timeout
 from ._compression import Compression, check_compression
 from ._config import (
+    NOT_GIVEN,
     Endpoint,
     NotGiven,
     RetryPolicy,
@@ -32,6 +33,7 @@ from ._request import (
     output_names,
 )
 from ._shaping import InputValue, prepare_inputs, split_batch
+from ._shm import PlacementPlan
 from ._spec import ModelSpec
 
 __all__ = ["ClientSettings", "ModelCore", "Timeout"]
@@ -52,6 +54,15 @@ class ClientSettings:
     metrics_url: str
     hooks: tuple[CallHook, ...] = ()
     compression: Compression = None
+    _defaults: CallOptions | None = attrs.field(init=False, repr=False, eq=False)
+
+    @_defaults.default
+    def _options_of_plain_calls(self) -> CallOptions | None:
+        """The options of a call that sets none of its own, made once (None when the
+        retry policy has a deadline, which starts with each call)."""
+        if self.retry.deadline is not None:
+            return None
+        return CallOptions(self.timeout, self.retry, self.headers)
 
     @classmethod
     def create(
@@ -100,6 +111,10 @@ class ClientSettings:
 
         The retry deadline starts now, so every request of the call shares it.
         """
+        if timeout is NOT_GIVEN and retry is NOT_GIVEN and headers is None:
+            defaults = self._defaults
+            if defaults is not None:
+                return defaults
         policy = self.retry if isinstance(retry, NotGiven) else check_retry(retry)
         return CallOptions(
             self.timeout if isinstance(timeout, NotGiven) else check_timeout(timeout),
@@ -188,13 +203,14 @@ def merge_inputs(
 class ModelCore:
     """The half of a model handle that does no I/O: it turns a call into requests."""
 
-    __slots__ = ("_checked_outputs", "name", "spec", "version")
+    __slots__ = ("_checked_outputs", "_placement", "name", "spec", "version")
 
     def __init__(self, spec: ModelSpec, version: str | None) -> None:
         self.name = spec.name
         self.version = version
         self.spec = spec
         self._checked_outputs: dict[tuple[tuple[str, ...], int], tuple[RequestedOutput, ...]] = {}
+        self._placement = PlacementPlan(spec)
 
     def _outputs(
         self, outputs: Iterable[str] | None, class_count: int
@@ -202,6 +218,13 @@ class ModelCore:
         """Checked output requests, remembered: calls usually ask for the same outputs."""
         if outputs is None:
             return None
+        if type(outputs) is list or type(outputs) is tuple:  # the usual: look it up first
+            try:
+                checked = self._checked_outputs.get((tuple(outputs), class_count))
+            except TypeError:  # not names (unhashable): refused below
+                checked = None
+            if checked is not None:
+                return checked
         key = (output_names(outputs), class_count)
         checked = self._checked_outputs.get(key)
         if checked is None:
@@ -239,19 +262,24 @@ class ModelCore:
                 "responses): use model.stream(...) or model.generate_stream(...)",
                 model=self.name,
             )
-        prepared = prepare_inputs(self.spec, merge_inputs(inputs, named), sample=sample)
+        prepared = prepare_inputs(
+            self.spec, named if inputs is None else merge_inputs(inputs, named), sample=sample
+        )
+        # The checks of options left at their defaults are skipped: this runs on every call.
+        if type(request_id) is not str or request_id:
+            request_id = check_text(request_id, "request_id")
+        if type(priority) is not int or priority:
+            priority = check_priority(priority, self.name)
+        if parameters is not None:
+            parameters = check_parameters(parameters, self.name)
         request = InferRequest(
             model=self.name,
             version=self.version or "",
             inputs=prepared.tensors,
-            outputs=self._outputs(outputs, class_count),
-            request_id=(
-                request_id
-                if type(request_id) is str and not request_id
-                else check_text(request_id, "request_id")
-            ),
-            parameters=check_parameters(parameters, self.name),
-            priority=check_priority(priority, self.name),
+            outputs=None if outputs is None else self._outputs(outputs, class_count),
+            request_id=request_id,
+            parameters=parameters,
+            priority=priority,
             sequence_id=sequence.sequence_id if sequence else 0,
             sequence_start=sequence.start if sequence else False,
             sequence_end=sequence.end if sequence else False,

@@ -82,7 +82,7 @@ def run_before_send(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) ->
         ctx.timeout = check_timeout(ctx.timeout)
 
 
-@attrs.define(slots=True)
+@attrs.frozen
 class CallOptions:
     """The options of one public call, resolved against the client's once."""
 
@@ -93,5 +93,7 @@ class CallOptions:
 
     def context(self, op: AnyOp, attempt: int = 1) -> CallContext:
         """The context of an attempt; raises TritonTimeoutError past the deadline."""
+        if self.deadline_at is None:
+            return CallContext(op.call, op.model, self.headers, self.timeout, None, attempt)
         timeout = attempt_timeout(self.timeout, self.deadline_at, time.monotonic())
         return CallContext(op.call, op.model, self.headers, timeout, self.deadline_at, attempt)

@@ -88,7 +88,7 @@ from ._retry import StopAt, final_error, retrying_kwargs, should_retry
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._shm import (
-    DEFAULT_THRESHOLD,
+    PlacementPlan,
     Region,
     RegionPool,
     SharedMemory,
@@ -235,7 +235,9 @@ class Client:
             raise closed_error("Client")
         policy = options.retry
         try:
-            return self._send(op, options.context(op))
+            if self._settings.hooks:
+                return self._send(op, options.context(op))
+            return self._transport.call(op, options.context(op))
         except TritonError as error:
             if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
                 raise
@@ -512,31 +514,31 @@ class Client:
     def _infer(
         self,
         requests: list[InferRequest],
-        spec: ModelSpec,
+        plan: PlacementPlan,
         options: CallOptions,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
     ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
-        mode = (
-            self._shared_memory
-            if isinstance(shared_memory, NotGiven)
-            else check_mode(shared_memory)
-        )
+        mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
         if len(requests) == 1:
-            return self._infer_one(requests[0], spec, options, mode)
+            return self._infer_one(requests[0], plan, options, mode)
 
         def chunk(request: InferRequest) -> InferResult:
-            return self._infer_one(request, spec, options, mode)
+            return self._infer_one(request, plan, options, mode)
 
         return InferResult.concatenate(self._chunks.run(chunk, requests))
 
     def _infer_one(
-        self, request: InferRequest, spec: ModelSpec, options: CallOptions, mode: SharedMemory
+        self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory
     ) -> InferResult:
         """One request; its large tensors through shared memory when the mode allows."""
-        if mode == "off" or (mode == "auto" and self._server_reads_our_memory is False):
+        if (
+            plan.sockets_only
+            or mode == "off"
+            or (mode == "auto" and self._server_reads_our_memory is False)
+        ):
             return self._run(request, options)
-        placed = place(request, spec, self._regions, DEFAULT_THRESHOLD)
+        placed = place(request, plan, self._regions)
         if placed is None:
             return self._run(request, options)
         shm_request, placement = placed
@@ -685,7 +687,7 @@ class Model(ModelCore):
             sample=False,
         )
         options = self._client._options(timeout, headers, retry)
-        return self._client._infer(requests, self.spec, options, shared_memory)
+        return self._client._infer(requests, self._placement, options, shared_memory)
 
     def infer_sample(
         self,
@@ -717,7 +719,7 @@ class Model(ModelCore):
             sample=True,
         )
         options = self._client._options(timeout, headers, retry)
-        result = self._client._infer(requests, self.spec, options, shared_memory)
+        result = self._client._infer(requests, self._placement, options, shared_memory)
         return result.without_batch_axis() if self.spec.batched else result
 
     def classify(
@@ -753,7 +755,7 @@ class Model(ModelCore):
             class_count=top_k,
         )
         options = self._client._options(timeout, headers, retry)
-        result = self._client._infer(requests, self.spec, options, "off")
+        result = self._client._infer(requests, self._placement, options, "off")
         return parse_classifications(result[name], batched=self.spec.batched)
 
     def stream(
@@ -950,7 +952,7 @@ class ModelSequence:
         # Counted before it goes out, so that a request sent meanwhile (from another
         # task or thread) cannot carry START a second time.
         self._state.sent_one(end)
-        result = model._client._infer([request], model.spec, options, shared_memory)
+        result = model._client._infer([request], model._placement, options, shared_memory)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     def infer(
@@ -1055,7 +1057,7 @@ class _MapRunner:
         options = client._options(self.timeout, self.headers, self.retry)
         try:
             request = plan.request(samples)
-            result = client._infer([request], self.model.spec, options, self.shared_memory)
+            result = client._infer([request], self.model._placement, options, self.shared_memory)
         except TritonError as error:
             if plan.isolate(samples, error):
                 return [outcome for sample in samples for outcome in self._run_batch([sample])]

@@ -12,7 +12,7 @@ from typing import Any, Final, NamedTuple, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from ._dtypes import BF16, remember_encoding, serialize_bytes
+from ._dtypes import BF16, DATATYPES, remember_encoding, serialize_bytes
 from ._errors import InvalidInputError
 from ._spec import ModelSpec, TensorSpec
 
@@ -39,6 +39,7 @@ class PreparedInputs(NamedTuple):
 
 
 _TEXT_KINDS: Final = frozenset("USO")
+_NUMERIC: Final = {name: dtype for name, dtype in DATATYPES.items() if name != "BYTES"}
 _INTEGER_KINDS: Final = frozenset("iu")
 _MISSING: Final = object()
 
@@ -75,12 +76,23 @@ def prepare_inputs(
             if not tensor_spec.optional:
                 missing.append(name)
             continue
-        array = to_array(value, tensor_spec, spec.name)
-        if not batched:
-            array = _reshape_sample(array, tensor_spec, spec.name)
-        elif sample:
-            array = _reshape_sample(array, tensor_spec, spec.name)[np.newaxis]
+        dims = tensor_spec.shape
+        numeric = _NUMERIC.get(tensor_spec.datatype)
+        if (
+            numeric is not None
+            and type(value) is np.ndarray
+            and value.dtype == numeric
+            and 0 < value.nbytes <= MAX_TENSOR_BYTES
+        ):
+            array = value  # the common case: nothing to cast, no size to check
         else:
+            array = to_array(value, tensor_spec, spec.name)
+        if not batched or sample:
+            if array.shape != dims:
+                array = _reshape_sample(array, tensor_spec, spec.name)
+            if batched:
+                array = array[np.newaxis]
+        elif array.ndim != len(dims) + 1 or array.shape[1:] != dims:
             array = _reshape_batch(array, tensor_spec, spec.name)
         if batched:
             size = array.shape[0]

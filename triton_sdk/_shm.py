@@ -14,7 +14,6 @@ closing its client (:func:`stale_regions`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import math
 import mmap
@@ -36,6 +35,7 @@ from ._spec import ModelSpec
 __all__ = [
     "DEFAULT_THRESHOLD",
     "Placement",
+    "PlacementPlan",
     "Region",
     "RegionPool",
     "SharedMemory",
@@ -203,39 +203,74 @@ class Placement:
         return list(seen.values())
 
 
-@functools.lru_cache(maxsize=1024)
 def _sample_bytes(datatype: str, shape: tuple[int, ...]) -> int | None:
-    """The byte size of one sample of an output, when the config fixes it."""
+    """The byte size of one sample of a tensor, when the model fixes it (never for BYTES)."""
     if datatype == "BYTES" or any(dim < 0 for dim in shape):
         return None
     return math.prod(shape) * numpy_dtype(datatype).itemsize
 
 
+class PlacementPlan:
+    """What shared memory could carry for one model, worked out once per model handle.
+
+    ``sockets_only`` is true when no input or output of any request can reach the
+    threshold (every shape is fixed and small): such a model's calls skip :func:`place`.
+    """
+
+    __slots__ = ("_output_bytes", "sockets_only", "spec", "threshold")
+
+    def __init__(self, spec: ModelSpec, threshold: int = DEFAULT_THRESHOLD) -> None:
+        self.spec = spec
+        self.threshold = threshold
+        self._output_bytes = {
+            name: _sample_bytes(output.datatype, output.shape)
+            for name, output in spec.outputs.items()
+        }
+        samples = max(spec.max_batch_size, 1)  # larger batches are split into chunks
+        inputs = [
+            _sample_bytes(tensor.datatype, tensor.shape)
+            for tensor in spec.inputs.values()
+            if tensor.datatype != "BYTES"
+        ]
+        # Only fixed-size outputs go to regions; an input of any size may.
+        self.sockets_only = all(
+            size is not None and size * samples < threshold for size in inputs
+        ) and all(
+            size * samples < threshold for size in self._output_bytes.values() if size is not None
+        )
+
+    def output_bytes(self, name: str, batch: int) -> int | None:
+        """The byte size of an output of a ``batch``, when the model fixes it."""
+        per_sample = self._output_bytes.get(name)
+        return None if per_sample is None else per_sample * batch
+
+
 def place(
-    request: InferRequest, spec: ModelSpec, pool: RegionPool, threshold: int
+    request: InferRequest, plan: PlacementPlan, pool: RegionPool
 ) -> tuple[InferRequest, Placement] | None:
     """The request with its large tensors in regions of ``pool``, or None if none is.
 
-    Runs on every call of a client whose mode allows shared memory, so the common case,
-    nothing large, is decided without allocating.
+    Runs on every call of a client whose mode allows shared memory (unless the plan says
+    the model's tensors are all small), so the common case, nothing large, is decided
+    without allocating.
     """
+    threshold = plan.threshold
     large = [
         tensor
         for tensor in request.inputs
         if tensor.array.nbytes >= threshold and tensor.datatype != "BYTES"
     ]
-    batch = request.inputs[0].array.shape[0] if spec.batched and request.inputs else 1
+    batch = request.inputs[0].array.shape[0] if plan.spec.batched and request.inputs else 1
     wanted = (
         [output.name for output in request.outputs]
         if request.outputs is not None
-        else list(spec.outputs)
+        else list(plan.spec.outputs)
     )
     sizes = {}
     for name in wanted:
-        output = spec.outputs[name]
-        per_sample = _sample_bytes(output.datatype, output.shape)
-        if per_sample is not None and per_sample * batch >= threshold:
-            sizes[name] = per_sample * batch
+        size = plan.output_bytes(name, batch)
+        if size is not None and size >= threshold:
+            sizes[name] = size
     if not large and not sizes:
         return None
     inputs: dict[str, Slot] = {}

@@ -11,7 +11,7 @@ import pytest
 
 import triton_sdk as ts
 from triton_sdk import ops
-from triton_sdk._shm import HOST, stale_regions
+from triton_sdk._shm import HOST, PlacementPlan, stale_regions
 from triton_sdk.testing import MockTransport
 
 from ._both import resolve
@@ -140,3 +140,66 @@ def test_stale_regions_are_those_of_this_host_and_a_dead_pid() -> None:
     dead = {"name": f"triton_sdk-{HOST}-999999999-abcdef-2"}
     foreign = {"name": "someone-elses-region"}
     assert stale_regions([alive, dead, foreign]) == [dead["name"]]
+
+
+def spec_of(
+    inputs: dict[str, tuple[str, tuple[int, ...]]],
+    outputs: dict[str, tuple[str, tuple[int, ...]]],
+    max_batch_size: int = 0,
+) -> ts.ModelSpec:
+    def tensors(given: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, ts.TensorSpec]:
+        return {
+            name: ts.TensorSpec(name=name, datatype=datatype, shape=shape)
+            for name, (datatype, shape) in given.items()
+        }
+
+    return ts.ModelSpec(
+        name="m", max_batch_size=max_batch_size, inputs=tensors(inputs), outputs=tensors(outputs)
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "sockets_only"),
+    [
+        (spec_of({"X": ("FP32", (4,))}, {"Y": ("FP32", (4,))}), True),
+        # BYTES never travel in regions, whatever their size
+        (spec_of({"X": ("BYTES", (-1,))}, {"Y": ("BYTES", (-1,))}), True),
+        # an output of unknown size is never placed; an input of unknown size may be
+        (spec_of({"X": ("FP32", (4,))}, {"Y": ("FP32", (-1,))}), True),
+        (spec_of({"X": ("FP32", (-1,))}, {"Y": ("FP32", (4,))}), False),
+        # sized by the largest batch a request can carry (larger ones are split)
+        (spec_of({"X": ("FP32", (1024,))}, {"Y": ("FP32", (1,))}, max_batch_size=63), True),
+        (spec_of({"X": ("FP32", (1024,))}, {"Y": ("FP32", (1,))}, max_batch_size=64), False),
+        (spec_of({"X": ("UINT8", (1,))}, {"Y": ("FP64", (32768,))}), False),
+    ],
+)
+def test_a_model_whose_tensors_are_all_small_skips_placement(
+    spec: ts.ModelSpec, sockets_only: bool
+) -> None:
+    assert PlacementPlan(spec).sockets_only is sockets_only
+
+
+async def test_a_small_model_sends_over_sockets_even_when_shared_memory_is_forced(
+    mode: str,
+) -> None:
+    small = spec_of({"X": ("FP32", (4,))}, {"Y": ("FP32", (4,))})
+    server = Server()
+
+    def handler(op: Any, ctx: Any) -> Any:
+        if isinstance(op, ops.InferRequest):
+            return {"Y": np.zeros(4, dtype=np.float32)}
+        return server(op, ctx)
+
+    kind = ts.Client if mode == "sync" else ts.AsyncClient
+    client = kind(
+        "grpc://test", transport=MockTransport(handler, models=[small]), shared_memory="system"
+    )
+    model = await resolve(client.model("m"))
+    result = await resolve(model.infer(X=np.ones(4, dtype=np.float32)))
+    assert result["Y"].shape == (4,)
+    assert [
+        call.op.call
+        for call in client._transport.calls
+        if call.op.call != "model_metadata" and call.op.call != "model_config"
+    ] == ["infer"]
+    assert sent(client)[0].shared_memory is None

@@ -7,6 +7,7 @@ import select
 import socket
 import ssl
 import time
+import types
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
@@ -109,6 +110,67 @@ def _with_deadline(sock: socket.socket, deadline: float | None) -> _DeadlineSock
     return wrapped
 
 
+class _Headers:
+    """A response's headers, read without the email package: ``http.client`` parses
+    them with it, which costs more than the rest of a small exchange. Only what
+    ``HTTPResponse`` uses of ``HTTPMessage`` is here; names compare case-insensitively."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self._items = items  # (lower-case name, value), in the order sent
+
+    def get(self, name: str, failobj: Any = None) -> Any:
+        name = name.lower()
+        for key, value in self._items:
+            if key == name:
+                return value
+        return failobj
+
+    def get_all(self, name: str, failobj: Any = None) -> Any:
+        name = name.lower()
+        return [value for key, value in self._items if key == name] or failobj
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._items)
+
+
+_MAX_LINE: Final = 65536
+_MAX_HEADERS: Final = 100
+
+
+def _parse_headers(fp: Any) -> _Headers:
+    """The header block of a response, with http.client's limits on lines and count."""
+    items: list[tuple[str, str]] = []
+    while True:
+        line = fp.readline(_MAX_LINE + 1)
+        if len(line) > _MAX_LINE:
+            raise http.client.LineTooLong("header line")
+        if line in (b"\r\n", b"\n", b""):
+            return _Headers(items)
+        if len(items) >= _MAX_HEADERS:
+            raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
+        text = line.decode("iso-8859-1")
+        if text[0] in " \t" and items:  # a folded continuation of the previous header
+            key, value = items[-1]
+            items[-1] = (key, f"{value} {text.strip()}")
+            continue
+        name, colon, value = text.partition(":")
+        if colon:
+            items.append((name.strip().lower(), value.strip()))
+
+
+class _Response(http.client.HTTPResponse):
+    """``HTTPResponse`` with its own ``begin``'s code, run with :func:`_parse_headers`
+    in place of the email-based parser; everything else is the standard library's."""
+
+    begin = types.FunctionType(
+        http.client.HTTPResponse.begin.__code__,
+        {**vars(http.client), "parse_headers": _parse_headers},
+        "begin",
+    )
+
+
 class _Connection(http.client.HTTPConnection):
     """An HTTP connection that sends a small request's head and body in one write, and
     whose socket ends each exchange by ``deadline``.
@@ -118,6 +180,7 @@ class _Connection(http.client.HTTPConnection):
     """
 
     deadline: float | None = None
+    response_class = _Response
 
     def connect(self) -> None:
         super().connect()
@@ -144,6 +207,7 @@ class _HTTPSConnection(http.client.HTTPSConnection):
     whose socket ends each exchange by ``deadline``."""
 
     deadline: float | None = None
+    response_class = _Response
 
     def __init__(
         self,
