@@ -36,13 +36,21 @@ from ._ops import (
     UpdateTraceSettings,
 )
 from ._request import InferRequest, ParameterValue
-from ._result import InferResult, decode_json_output, decode_output, read_region
+from ._result import (
+    Array,
+    InferResult,
+    Undecoded,
+    decode_json_output,
+    decode_output,
+    read_region,
+)
 from ._wire import tensor_bytes
 
 if TYPE_CHECKING:
     from ._shm import Placement, Slot
 
 __all__ = [
+    "INFER_RPC",
     "GrpcCall",
     "GrpcCollect",
     "GrpcStream",
@@ -172,7 +180,7 @@ def decode_infer_response(
 ) -> InferResult:
     """An InferResult from a ModelInferResponse; outputs in regions are read from them."""
     raw = response.raw_output_contents
-    outputs = {}
+    outputs: dict[str, Array | Undecoded] = {}
     datatypes = {}
     index = 0  # raw contents hold the outputs that are not in regions, in order
     for output in response.outputs:
@@ -226,12 +234,13 @@ def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
     return GrpcStream(_stream_message(request), read)
 
 
+INFER_RPC: Final = "ModelInfer"
+
+
 def _infer(request: InferRequest) -> GrpcCall[InferResult]:
     placement = request.shared_memory
-    if placement is None:
-        return GrpcCall("ModelInfer", build_infer_request(request), decode_infer_response)
     return GrpcCall(
-        "ModelInfer",
+        INFER_RPC,
         build_infer_request(request),
         lambda response: decode_infer_response(response, placement),
     )

@@ -43,7 +43,14 @@ from ._ops import (
     UpdateTraceSettings,
 )
 from ._request import InferRequest, RequestedOutput
-from ._result import InferResult, decode_json_output, decode_output, read_region
+from ._result import (
+    Array,
+    InferResult,
+    Undecoded,
+    decode_json_output,
+    decode_output,
+    read_region,
+)
 from ._spec import ModelSpec
 from ._wire import tensor_payload
 
@@ -209,7 +216,7 @@ def decode_infer(
         raise classify_message(str(header["error"]), status=200, model=model, request_id=request_id)
     view = memoryview(body)
     offset = json_end
-    outputs = {}
+    outputs: dict[str, Array | Undecoded] = {}
     datatypes = {}
     for output in header.get("outputs", ()):
         name = output["name"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -16,10 +16,22 @@ from ._errors import InferenceError, InvalidInputError, UnknownOutputError
 if TYPE_CHECKING:
     from ._shm import Slot
 
-__all__ = ["InferResult", "decode_json_output", "decode_output"]
+__all__ = ["InferResult", "Undecoded", "decode_json_output", "decode_output"]
 
 Array = np.ndarray[Any, Any]
 ResultParameter = bool | int | float | str
+
+
+class Undecoded(NamedTuple):
+    """A numeric output already checked against its shape, made an array when first read:
+    results hold every output the server sent, and callers often read one."""
+
+    buffer: bytes | memoryview
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+    def array(self) -> Array:
+        return np.frombuffer(self.buffer, self.dtype).reshape(self.shape)
 
 
 class InferResult(Mapping[str, Array]):
@@ -48,7 +60,7 @@ class InferResult(Mapping[str, Array]):
         id: str = "",
         parameters: Mapping[str, ResultParameter] | None = None,
     ) -> None:
-        self._outputs = dict(outputs)
+        self._outputs: dict[str, Array | Undecoded] = dict(outputs)
         self._datatypes = dict(datatypes)
         self.model_name = model_name
         self.model_version = model_version
@@ -58,7 +70,7 @@ class InferResult(Mapping[str, Array]):
     @classmethod
     def of(
         cls,
-        outputs: dict[str, Array],
+        outputs: dict[str, Array | Undecoded],
         datatypes: dict[str, str],
         *,
         model_name: str,
@@ -78,12 +90,15 @@ class InferResult(Mapping[str, Array]):
 
     def __getitem__(self, name: str) -> Array:
         try:
-            return self._outputs[name]
+            output = self._outputs[name]
         except KeyError:
             raise UnknownOutputError(
                 f"the result has no output {name!r}; it has {', '.join(map(repr, self._outputs))}",
                 model=self.model_name,
             ) from None
+        if isinstance(output, Undecoded):
+            output = self._outputs[name] = output.array()
+        return output
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._outputs)
@@ -94,7 +109,7 @@ class InferResult(Mapping[str, Array]):
     def __repr__(self) -> str:
         shown = ", ".join(
             f"{name}: {self._datatypes.get(name, '?')}{list(array.shape)}"
-            for name, array in self._outputs.items()
+            for name, array in self._outputs.items()  # an Undecoded has a shape too
         )
         return f"<InferResult {self.model_name!r} v{self.model_version} {{{shown}}}>"
 
@@ -123,11 +138,11 @@ class InferResult(Mapping[str, Array]):
 
     def to_dict(self) -> dict[str, Array]:
         """Every output, name -> array."""
-        return dict(self._outputs)
+        return {name: self[name] for name in self._outputs}
 
     def _map_arrays(self, change: Any) -> InferResult:
         return InferResult(
-            {name: change(array) for name, array in self._outputs.items()},
+            {name: change(self[name]) for name in self._outputs},
             datatypes=self._datatypes,
             model_name=self.model_name,
             model_version=self.model_version,
@@ -160,15 +175,16 @@ class InferResult(Mapping[str, Array]):
 
 
 def _count(shape: Sequence[int], name: str) -> int:
-    if any(dim < 0 for dim in shape):
+    if shape and min(shape) < 0:
         raise InferenceError(f"the server sent output {name!r} with a negative shape {shape}")
     return math.prod(shape)
 
 
 def decode_output(
     name: str, datatype: str, shape: Sequence[int], buffer: bytes | memoryview
-) -> Array:
-    """Decode one output from its raw bytes (gRPC raw contents or the HTTP binary part)."""
+) -> Array | Undecoded:
+    """One output from its raw bytes (gRPC raw contents or the HTTP binary part), checked
+    now; numeric ones become arrays when first read (:class:`Undecoded`)."""
     count = _count(shape, name)
     if datatype == "BYTES":
         try:
@@ -183,7 +199,7 @@ def decode_output(
         raise InferenceError(
             f"output {name!r}: {len(buffer)} bytes do not hold {datatype} of shape {list(shape)}"
         )
-    return np.frombuffer(buffer, dtype).reshape(shape)
+    return Undecoded(buffer, dtype, tuple(shape))
 
 
 def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> Array:
@@ -200,9 +216,8 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
             f"output {name!r}: shape {list(shape)} needs {size} bytes, its region has "
             f"{slot.byte_size}"
         )
-    copied: Array = np.array(
-        decode_output(name, datatype, shape, slot.region.view(size, slot.offset))
-    )
+    view = np.frombuffer(slot.region.view(size, slot.offset), wire_dtype(datatype))
+    copied: Array = view.reshape(shape).copy()
     return copied
 
 

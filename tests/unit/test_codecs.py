@@ -741,3 +741,43 @@ def test_numbers_the_protocol_cannot_carry_are_refused(
             request_id="",
             sample=False,
         )
+
+
+def grpc_response(outputs: dict[str, np.ndarray[Any, Any]]) -> pb.ModelInferResponse:
+    return pb.ModelInferResponse(
+        model_name="m",
+        model_version="1",
+        outputs=[
+            pb.ModelInferResponse.InferOutputTensor(
+                name=name,
+                datatype="FP32" if array.dtype == np.float32 else "INT64",
+                shape=list(array.shape),
+            )
+            for name, array in outputs.items()
+        ],
+        raw_output_contents=[array.tobytes() for array in outputs.values()],
+    )
+
+
+def test_numeric_outputs_become_arrays_when_read_and_every_way_of_reading_agrees() -> None:
+    sent = {
+        "A": np.arange(6, dtype=np.float32).reshape(1, 2, 3),
+        "B": np.array([[7, 8]], dtype=np.int64),
+    }
+    result = decode_infer_response(grpc_response(sent))
+    assert "FP32[1, 2, 3]" in repr(result)  # shapes are known before any array is made
+    np.testing.assert_array_equal(result["A"], sent["A"])
+    assert result["A"] is result["A"]  # made once
+    assert set(result.to_dict()) == {"A", "B"}
+    np.testing.assert_array_equal(dict(result.items())["B"], sent["B"])
+    np.testing.assert_array_equal(result.without_batch_axis()["B"], sent["B"][0])
+    joined = ts.InferResult.concatenate([result, decode_infer_response(grpc_response(sent))])
+    np.testing.assert_array_equal(joined["B"], np.concatenate([sent["B"], sent["B"]]))
+    assert not result["A"].flags.writeable
+
+
+def test_a_malformed_output_is_refused_when_decoded_not_when_read() -> None:
+    response = grpc_response({"A": np.zeros(4, dtype=np.float32)})
+    response.outputs[0].shape[:] = [5]  # 16 bytes cannot hold 5 FP32
+    with pytest.raises(ts.InferenceError, match="'A'"):
+        decode_infer_response(response)

@@ -22,8 +22,18 @@ from .._call import CallContext
 from .._compression import Compression
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError, TritonError, TritonTimeoutError
-from .._grpc_codec import GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
+from .._grpc_codec import (
+    INFER_RPC,
+    GrpcCall,
+    GrpcCollect,
+    GrpcStream,
+    build_infer_request,
+    decode_infer_response,
+    encode,
+    encode_stream,
+)
 from .._ops import FetchMetrics, Op, StreamOp
+from .._request import InferRequest
 from ._errors import closed_error, grpc_error, refused_error
 from ._http_pool import ssl_context
 from ._loop import check_loop
@@ -93,18 +103,23 @@ class _Metadata:
     """gRPC metadata for the headers of a call; the last one is kept, since calls mostly
     carry the client's own headers. gRPC refuses upper-case keys on the client side."""
 
-    __slots__ = ("_headers", "_metadata")
+    __slots__ = ("_last",)
 
     def __init__(self) -> None:
-        self._headers: Mapping[str, str] | None = None
-        self._metadata: tuple[tuple[str, str], ...] | None = None
+        # One attribute holds the pair, so that no thread sees one call's headers with
+        # another's metadata.
+        self._last: tuple[Mapping[str, str] | None, tuple[tuple[str, str], ...] | None] = (
+            None,
+            None,
+        )
 
     def __call__(self, headers: Mapping[str, str]) -> tuple[tuple[str, str], ...] | None:
-        if headers is not self._headers:
-            metadata = tuple((key.lower(), value) for key, value in headers.items()) or None
-            self._headers, self._metadata = headers, metadata
-            return metadata
-        return self._metadata
+        last = self._last
+        if last[0] is headers:
+            return last[1]
+        metadata = tuple((key.lower(), value) for key, value in headers.items()) or None
+        self._last = (headers, metadata)
+        return metadata
 
 
 def _response_timeout(timeout: float | None, op: StreamOp[Any] | Op[Any]) -> TritonTimeoutError:
@@ -147,17 +162,20 @@ class GrpcTransport:
         self._closed = False
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
+        if type(op) is InferRequest:  # the hot path, without the general steps
+            response = self._unary(INFER_RPC, build_infer_request(op), op, ctx)
+            return decode_infer_response(response, op.shared_memory)  # type: ignore[return-value]
         if isinstance(op, FetchMetrics):
             return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             return encoded.collect(list(self._stream(encoded.stream, op, ctx)))
-        return encoded.read(self._unary(encoded, op, ctx))
+        return encoded.read(self._unary(encoded.rpc, encoded.message, op, ctx))
 
-    def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
+    def _unary(self, rpc: str, message: Any, op: Op[Any], ctx: CallContext) -> Any:
         try:
-            return getattr(self._stub, call.rpc)(
-                call.message,
+            return getattr(self._stub, rpc)(
+                message,
                 timeout=ctx.timeout,
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
@@ -170,7 +188,7 @@ class GrpcTransport:
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
-            yield encoded.read(self._unary(encoded, op, ctx))  # type: ignore[arg-type]
+            yield encoded.read(self._unary(encoded.rpc, encoded.message, op, ctx))  # type: ignore[arg-type]
             return
         yield from self._stream(encoded, op, ctx)
 
@@ -263,19 +281,22 @@ class AsyncGrpcTransport:
         return self._stub
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
+        if type(op) is InferRequest:  # the hot path, without the general steps
+            response = await self._unary(INFER_RPC, build_infer_request(op), op, ctx)
+            return decode_infer_response(response, op.shared_memory)  # type: ignore[return-value]
         if isinstance(op, FetchMetrics):
             return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             items = [item async for item in self._stream(encoded.stream, op, ctx)]
             return encoded.collect(items)
-        return encoded.read(await self._unary(encoded, op, ctx))
+        return encoded.read(await self._unary(encoded.rpc, encoded.message, op, ctx))
 
-    async def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
+    async def _unary(self, rpc: str, message: Any, op: Op[Any], ctx: CallContext) -> Any:
         stub = self._open()
         try:
-            return await getattr(stub, call.rpc)(
-                call.message,
+            return await getattr(stub, rpc)(
+                message,
                 timeout=ctx.timeout,
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
@@ -286,7 +307,7 @@ class AsyncGrpcTransport:
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
-            yield encoded.read(await self._unary(encoded, op, ctx))  # type: ignore[arg-type]
+            yield encoded.read(await self._unary(encoded.rpc, encoded.message, op, ctx))  # type: ignore[arg-type]
             return
         async for item in self._stream(encoded, op, ctx):
             yield item
