@@ -58,6 +58,8 @@ def bench(session: nox.Session) -> None:
     session.install(".[server]")
     session.run("python", "bench/overhead.py")
     session.run("python", "bench/large.py")
+    session.run("python", "bench/memory.py")
+    session.run("python", "bench/threads.py")
     if Path("bench/bytes.py").exists():
         session.run("python", "bench/bytes.py")
 

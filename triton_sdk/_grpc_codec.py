@@ -7,14 +7,15 @@ describe and never looks inside.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 import attrs
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ._errors import classify_message
+from ._errors import InferenceError, InvalidInputError, classify_message
 from ._generate import JSONValue, generate_request, result_fields, single_response
 from ._ops import (
     JSON,
@@ -44,12 +45,14 @@ from ._result import (
     decode_output,
     read_region,
 )
-from ._wire import tensor_bytes
+from ._shaping import Tensor
+from ._wire import tensor_bytes, tensor_payload
 
 if TYPE_CHECKING:
     from ._shm import Placement, Slot
 
 __all__ = [
+    "INFER_METHOD",
     "INFER_RPC",
     "GrpcCall",
     "GrpcCollect",
@@ -58,6 +61,8 @@ __all__ = [
     "decode_infer_response",
     "encode",
     "encode_stream",
+    "serialize_large_infer",
+    "split_infer_response",
 ]
 
 T = TypeVar("T")
@@ -116,11 +121,19 @@ def _set_region(parameters: Any, slot: Slot) -> None:
 
 def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
     """The protobuf message of an infer request."""
+    message, tensors = _infer_message(request)
+    message.raw_input_contents.extend([tensor_bytes(tensor) for tensor in tensors])
+    return message
+
+
+def _infer_message(request: InferRequest) -> tuple[pb.ModelInferRequest, list[Tensor]]:
+    """The message of an infer request without its raw contents, and the tensors whose
+    data goes there, in order."""
     message = pb.ModelInferRequest(
         model_name=request.model, model_version=request.version, id=request.request_id
     )
     inputs = []
-    contents = []
+    with_contents = []
     placement = request.shared_memory
     for tensor in request.inputs:
         described = _InputTensor(
@@ -128,12 +141,11 @@ def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
         )
         slot = None if placement is None else placement.inputs.get(tensor.name)
         if slot is None:
-            contents.append(tensor_bytes(tensor))
+            with_contents.append(tensor)
         else:  # its data is in a region: no raw contents
             _set_region(described.parameters, slot)
         inputs.append(described)
     message.inputs.extend(inputs)
-    message.raw_input_contents.extend(contents)
     if request.outputs is not None:
         for output in request.outputs:
             requested = message.outputs.add(name=output.name)
@@ -151,7 +163,99 @@ def build_infer_request(request: InferRequest) -> pb.ModelInferRequest:
         parameters["sequence_end"].bool_param = request.sequence_end
     if request.priority:
         parameters["priority"].uint64_param = request.priority
-    return message
+    return message, with_contents
+
+
+# Large requests and answers in wire form. protobuf copies every bytes field into and out
+# of its messages, and each copy of a large tensor costs its size in memory and time; these
+# write and read the raw contents fields by hand, so a tensor's data is copied once on the
+# way out (into the request's bytes) and not at all on the way back (outputs are views of
+# the answer's bytes).
+
+LARGE_REQUEST: Final = 1 << 20
+"""Requests whose raw contents reach this many bytes are serialized by hand."""
+
+_RAW_INPUT_KEY: Final = bytes([7 << 3 | 2])  # ModelInferRequest.raw_input_contents
+_RAW_OUTPUT_FIELD: Final = 6  # ModelInferResponse.raw_output_contents
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def serialize_large_infer(request: InferRequest) -> bytes | None:
+    """The wire bytes of an infer request whose raw contents are large; None for others,
+    which the protobuf message serves better."""
+    if sum(tensor.array.nbytes for tensor in request.inputs) < LARGE_REQUEST:
+        return None
+    message, tensors = _infer_message(request)
+    parts: list[bytes | memoryview] = [message.SerializeToString()]
+    for tensor in tensors:
+        payload = tensor_payload(tensor)
+        size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+        parts.extend((_RAW_INPUT_KEY, _varint(size), payload))
+    if sum(len(part) if isinstance(part, bytes) else part.nbytes for part in parts) < 2**31:
+        return b"".join(parts)
+    raise InvalidInputError(
+        "the request is larger than a gRPC message can be (2 GiB): split the batch "
+        "(model.map) or use shared memory",
+        model=request.model,
+    )
+
+
+def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint longer than 10 bytes")
+
+
+def split_infer_response(data: bytes) -> tuple[pb.ModelInferResponse, list[memoryview]]:
+    """A ModelInferResponse in wire form, as the message without its raw contents and the
+    raw contents as views of ``data``."""
+    view = memoryview(data)
+    end = len(view)
+    rest: list[memoryview] = []
+    raw: list[memoryview] = []
+    position = 0
+    try:
+        while position < end:
+            start = position
+            key, position = _read_varint(view, position)
+            field, wire_type = key >> 3, key & 7
+            if wire_type == 2:
+                length, position = _read_varint(view, position)
+                if position + length > end:
+                    raise ValueError("a field runs past the end")
+                if field == _RAW_OUTPUT_FIELD:
+                    raw.append(view[position : position + length])
+                    position += length
+                    continue
+                position += length
+            elif wire_type == 0:
+                _, position = _read_varint(view, position)
+            elif wire_type in (1, 5):
+                position += 8 if wire_type == 1 else 4
+            else:
+                raise ValueError(f"wire type {wire_type}")
+            rest.append(view[start:position])
+        if position != end:
+            raise ValueError("a field runs past the end")
+        return pb.ModelInferResponse.FromString(b"".join(rest)), raw
+    except (ValueError, IndexError, DecodeError) as exc:
+        raise InferenceError(f"the server sent a malformed infer answer ({exc})") from exc
 
 
 def _parameter_value(parameter: Any) -> ParameterValue:
@@ -176,10 +280,14 @@ _TYPED_CONTENTS: Final = {
 
 
 def decode_infer_response(
-    response: pb.ModelInferResponse, placement: Placement | None = None
+    response: pb.ModelInferResponse,
+    placement: Placement | None = None,
+    raw: Sequence[bytes | memoryview] | None = None,
 ) -> InferResult:
-    """An InferResult from a ModelInferResponse; outputs in regions are read from them."""
-    raw = response.raw_output_contents
+    """An InferResult from a ModelInferResponse; outputs in regions are read from them.
+    ``raw`` holds the raw contents when they were read apart from the message."""
+    if raw is None:
+        raw = response.raw_output_contents
     outputs: dict[str, Array | Undecoded] = {}
     datatypes = {}
     index = 0  # raw contents hold the outputs that are not in regions, in order
@@ -235,6 +343,8 @@ def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
 
 
 INFER_RPC: Final = "ModelInfer"
+INFER_METHOD: Final = "/inference.GRPCInferenceService/ModelInfer"
+"""The full method name, for a call that sends and receives wire bytes."""
 
 
 def _infer(request: InferRequest) -> GrpcCall[InferResult]:

@@ -16,6 +16,8 @@ from triton_sdk._grpc_codec import (
     GrpcCall,
     build_infer_request,
     decode_infer_response,
+    serialize_large_infer,
+    split_infer_response,
 )
 from triton_sdk._grpc_codec import encode as grpc_encode
 from triton_sdk._http_codec import (
@@ -781,3 +783,60 @@ def test_a_malformed_output_is_refused_when_decoded_not_when_read() -> None:
     response.outputs[0].shape[:] = [5]  # 16 bytes cannot hold 5 FP32
     with pytest.raises(ts.InferenceError, match="'A'"):
         decode_infer_response(response)
+
+
+def large_request(*, sequence: bool = False) -> InferRequest:
+    return InferRequest(
+        model="m",
+        version="2",
+        inputs=[
+            Tensor("A", "FP32", np.arange(300_000, dtype=np.float32)),
+            Tensor("B", "BYTES", np.array([b"x", "é".encode()], dtype=np.object_)),
+            Tensor("C", "INT64", np.arange(6, dtype=">i8").reshape(2, 3)),  # big-endian
+        ],
+        outputs=(RequestedOutput("Y"), RequestedOutput("Z", class_count=3)),
+        request_id="r1",
+        parameters={"k": 1, "s": "v"},
+        priority=2,
+        sequence_id=7 if sequence else 0,
+        sequence_start=sequence,
+    )
+
+
+@pytest.mark.parametrize("sequence", [False, True])
+def test_a_large_request_serialized_by_hand_is_the_message_protobuf_would_send(
+    sequence: bool,
+) -> None:
+    request = large_request(sequence=sequence)
+    wire = serialize_large_infer(request)
+    assert wire is not None
+    assert pb.ModelInferRequest.FromString(wire) == build_infer_request(request)
+
+
+def test_a_small_request_is_left_to_protobuf() -> None:
+    small = InferRequest(model="m", inputs=[Tensor("A", "FP32", np.zeros(4, np.float32))])
+    assert serialize_large_infer(small) is None
+
+
+def test_a_large_answer_is_split_into_the_message_and_views_of_its_raw_contents() -> None:
+    sent = {
+        "A": np.arange(300_000, dtype=np.float32),
+        "B": np.array([[7, 8]], dtype=np.int64),
+    }
+    response = grpc_response(sent)
+    response.parameters["p"].int64_param = 5
+    response.id = "r1"
+    message, raw = split_infer_response(response.SerializeToString())
+    assert all(isinstance(part, memoryview) for part in raw)
+    assert not message.raw_output_contents
+    result = decode_infer_response(message, None, raw)
+    np.testing.assert_array_equal(result["A"], sent["A"])
+    np.testing.assert_array_equal(result["B"], sent["B"])
+    assert (result.id, result.parameters) == ("r1", {"p": 5})
+
+
+@pytest.mark.parametrize("cut", [1, 5, 100, -3])
+def test_a_truncated_large_answer_is_refused(cut: int) -> None:
+    wire = grpc_response({"A": np.zeros(1000, dtype=np.float32)}).SerializeToString()
+    with pytest.raises(ts.InferenceError, match="malformed"):
+        split_infer_response(wire[:cut])

@@ -23,6 +23,7 @@ from .._compression import Compression
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError, TritonError, TritonTimeoutError
 from .._grpc_codec import (
+    INFER_METHOD,
     INFER_RPC,
     GrpcCall,
     GrpcCollect,
@@ -31,6 +32,8 @@ from .._grpc_codec import (
     decode_infer_response,
     encode,
     encode_stream,
+    serialize_large_infer,
+    split_infer_response,
 )
 from .._ops import FetchMetrics, Op, StreamOp
 from .._request import InferRequest
@@ -158,23 +161,29 @@ class GrpcTransport:
         else:
             self._channel = grpc.insecure_channel(target, options=channel_options(tls))
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        self._infer_wire = self._channel.unary_unary(INFER_METHOD)  # bytes in, bytes out
         self._metadata = _Metadata()
         self._closed = False
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
         if type(op) is InferRequest:  # the hot path, without the general steps
-            response = self._unary(INFER_RPC, build_infer_request(op), op, ctx)
-            return decode_infer_response(response, op.shared_memory)  # type: ignore[return-value]
+            wire = serialize_large_infer(op)
+            if wire is None:
+                response = self._unary(self._stub.ModelInfer, build_infer_request(op), op, ctx)
+                return decode_infer_response(response, op.shared_memory)  # type: ignore[return-value]
+            message, raw = split_infer_response(self._unary(self._infer_wire, wire, op, ctx))
+            return decode_infer_response(message, op.shared_memory, raw)  # type: ignore[return-value]
         if isinstance(op, FetchMetrics):
             return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             return encoded.collect(list(self._stream(encoded.stream, op, ctx)))
-        return encoded.read(self._unary(encoded.rpc, encoded.message, op, ctx))
+        method = getattr(self._stub, encoded.rpc)
+        return encoded.read(self._unary(method, encoded.message, op, ctx))
 
-    def _unary(self, rpc: str, message: Any, op: Op[Any], ctx: CallContext) -> Any:
+    def _unary(self, method: Any, message: Any, op: Op[Any], ctx: CallContext) -> Any:
         try:
-            return getattr(self._stub, rpc)(
+            return method(
                 message,
                 timeout=ctx.timeout,
                 metadata=self._metadata(ctx.headers),
@@ -188,7 +197,8 @@ class GrpcTransport:
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
-            yield encoded.read(self._unary(encoded.rpc, encoded.message, op, ctx))  # type: ignore[arg-type]
+            method = getattr(self._stub, encoded.rpc)
+            yield encoded.read(self._unary(method, encoded.message, op, ctx))  # type: ignore[arg-type]
             return
         yield from self._stream(encoded, op, ctx)
 
@@ -282,8 +292,13 @@ class AsyncGrpcTransport:
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
         if type(op) is InferRequest:  # the hot path, without the general steps
-            response = await self._unary(INFER_RPC, build_infer_request(op), op, ctx)
-            return decode_infer_response(response, op.shared_memory)  # type: ignore[return-value]
+            wire = serialize_large_infer(op)
+            if wire is None:
+                response = await self._unary(INFER_RPC, build_infer_request(op), op, ctx)
+                return decode_infer_response(response, op.shared_memory)  # type: ignore[return-value]
+            answer = await self._unary(INFER_METHOD, wire, op, ctx)
+            message, raw = split_infer_response(answer)
+            return decode_infer_response(message, op.shared_memory, raw)  # type: ignore[return-value]
         if isinstance(op, FetchMetrics):
             return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
         encoded = encode(op)
@@ -293,9 +308,12 @@ class AsyncGrpcTransport:
         return encoded.read(await self._unary(encoded.rpc, encoded.message, op, ctx))
 
     async def _unary(self, rpc: str, message: Any, op: Op[Any], ctx: CallContext) -> Any:
+        """One unary call: ``rpc`` names a stub method, or is a full method name (which
+        sends and receives wire bytes)."""
         stub = self._open()
+        method = getattr(stub, rpc) if rpc[0] != "/" else self._wire_method(rpc)
         try:
-            return await getattr(stub, rpc)(
+            return await method(
                 message,
                 timeout=ctx.timeout,
                 metadata=self._metadata(ctx.headers),
@@ -303,6 +321,10 @@ class AsyncGrpcTransport:
             )
         except grpc.RpcError as exc:
             raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
+
+    def _wire_method(self, name: str) -> Any:
+        assert self._channel is not None  # opened by _open
+        return self._channel.unary_unary(name)
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         encoded = encode_stream(op)
