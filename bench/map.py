@@ -23,28 +23,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+from large import MODEL as COPY_MODEL
 
 import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
-MODEL = """\
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep({seconds})
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())
-                ]
-            )
-            for r in requests
-        ]
-"""
+# The copy model of large.py, paced: each batch takes the same time, whatever its size.
+MODEL = "import time\n\n" + COPY_MODEL.replace(
+    "    def execute(self, requests):\n",
+    "    def execute(self, requests):\n        time.sleep({seconds})\n",
+)
 
 CONFIG = """\
 name: "paced"
