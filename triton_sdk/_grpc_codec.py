@@ -15,6 +15,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
+from ._dtypes import encoded_payload
 from ._errors import InferenceError, InvalidInputError, classify_message
 from ._generate import JSONValue, generate_request, result_fields, single_response
 from ._ops import (
@@ -191,7 +192,13 @@ def _varint(value: int) -> bytes:
 def serialize_large_infer(request: InferRequest) -> bytes | None:
     """The wire bytes of an infer request whose raw contents are large; None for others,
     which the protobuf message serves better."""
-    if sum(tensor.array.nbytes for tensor in request.inputs) < LARGE_REQUEST:
+    size = 0
+    for tensor in request.inputs:
+        size += tensor.array.nbytes
+        if tensor.datatype == "BYTES":  # the array holds references: count the payload
+            encoded = encoded_payload(tensor.array)
+            size += 0 if encoded is None else len(encoded)
+    if size < LARGE_REQUEST:
         return None
     message, tensors = _infer_message(request)
     parts: list[bytes | memoryview] = [message.SerializeToString()]

@@ -113,6 +113,17 @@ class InferResult(Mapping[str, Array]):
         )
         return f"<InferResult {self.model_name!r} v{self.model_version} {{{shown}}}>"
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Outputs not read yet are views of the answer's buffer, which cannot be pickled.
+        return _restore, (
+            self.to_dict(),
+            self._datatypes,
+            self.model_name,
+            self.model_version,
+            self.id,
+            dict(self.parameters),
+        )
+
     def as_numpy(self, name: str) -> Array:
         """The output as a numpy array, batch axis first (``result[name]``)."""
         return self[name]
@@ -172,6 +183,24 @@ class InferResult(Mapping[str, Array]):
             id=first.id,
             parameters=first.parameters,
         )
+
+
+def _restore(
+    outputs: dict[str, Array],
+    datatypes: dict[str, str],
+    model_name: str,
+    model_version: str,
+    id: str,
+    parameters: dict[str, ResultParameter],
+) -> InferResult:
+    return InferResult(
+        outputs,
+        datatypes=datatypes,
+        model_name=model_name,
+        model_version=model_version,
+        id=id,
+        parameters=parameters,
+    )
 
 
 def _count(shape: Sequence[int], name: str) -> int:

@@ -27,7 +27,7 @@ from typing import Any, Final
 import attrs
 import numpy as np
 
-from ._dtypes import numpy_dtype
+from ._dtypes import DATATYPES
 from ._errors import InvalidInputError
 from ._request import InferRequest, RequestedOutput
 from ._spec import ModelSpec
@@ -205,9 +205,10 @@ class Placement:
 
 def _sample_bytes(datatype: str, shape: tuple[int, ...]) -> int | None:
     """The byte size of one sample of a tensor, when the model fixes it (never for BYTES)."""
-    if datatype == "BYTES" or any(dim < 0 for dim in shape):
-        return None
-    return math.prod(shape) * numpy_dtype(datatype).itemsize
+    dtype = DATATYPES.get(datatype)
+    if datatype == "BYTES" or dtype is None or any(dim < 0 for dim in shape):
+        return None  # (an unknown datatype fails when the call is made, not here)
+    return math.prod(shape) * dtype.itemsize
 
 
 class PlacementPlan:

@@ -840,3 +840,16 @@ def test_a_truncated_large_answer_is_refused(cut: int) -> None:
     wire = grpc_response({"A": np.zeros(1000, dtype=np.float32)}).SerializeToString()
     with pytest.raises(ts.InferenceError, match="malformed"):
         split_infer_response(wire[:cut])
+
+
+def test_a_result_with_outputs_not_read_yet_pickles_and_copies() -> None:
+    import copy
+    import pickle
+
+    sent = {"A": np.arange(300_000, dtype=np.float32), "B": np.array([[7, 8]], dtype=np.int64)}
+    response = grpc_response(sent)
+    message, raw = split_infer_response(response.SerializeToString())
+    for result in (decode_infer_response(message, None, raw), decode_infer_response(response)):
+        for copied in (pickle.loads(pickle.dumps(result)), copy.deepcopy(result)):
+            np.testing.assert_array_equal(copied["A"], sent["A"])
+            assert (copied.model_name, copied.datatype("B")) == ("m", "INT64")

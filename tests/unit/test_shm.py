@@ -203,3 +203,8 @@ async def test_a_small_model_sends_over_sockets_even_when_shared_memory_is_force
         if call.op.call != "model_metadata" and call.op.call != "model_config"
     ] == ["infer"]
     assert sent(client)[0].shared_memory is None
+
+
+def test_a_datatype_the_client_does_not_know_does_not_stop_a_plan() -> None:
+    spec = spec_of({"X": ("FP32", (4,))}, {"Y": ("", (4,)), "Z": ("FP8", (4,))})
+    assert PlacementPlan(spec).sockets_only
