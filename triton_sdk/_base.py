@@ -276,7 +276,7 @@ class ModelCore:
             model=self.name,
             version=self.version or "",
             inputs=prepared.tensors,
-            outputs=None if outputs is None else self._outputs(outputs, class_count),
+            outputs=self._outputs(outputs, class_count),
             request_id=request_id,
             parameters=parameters,
             priority=priority,

@@ -53,8 +53,7 @@ if TYPE_CHECKING:
     from ._shm import Placement, Slot
 
 __all__ = [
-    "INFER_METHOD",
-    "INFER_RPC",
+    "SERVICE",
     "GrpcCall",
     "GrpcCollect",
     "GrpcStream",
@@ -74,11 +73,16 @@ _InputTensor = pb.ModelInferRequest.InferInputTensor
 
 @attrs.define
 class GrpcCall(Generic[T]):
-    """A unary RPC: the stub method's name, its request, and how to read its reply."""
+    """A unary RPC: the stub method's name, its request, and how to read its reply.
+
+    ``wire=True``: the request is already in wire form (bytes) and the reply is read in
+    wire form too, without protobuf messages in between (see :func:`serialize_large_infer`).
+    """
 
     rpc: str
     message: Any
     read: Callable[[Any], T]
+    wire: bool = False
 
 
 @attrs.define
@@ -201,12 +205,16 @@ def serialize_large_infer(request: InferRequest) -> bytes | None:
     if size < LARGE_REQUEST:
         return None
     message, tensors = _infer_message(request)
-    parts: list[bytes | memoryview] = [message.SerializeToString()]
+    head = message.SerializeToString()
+    parts: list[bytes | memoryview] = [head]
+    total = len(head)
     for tensor in tensors:
         payload = tensor_payload(tensor)
         size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
-        parts.extend((_RAW_INPUT_KEY, _varint(size), payload))
-    if sum(len(part) if isinstance(part, bytes) else part.nbytes for part in parts) < 2**31:
+        key = _RAW_INPUT_KEY + _varint(size)
+        parts.extend((key, payload))
+        total += len(key) + size
+    if total < 2**31:
         return b"".join(parts)
     raise InvalidInputError(
         "the request is larger than a gRPC message can be (2 GiB): split the batch "
@@ -349,15 +357,25 @@ def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
     return GrpcStream(_stream_message(request), read)
 
 
-INFER_RPC: Final = "ModelInfer"
-INFER_METHOD: Final = "/inference.GRPCInferenceService/ModelInfer"
-"""The full method name, for a call that sends and receives wire bytes."""
+SERVICE: Final = "inference.GRPCInferenceService"
 
 
 def _infer(request: InferRequest) -> GrpcCall[InferResult]:
+    """An infer request: as a protobuf message, or in wire form when its tensors are
+    large (one copy of their data, and the answer's raw contents read as views)."""
     placement = request.shared_memory
+    wire = serialize_large_infer(request)
+    if wire is not None:
+
+        def read_wire(data: bytes) -> InferResult:
+            message, raw = split_infer_response(data)
+            return decode_infer_response(message, placement, raw)
+
+        return GrpcCall("ModelInfer", wire, read_wire, wire=True)
+    if placement is None:
+        return GrpcCall("ModelInfer", build_infer_request(request), decode_infer_response)
     return GrpcCall(
-        INFER_RPC,
+        "ModelInfer",
         build_infer_request(request),
         lambda response: decode_infer_response(response, placement),
     )

@@ -853,3 +853,20 @@ def test_a_result_with_outputs_not_read_yet_pickles_and_copies() -> None:
         for copied in (pickle.loads(pickle.dumps(result)), copy.deepcopy(result)):
             np.testing.assert_array_equal(copied["A"], sent["A"])
             assert (copied.model_name, copied.datatype("B")) == ("m", "INT64")
+
+
+def test_a_large_infer_travels_in_wire_form_and_a_small_one_as_a_message() -> None:
+    large = grpc_encode(large_request())
+    assert isinstance(large, GrpcCall)
+    assert (large.rpc, large.wire) == ("ModelInfer", True)
+    assert isinstance(large.message, bytes)
+    sent = {"Y": np.arange(300_000, dtype=np.float32)}
+    np.testing.assert_array_equal(
+        large.read(grpc_response(sent).SerializeToString())["Y"], sent["Y"]
+    )
+    small = grpc_encode(
+        InferRequest(model="m", inputs=[Tensor("A", "FP32", np.zeros(4, np.float32))])
+    )
+    assert isinstance(small, GrpcCall)
+    assert (small.rpc, small.wire) == ("ModelInfer", False)
+    assert isinstance(small.message, pb.ModelInferRequest)

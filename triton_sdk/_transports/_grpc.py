@@ -22,21 +22,8 @@ from .._call import CallContext
 from .._compression import Compression
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError, TritonError, TritonTimeoutError
-from .._grpc_codec import (
-    INFER_METHOD,
-    INFER_RPC,
-    GrpcCall,
-    GrpcCollect,
-    GrpcStream,
-    build_infer_request,
-    decode_infer_response,
-    encode,
-    encode_stream,
-    serialize_large_infer,
-    split_infer_response,
-)
+from .._grpc_codec import SERVICE, GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
 from .._ops import FetchMetrics, Op, StreamOp
-from .._request import InferRequest
 from ._errors import closed_error, grpc_error, refused_error
 from ._http_pool import ssl_context
 from ._loop import check_loop
@@ -125,6 +112,17 @@ class _Metadata:
         return metadata
 
 
+def _method(stub: Any, channel: Any, wire_methods: dict[str, Any], call: GrpcCall[Any]) -> Any:
+    """The channel's method for ``call``: the stub's, or (``call.wire``) one that sends and
+    receives wire bytes as they are, made once per RPC."""
+    if not call.wire:
+        return getattr(stub, call.rpc)
+    method = wire_methods.get(call.rpc)
+    if method is None:
+        method = wire_methods[call.rpc] = channel.unary_unary(f"/{SERVICE}/{call.rpc}")
+    return method
+
+
 def _response_timeout(timeout: float | None, op: StreamOp[Any] | Op[Any]) -> TritonTimeoutError:
     return TritonTimeoutError(
         f"no response from {op.model!r} within {timeout}s",
@@ -161,30 +159,23 @@ class GrpcTransport:
         else:
             self._channel = grpc.insecure_channel(target, options=channel_options(tls))
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
-        self._infer_wire = self._channel.unary_unary(INFER_METHOD)  # bytes in, bytes out
+        self._wire_methods: dict[str, Any] = {}
         self._metadata = _Metadata()
         self._closed = False
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
-        if type(op) is InferRequest:  # the hot path, without the general steps
-            wire = serialize_large_infer(op)
-            if wire is None:
-                response = self._unary(self._stub.ModelInfer, build_infer_request(op), op, ctx)
-                return decode_infer_response(response, op.shared_memory)  # type: ignore[return-value]
-            message, raw = split_infer_response(self._unary(self._infer_wire, wire, op, ctx))
-            return decode_infer_response(message, op.shared_memory, raw)  # type: ignore[return-value]
         if isinstance(op, FetchMetrics):
             return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             return encoded.collect(list(self._stream(encoded.stream, op, ctx)))
-        method = getattr(self._stub, encoded.rpc)
-        return encoded.read(self._unary(method, encoded.message, op, ctx))
+        return encoded.read(self._unary(encoded, op, ctx))
 
-    def _unary(self, method: Any, message: Any, op: Op[Any], ctx: CallContext) -> Any:
+    def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
+        method = _method(self._stub, self._channel, self._wire_methods, call)
         try:
             return method(
-                message,
+                call.message,
                 timeout=ctx.timeout,
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
@@ -197,8 +188,7 @@ class GrpcTransport:
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
-            method = getattr(self._stub, encoded.rpc)
-            yield encoded.read(self._unary(method, encoded.message, op, ctx))  # type: ignore[arg-type]
+            yield encoded.read(self._unary(encoded, op, ctx))  # type: ignore[arg-type]
             return
         yield from self._stream(encoded, op, ctx)
 
@@ -271,6 +261,7 @@ class AsyncGrpcTransport:
         self._metadata = _Metadata()
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
+        self._wire_methods: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -291,30 +282,19 @@ class AsyncGrpcTransport:
         return self._stub
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
-        if type(op) is InferRequest:  # the hot path, without the general steps
-            wire = serialize_large_infer(op)
-            if wire is None:
-                response = await self._unary(INFER_RPC, build_infer_request(op), op, ctx)
-                return decode_infer_response(response, op.shared_memory)  # type: ignore[return-value]
-            answer = await self._unary(INFER_METHOD, wire, op, ctx)
-            message, raw = split_infer_response(answer)
-            return decode_infer_response(message, op.shared_memory, raw)  # type: ignore[return-value]
         if isinstance(op, FetchMetrics):
             return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             items = [item async for item in self._stream(encoded.stream, op, ctx)]
             return encoded.collect(items)
-        return encoded.read(await self._unary(encoded.rpc, encoded.message, op, ctx))
+        return encoded.read(await self._unary(encoded, op, ctx))
 
-    async def _unary(self, rpc: str, message: Any, op: Op[Any], ctx: CallContext) -> Any:
-        """One unary call: ``rpc`` names a stub method, or is a full method name (which
-        sends and receives wire bytes)."""
-        stub = self._open()
-        method = getattr(stub, rpc) if rpc[0] != "/" else self._wire_method(rpc)
+    async def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
+        method = _method(self._open(), self._channel, self._wire_methods, call)
         try:
             return await method(
-                message,
+                call.message,
                 timeout=ctx.timeout,
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
@@ -322,14 +302,10 @@ class AsyncGrpcTransport:
         except grpc.RpcError as exc:
             raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
 
-    def _wire_method(self, name: str) -> Any:
-        assert self._channel is not None  # opened by _open
-        return self._channel.unary_unary(name)
-
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
-            yield encoded.read(await self._unary(encoded.rpc, encoded.message, op, ctx))  # type: ignore[arg-type]
+            yield encoded.read(await self._unary(encoded, op, ctx))  # type: ignore[arg-type]
             return
         async for item in self._stream(encoded, op, ctx):
             yield item
@@ -369,3 +345,4 @@ class AsyncGrpcTransport:
             await self._channel.close()
             self._channel = None
             self._stub = None
+            self._wire_methods.clear()
