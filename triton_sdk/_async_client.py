@@ -234,9 +234,7 @@ class AsyncClient:
             raise closed_error("AsyncClient")
         policy = options.retry
         try:
-            if self._settings.hooks:
-                return await self._send(op, options.context(op))
-            return await self._transport.acall(op, options.context(op))
+            return await self._send(op, options.context(op))
         except TritonError as error:
             if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
                 raise

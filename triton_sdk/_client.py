@@ -235,9 +235,7 @@ class Client:
             raise closed_error("Client")
         policy = options.retry
         try:
-            if self._settings.hooks:
-                return self._send(op, options.context(op))
-            return self._transport.call(op, options.context(op))
+            return self._send(op, options.context(op))
         except TritonError as error:
             if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
                 raise
