@@ -31,6 +31,7 @@ from ._classify import Classification, parse_classifications
 from ._compression import Compression
 from ._concurrency import (
     AsyncChunkRunner,
+    AsyncGate,
     AsyncSamples,
     AsyncWindow,
     aclose_iterator,
@@ -913,11 +914,12 @@ class AsyncModelSequence:
     sequence's slot until it idles out.
     """
 
-    __slots__ = ("_model", "_state")
+    __slots__ = ("_model", "_started", "_state")
 
     def __init__(self, model: AsyncModel, sequence_id: int | str | None = None) -> None:
         self._model = model
         self._state = SequenceState(model.spec, sequence_id)
+        self._started = AsyncGate()  # opened when the request carrying START is answered
 
     @property
     def sequence_id(self) -> int | str:
@@ -945,6 +947,7 @@ class AsyncModelSequence:
         shared_memory: SharedMemory | NotGiven,
     ) -> InferResult:
         model = self._model
+        flags = self._state.flags(end)
         (request,) = model._requests(
             inputs,
             named,
@@ -953,13 +956,21 @@ class AsyncModelSequence:
             priority=priority,
             request_id=request_id,
             sample=sample,
-            sequence=self._state.flags(end),
+            sequence=flags,
         )
         options = model._client._options(timeout, headers, _ONCE)
         # Counted before it goes out, so that a request sent meanwhile (from another
         # task or thread) cannot carry START a second time.
         self._state.sent_one(end)
-        result = await model._client._infer([request], model._placement, options, shared_memory)
+        if not flags.start:
+            # The server refuses a request of a sequence that reaches it before the one
+            # carrying START: requests sent at once wait for that one's answer.
+            await self._started.wait()
+        try:
+            result = await model._client._infer([request], model._placement, options, shared_memory)
+        finally:
+            if flags.start:
+                self._started.open()
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     async def infer(

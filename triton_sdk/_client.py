@@ -32,6 +32,7 @@ from ._classify import Classification, parse_classifications
 from ._compression import Compression
 from ._concurrency import (
     ChunkRunner,
+    Gate,
     Samples,
     Window,
     close_iterator,
@@ -904,11 +905,12 @@ class ModelSequence:
     sequence's slot until it idles out.
     """
 
-    __slots__ = ("_model", "_state")
+    __slots__ = ("_model", "_started", "_state")
 
     def __init__(self, model: Model, sequence_id: int | str | None = None) -> None:
         self._model = model
         self._state = SequenceState(model.spec, sequence_id)
+        self._started = Gate()  # opened when the request carrying START is answered
 
     @property
     def sequence_id(self) -> int | str:
@@ -936,6 +938,7 @@ class ModelSequence:
         shared_memory: SharedMemory | NotGiven,
     ) -> InferResult:
         model = self._model
+        flags = self._state.flags(end)
         (request,) = model._requests(
             inputs,
             named,
@@ -944,13 +947,21 @@ class ModelSequence:
             priority=priority,
             request_id=request_id,
             sample=sample,
-            sequence=self._state.flags(end),
+            sequence=flags,
         )
         options = model._client._options(timeout, headers, _ONCE)
         # Counted before it goes out, so that a request sent meanwhile (from another
         # task or thread) cannot carry START a second time.
         self._state.sent_one(end)
-        result = model._client._infer([request], model._placement, options, shared_memory)
+        if not flags.start:
+            # The server refuses a request of a sequence that reaches it before the one
+            # carrying START: requests sent at once wait for that one's answer.
+            self._started.wait()
+        try:
+            result = model._client._infer([request], model._placement, options, shared_memory)
+        finally:
+            if flags.start:
+                self._started.open()
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     def infer(

@@ -21,9 +21,11 @@ from ._base import closed_error
 __all__ = [
     "MAX_CHUNKS_IN_FLIGHT",
     "AsyncChunkRunner",
+    "AsyncGate",
     "AsyncSamples",
     "AsyncWindow",
     "ChunkRunner",
+    "Gate",
     "Samples",
     "Window",
     "aclose_iterator",
@@ -190,3 +192,29 @@ class AsyncWindow:
         for task in self._pending:
             task.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
+
+
+class Gate:
+    """Shut until opened, once; ``wait`` blocks the calling thread until then."""
+
+    def __init__(self) -> None:
+        self._opened = threading.Event()
+
+    def open(self) -> None:
+        self._opened.set()
+
+    def wait(self) -> None:
+        self._opened.wait()
+
+
+class AsyncGate:
+    """Shut until opened, once; ``wait`` suspends the calling task until then."""
+
+    def __init__(self) -> None:
+        self._opened = asyncio.Event()
+
+    def open(self) -> None:
+        self._opened.set()
+
+    async def wait(self) -> None:
+        await self._opened.wait()

@@ -17,6 +17,7 @@ import logging
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -409,10 +410,23 @@ def test_sequence_requests_are_never_retried(
 
 
 async def test_requests_sent_at_once_carry_start_only_once(url: str) -> None:
+    # Several times: the server refuses a request that reaches it before the one carrying
+    # START, so the others must wait for that one whatever order the tasks run in.
     async with ts.AsyncClient(url) as client:
         model = await client.model("accumulate")
-        async with model.sequence() as sequence:
-            await asyncio.gather(sequence.infer_sample(INPUT=1), sequence.infer_sample(INPUT=2))
-            last = await sequence.infer_sample(INPUT=3, end=True)
-    # A second START would have reset the running sum.
-    assert last["OUTPUT"].tolist() == [6]
+        for _ in range(5):
+            async with model.sequence() as sequence:
+                await asyncio.gather(*(sequence.infer_sample(INPUT=value) for value in (1, 2, 3)))
+                last = await sequence.infer_sample(INPUT=4, end=True)
+            # A second START would have reset the running sum.
+            assert last["OUTPUT"].tolist() == [10]
+
+
+def test_requests_sent_at_once_from_threads_carry_start_only_once(url: str) -> None:
+    with ts.Client(url) as client, ThreadPoolExecutor(3) as pool:
+        model = client.model("accumulate")
+        for _ in range(5):
+            with model.sequence() as sequence:
+                list(pool.map(lambda value: sequence.infer_sample(INPUT=value), (1, 2, 3)))
+                last = sequence.infer_sample(INPUT=4, end=True)
+            assert last["OUTPUT"].tolist() == [10]
