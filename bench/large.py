@@ -9,7 +9,8 @@ for each size, times in turn:
   registered once, inputs copied in, outputs read out with a copy), the fastest that
   tritonclient offers;
 - triton_sdk over gRPC and HTTP with ``shared_memory="off"`` (sockets) and ``"auto"``
-  (shared memory, the default on a local server).
+  (shared memory, the default on a local server; outputs are views of their regions),
+  and over gRPC with ``shared_memory_outputs="copy"`` (outputs copied out, as by hand).
 
 Rounds interleave the variants; the script prints each one's median time, its throughput
 (payload in + out over time) and its ratio to raw sockets and to raw shared memory.
@@ -141,6 +142,7 @@ def main() -> int:
         http_raw = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
         grpc_sdk = ts.Client(server.grpc_url, timeout=120)
         http_sdk = ts.Client(server.http_url, timeout=120)
+        copying_sdk = ts.Client(server.grpc_url, timeout=120, shared_memory_outputs="copy")
         columns = ("median ms", "GB/s", "vs raw sockets", "vs raw shm")
         print(f"{'MiB':>4} {'variant':<22} {columns[0]:>10} {columns[1]:>6} ", end="")
         print(f"{columns[2]:>15} {columns[3]:>11}")
@@ -158,6 +160,7 @@ def main() -> int:
                     "sdk http off": sdk(http_sdk, model, "off"),
                     "sdk grpc auto (shm)": sdk(grpc_sdk, model, "auto"),
                     "sdk http auto (shm)": sdk(http_sdk, model, "auto"),
+                    "sdk grpc auto, copy": sdk(copying_sdk, model, "auto"),
                 }
                 times: dict[str, list[float]] = {name: [] for name in variants}
                 for name, call in variants.items():  # warm-up and check
@@ -178,6 +181,7 @@ def main() -> int:
         finally:
             grpc_sdk.close()
             http_sdk.close()
+            copying_sdk.close()
             grpc_raw.close()
             http_raw.close()
     print("vs raw sockets: the faster raw socket transport's time / this one's (higher is faster)")

@@ -93,7 +93,9 @@ from ._shm import (
     Region,
     RegionPool,
     SharedMemory,
+    SharedMemoryOutputs,
     check_mode,
+    check_outputs,
     place,
     stale_regions,
 )
@@ -152,6 +154,10 @@ class Client:
             the server shares this host (sockets otherwise, decided at the first large
             call), ``"off"`` always uses sockets, ``"system"`` always shared memory (a
             TritonError when the server cannot read this host's memory).
+        shared_memory_outputs: ``"view"`` (the default) hands out an output that came back
+            through shared memory as an array over the region itself, with no copy; the
+            region is not reused while that array, or any array made from it, lives.
+            ``"copy"`` copies it out, so the region is free again as soon as the call ends.
         compression: ``"gzip"`` or ``"deflate"`` compresses request bodies and asks for
             compressed answers (HTTP; over gRPC the server compresses answers only when
             started to). Off (``None``) by default: on fast links it costs more CPU than it
@@ -170,6 +176,7 @@ class Client:
         transport: Transport | None = None,
         hooks: Iterable[CallHook] = (),
         shared_memory: SharedMemory = "auto",
+        shared_memory_outputs: SharedMemoryOutputs = "view",
         compression: Compression = None,
     ) -> None:
         self._settings = ClientSettings.create(
@@ -183,6 +190,7 @@ class Client:
             compression=compression,
         )
         self._shared_memory = check_mode(shared_memory)
+        self._output_views = check_outputs(shared_memory_outputs)
         if transport is not None and not isinstance(transport, Transport):
             raise InvalidInputError(
                 f"transport must be a ts.Transport, got {type(transport).__name__}"
@@ -537,7 +545,7 @@ class Client:
             or (mode == "auto" and self._server_reads_our_memory is False)
         ):
             return self._run(request, options)
-        placed = place(request, plan, self._regions)
+        placed = place(request, plan, self._regions, self._output_views)
         if placed is None:
             return self._run(request, options)
         shm_request, placement = placed
@@ -546,7 +554,7 @@ class Client:
                 return self._run(request, options)
             return self._run(shm_request, options)
         finally:
-            self._regions.give_back(placement.regions)
+            self._regions.release(placement)
 
     def _register(self, regions: list[Region], mode: SharedMemory, options: CallOptions) -> bool:
         """Register the regions the server does not know yet; False when it cannot read

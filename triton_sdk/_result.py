@@ -232,8 +232,9 @@ def decode_output(
 
 
 def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> Array:
-    """An output the server wrote into a shared memory region, copied out of it (the
-    region is reused by the next call)."""
+    """An output the server wrote into a shared memory region: a copy, or with
+    ``slot.view`` the region's memory itself (recorded in ``slot.lent``, so that the region
+    is not reused while the array lives)."""
     if datatype == "BYTES":
         raise InferenceError(f"output {name!r}: BYTES outputs do not travel in regions")
     try:
@@ -245,9 +246,12 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
             f"output {name!r}: shape {list(shape)} needs {size} bytes, its region has "
             f"{slot.byte_size}"
         )
-    view = np.frombuffer(slot.region.view(size, slot.offset), wire_dtype(datatype))
-    copied: Array = view.reshape(shape).copy()
-    return copied
+    flat = np.frombuffer(slot.region.view(size, slot.offset), wire_dtype(datatype))
+    if not slot.view:
+        copied: Array = flat.reshape(shape).copy()
+        return copied
+    slot.lent = flat
+    return flat.reshape(shape)
 
 
 def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: object) -> Array:

@@ -21,8 +21,9 @@ import os
 import secrets
 import socket
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 import numpy as np
@@ -39,6 +40,7 @@ __all__ = [
     "Region",
     "RegionPool",
     "SharedMemory",
+    "SharedMemoryOutputs",
     "place",
     "stale_regions",
 ]
@@ -47,6 +49,10 @@ SharedMemory = str
 """``"auto"`` | ``"off"`` | ``"system"``: how large tensors travel (see the docs)."""
 
 MODES: Final = ("auto", "off", "system")
+
+SharedMemoryOutputs = Literal["view", "copy"]
+"""How outputs that came back in a region are handed out: ``"view"`` (the array is the
+region's memory, which is not reused while the array lives) or ``"copy"``."""
 
 DEFAULT_THRESHOLD: Final = 256 * 1024
 """Tensors of at least this many bytes go through shared memory; smaller ones are cheaper
@@ -73,6 +79,13 @@ def check_mode(mode: object) -> str:
     if mode not in MODES:
         raise InvalidInputError(f"shared_memory must be 'auto', 'off' or 'system', got {mode!r}")
     return str(mode)
+
+
+def check_outputs(outputs: object) -> bool:
+    """True when outputs are handed out as views of their regions."""
+    if outputs not in ("view", "copy"):
+        raise InvalidInputError(f"shared_memory_outputs must be 'view' or 'copy', got {outputs!r}")
+    return outputs == "view"
 
 
 class Region:
@@ -113,10 +126,16 @@ class Region:
 
 
 class RegionPool:
-    """The client's regions, reused by size class; one call at a time per region."""
+    """The client's regions, reused by size class; one call at a time per region.
+
+    A region whose memory an output array uses (a view) comes back to the pool only when
+    that array and every array made from it are gone.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a view's finalizer may run (garbage collection) while this thread
+        # holds the lock.
+        self._lock = threading.RLock()
         self._idle: dict[int, list[Region]] = {}
         self._all: list[Region] = []
         self._serial = 0
@@ -139,11 +158,24 @@ class RegionPool:
     def give_back(self, regions: Iterable[Region]) -> None:
         with self._lock:
             for region in regions:
+                if region not in self._all:
+                    continue  # drained (the client closed) while an output view held it
                 if region.registered:
                     self._idle.setdefault(region.size, []).append(region)
                 else:
                     self._all.remove(region)
                     region.close()
+
+    def release(self, placement: Placement) -> None:
+        """Take back the regions of a finished call; those lent to output views later."""
+        idle = []
+        for slot in (*placement.inputs.values(), *placement.outputs.values()):
+            if slot.lent is None:
+                idle.append(slot.region)
+            else:
+                weakref.finalize(slot.lent, self.give_back, (slot.region,))
+                slot.lent = None
+        self.give_back(idle)
 
     def drain(self) -> list[Region]:
         """Every region (to unregister and close), leaving the pool empty."""
@@ -186,6 +218,10 @@ class Slot:
     region: Region
     offset: int
     byte_size: int
+    view: bool = False
+    """An output handed out as a view of the region rather than copied."""
+    lent: np.ndarray[Any, Any] | None = None
+    """The array over the region that the output's views share, once read."""
 
 
 @attrs.define
@@ -247,7 +283,7 @@ class PlacementPlan:
 
 
 def place(
-    request: InferRequest, plan: PlacementPlan, pool: RegionPool
+    request: InferRequest, plan: PlacementPlan, pool: RegionPool, views: bool = False
 ) -> tuple[InferRequest, Placement] | None:
     """The request with its large tensors in regions of ``pool``, or None if none is.
 
@@ -281,7 +317,7 @@ def place(
         target = np.frombuffer(region.view(array.nbytes), dtype=array.dtype.newbyteorder("<"))
         np.copyto(target.reshape(array.shape), array, casting="equiv")
         inputs[tensor.name] = Slot(region, 0, array.nbytes)
-    outputs = {name: Slot(pool.take(size), 0, size) for name, size in sizes.items()}
+    outputs = {name: Slot(pool.take(size), 0, size, views) for name, size in sizes.items()}
     requested = request.outputs
     if outputs and requested is None:
         requested = tuple(RequestedOutput(name) for name in wanted)

@@ -61,6 +61,53 @@ def test_regions_are_reused_call_after_call(make_client: Any) -> None:
     assert own(client) == first
 
 
+def test_outputs_are_views_of_their_regions_kept_while_the_array_lives(
+    make_client: Any,
+) -> None:
+    client = make_client(shared_memory="system")
+    model = client.model("big_fixed")
+    ones = np.ones((1, SAMPLE), dtype=np.float32)
+    held = model.infer(X=ones)["Y"][0, :8]  # a slice of the output: still the region's memory
+    assert not held.flags.owndata and held.base is not None
+    registered = own(client)
+    for scale in range(2, 5):  # the held region is not reused: another one is taken
+        assert np.array_equal(model.infer(X=ones * scale)["Y"], 2 * scale * ones)
+        assert np.array_equal(held, np.full(8, 2, dtype=np.float32))
+    assert len(own(client)) == len(registered) + 1
+    del held  # its region goes back to the pool: no new one from now on
+    grown = own(client)
+    for _ in range(3):
+        model.infer(X=ones)
+    assert own(client) == grown
+
+
+def test_copied_outputs_leave_their_regions_free(make_client: Any) -> None:
+    client = make_client(shared_memory="system", shared_memory_outputs="copy")
+    model = client.model("big_fixed")
+    ones = np.ones((1, SAMPLE), dtype=np.float32)
+    held = [model.infer(X=ones * scale)["Y"] for scale in range(1, 4)]
+    assert all(array.flags.owndata for array in held)
+    assert len(own(client)) == 2  # one input region, one output region, reused by every call
+    for scale, array in enumerate(held, start=1):
+        assert np.array_equal(array, 2 * scale * ones)
+
+
+def test_a_view_outlives_its_client(make_client: Any) -> None:
+    client = make_client(shared_memory="system")
+    batch = np.arange(2 * SAMPLE, dtype=np.float32).reshape(2, SAMPLE)
+    result = client.model("big_fixed").infer(X=batch)["Y"]
+    if hasattr(client, "close"):
+        client.close()
+    else:
+        client.aclose()
+    assert np.array_equal(result, 2 * batch)
+
+
+def test_shared_memory_outputs_must_be_view_or_copy(make_client: Any) -> None:
+    with pytest.raises(ts.InvalidInputError, match="shared_memory_outputs"):
+        make_client(shared_memory_outputs="borrow")
+
+
 def test_an_output_of_unknown_size_comes_over_the_socket(make_client: Any) -> None:
     client = make_client(shared_memory="system")
     values = np.arange(300_000, dtype=np.float32)[np.newaxis]
