@@ -68,7 +68,8 @@ def test_outputs_are_views_of_their_regions_kept_while_the_array_lives(
     model = client.model("big_fixed")
     ones = np.ones((1, SAMPLE), dtype=np.float32)
     held = model.infer(X=ones)["Y"][0, :8]  # a slice of the output: still the region's memory
-    assert not held.flags.owndata and held.base is not None
+    assert not held.flags.owndata
+    assert held.base is not None
     registered = own(client)
     for scale in range(2, 5):  # the held region is not reused: another one is taken
         assert np.array_equal(model.infer(X=ones * scale)["Y"], 2 * scale * ones)
