@@ -7,6 +7,7 @@
 """
 
 from ._async_client import AsyncClient, AsyncModel, AsyncModelSequence
+from ._balance import EndpointState
 from ._call import CallContext, CallHook
 from ._classify import Classification
 from ._client import Client, Model, ModelSequence
@@ -16,6 +17,8 @@ from ._errors import (
     InvalidInputError,
     ModelNotFoundError,
     ModelNotReadyError,
+    SequenceLostError,
+    ServerOverloadedError,
     TritonConnectionError,
     TritonError,
     TritonTimeoutError,
@@ -56,6 +59,7 @@ __all__ = [
     "Classification",
     "Client",
     "DurationStatistics",
+    "EndpointState",
     "InferResult",
     "InferenceError",
     "InferenceStatistics",
@@ -75,9 +79,11 @@ __all__ = [
     "ParameterValue",
     "ResponseStream",
     "RetryPolicy",
+    "SequenceLostError",
     "SequenceNotEndedWarning",
     "ServerMetadata",
     "ServerMetrics",
+    "ServerOverloadedError",
     "SharedMemoryRegion",
     "TLSConfig",
     "TensorSpec",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -46,7 +46,7 @@ Timeout = float | None | NotGiven
 class ClientSettings:
     """A client's configuration, resolved once at construction."""
 
-    endpoint: Endpoint
+    endpoints: tuple[Endpoint, ...]
     timeout: float | None
     retry: RetryPolicy
     headers: Mapping[str, str] = attrs.field(repr=False)
@@ -55,6 +55,11 @@ class ClientSettings:
     hooks: tuple[CallHook, ...] = ()
     compression: Compression = None
     _defaults: CallOptions | None = attrs.field(init=False, repr=False, eq=False)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The first endpoint (the only one of a client of one URL)."""
+        return self.endpoints[0]
 
     @_defaults.default
     def _options_of_plain_calls(self) -> CallOptions | None:
@@ -67,7 +72,7 @@ class ClientSettings:
     @classmethod
     def create(
         cls,
-        url: str,
+        url: str | Sequence[str],
         *,
         timeout: float | None,
         retry: RetryPolicy | None,
@@ -78,7 +83,7 @@ class ClientSettings:
         compression: object = None,
     ) -> ClientSettings:
         """Check the client's arguments (callers without type checking can pass anything)."""
-        endpoint = parse_url(url)
+        endpoints = parse_urls(url)
         given: object = tls
         if given is not None and not isinstance(given, TLSConfig):
             raise InvalidInputError(f"tls must be a ts.TLSConfig, got {type(given).__name__}")
@@ -91,12 +96,12 @@ class ClientSettings:
             if not isinstance(hook, CallHook):
                 raise InvalidInputError(f"hooks must be ts.CallHook, got {type(hook).__name__}")
         return cls(
-            endpoint=endpoint,
+            endpoints=endpoints,
             timeout=check_timeout(timeout),
             retry=RetryPolicy.none() if retry is None else check_retry(retry),
             headers=MappingProxyType(check_headers(headers)),
             tls=tls,
-            metrics_url=metrics_url or default_metrics_url(endpoint),
+            metrics_url=metrics_url or default_metrics_url(endpoints[0]),
             hooks=checked_hooks,
             compression=check_compression(compression),
         )
@@ -126,6 +131,24 @@ class ClientSettings:
         )
 
 
+def parse_urls(urls: object) -> tuple[Endpoint, ...]:
+    """One URL, or a list of URLs of one protocol (a client over many endpoints)."""
+    if isinstance(urls, str):
+        return (parse_url(urls),)
+    if not isinstance(urls, Sequence) or not urls:
+        raise InvalidInputError(
+            f"url must be a URL string or a non-empty list of them, got {urls!r}"
+        )
+    endpoints = tuple(parse_url(check_text(url, "url")) for url in urls)
+    kinds = {(endpoint.protocol, endpoint.tls) for endpoint in endpoints}
+    if len(kinds) > 1:
+        shown = ", ".join(str(endpoint) for endpoint in endpoints)
+        raise InvalidInputError(f"the URLs of one client must share one protocol, got {shown}")
+    if len(set(endpoints)) < len(endpoints):
+        raise InvalidInputError(f"the same endpoint is given twice in {list(map(str, endpoints))}")
+    return endpoints
+
+
 def check_retry(retry: object) -> RetryPolicy:
     if not isinstance(retry, RetryPolicy):
         raise InvalidInputError(
@@ -151,7 +174,7 @@ def default_metrics_url(endpoint: Endpoint) -> str:
 
 def client_repr(kind: str, settings: ClientSettings) -> str:
     # Headers are left out on purpose: they often carry credentials.
-    return f"<{kind} {settings.endpoint}>"
+    return f"<{kind} {' '.join(str(endpoint) for endpoint in settings.endpoints)}>"
 
 
 def closed_error(kind: str) -> TritonError:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
 import attrs
 from tenacity import Retrying
 
+from ._balance import EndpointState, Member
 from ._base import (
     ClientSettings,
     ModelCore,
@@ -39,7 +40,7 @@ from ._concurrency import (
     iterate,
     sleep,
 )
-from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
+from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, Endpoint, NotGiven, RetryPolicy, TLSConfig
 from ._errors import (
     InferenceError,
     InvalidInputError,
@@ -102,6 +103,7 @@ from ._shm import (
 from ._spec import ModelSpec
 from ._status import ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import ResponseStream
+from ._transports._balanced import BalancedTransport
 from ._transports._protocol import Transport
 
 __all__ = ["Client", "Model", "ModelSequence"]
@@ -115,11 +117,22 @@ logger = logging.getLogger("triton_sdk")
 DEFAULT_RETRY: Final = RetryPolicy()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
+_ONE_SERVER_SHM: Final = (
+    'shared_memory="system" needs a client of one server; a client over many endpoints '
+    "sends every tensor over sockets"
+)
 
 
 def _open_transport(settings: ClientSettings) -> Transport:
-    """The transport of the client's URL; its network library is imported only now."""
-    endpoint = settings.endpoint
+    """The transport of the client's URL (or URLs); its network library is imported
+    only now."""
+    if len(settings.endpoints) == 1:
+        return _open_endpoint(settings.endpoint, settings)
+    members = [Member(e, _open_endpoint(e, settings)) for e in settings.endpoints]
+    return BalancedTransport(members, settings.headers)
+
+
+def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> Transport:
     if endpoint.protocol == "grpc":
         from ._transports._grpc import GrpcTransport
 
@@ -138,7 +151,9 @@ class Client:
     be called from code running inside an event loop (it never starts one).
 
     Args:
-        url: the server's address.
+        url: the server's address, or a list of addresses of replicas of one model
+            repository (one protocol): each call then goes to one of them, picked by
+            fewest requests in flight; see docs/scale-out.md.
         timeout: seconds each attempt of a call may take; ``None`` for no limit.
             Calls may override it with their own ``timeout``.
         retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
@@ -166,7 +181,7 @@ class Client:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY,
@@ -190,6 +205,9 @@ class Client:
             compression=compression,
         )
         self._shared_memory = check_mode(shared_memory)
+        self._many = len(self._settings.endpoints) > 1
+        if self._many and self._shared_memory == "system":
+            raise InvalidInputError(_ONE_SERVER_SHM)
         self._output_views = check_outputs(shared_memory_outputs)
         if transport is not None and not isinstance(transport, Transport):
             raise InvalidInputError(
@@ -198,7 +216,9 @@ class Client:
         self._transport = _open_transport(self._settings) if transport is None else transport
         self._chunks = ChunkRunner("Client")
         self._regions = RegionPool()
-        self._server_reads_our_memory: bool | None = None  # None: not tried yet
+        # None: not tried yet. Regions are registered with one server, and the calls of a
+        # client over many endpoints go to any of them: sockets only.
+        self._server_reads_our_memory: bool | None = False if self._many else None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -206,8 +226,17 @@ class Client:
 
     @property
     def url(self) -> str:
-        """The server's address, normalised (``grpc://host:port`` or ``http://host:port``)."""
+        """The server's address, normalised (``grpc://host:port`` or ``http://host:port``);
+        the first one of a client over many endpoints."""
         return str(self._settings.endpoint)
+
+    def endpoints(self) -> list[EndpointState]:
+        """Each endpoint's health and counters. A client of one URL keeps no counters: it
+        reports its one endpoint as healthy, with zeros."""
+        transport = self._transport
+        if isinstance(transport, BalancedTransport):
+            return transport.endpoints()
+        return [EndpointState(self.url, True, 0, 0, 0, 0)]
 
     # The call path: every server call goes through _run (unary) or _stream.
 
@@ -527,6 +556,8 @@ class Client:
     ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
         mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
+        if mode == "system" and self._many:
+            raise InvalidInputError(_ONE_SERVER_SHM)
         if len(requests) == 1:
             return self._infer_one(requests[0], plan, options, mode)
 

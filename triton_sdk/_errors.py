@@ -27,6 +27,8 @@ __all__ = [
     "InvalidInputError",
     "ModelNotFoundError",
     "ModelNotReadyError",
+    "SequenceLostError",
+    "ServerOverloadedError",
     "TritonConnectionError",
     "TritonError",
     "TritonTimeoutError",
@@ -108,6 +110,17 @@ class InferenceError(TritonError):
     """The server or the model failed the request; ``status`` tells how."""
 
 
+class ServerOverloadedError(InferenceError):
+    """The server turned the request away unrun: the model's queue was full ("Exceeds
+    maximum queue size") or the request waited in it past its queue timeout. Retryable;
+    a client over many endpoints tries another one at once."""
+
+
+class SequenceLostError(TritonConnectionError):
+    """A request of a sequence whose endpoint failed. A sequence's state lives in one
+    server, so it never moves to another endpoint: start the sequence again."""
+
+
 # Message fragments, lower-cased. Triton reuses status codes for unrelated situations
 # (UNAVAILABLE is "server down", "queue full", "TLS failed" and "restricted endpoint"),
 # so the message decides.
@@ -173,7 +186,7 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
         return TritonTimeoutError, False
     if grpc_code == "UNAVAILABLE":
         if _has(lowered, _QUEUE_HINTS):
-            return InferenceError, True
+            return ServerOverloadedError, True
         if _has(lowered, _REFUSED_HINTS):
             return InferenceError, False
         if _has(lowered, _TLS_HINTS):
@@ -181,6 +194,8 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
         return TritonConnectionError, True
     if http_status == 503 and _has(lowered, _REFUSED_HINTS):
         return InferenceError, False
+    if _has(lowered, _QUEUE_HINTS):
+        return ServerOverloadedError, True
     return InferenceError, http_status in _RETRYABLE_HTTP
 
 
@@ -195,6 +210,10 @@ def classify_message(
     an HTTP 200 body): there is no error status, so the message decides."""
     lowered = message.lower()
     error_class: type[TritonError] = InferenceError
+    if _has(lowered, _QUEUE_HINTS):
+        return ServerOverloadedError(
+            message, status=status, model=model, request_id=request_id, retryable=True
+        )
     if _has(lowered, _NOT_READY_HINTS):
         error_class = ModelNotReadyError
     elif "model" in lowered and _has(lowered, _NOT_FOUND_HINTS):

@@ -153,7 +153,7 @@ def _check_refusals(outcomes: list[Any], protocol: str) -> None:
     refused = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
     assert refused, "a burst on a queue of one should have been refused at least once"
     for error in refused:
-        assert isinstance(error, ts.InferenceError), repr(error)
+        assert isinstance(error, ts.ServerOverloadedError), repr(error)
         assert error.status == ("UNAVAILABLE" if protocol == "grpc" else 503)
         assert error.retryable
         assert error.model == "busy"

@@ -65,8 +65,9 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         ("NOT_FOUND", NO_VERSIONS, ts.ModelNotReadyError, False),
         (404, NO_VERSIONS, ts.ModelNotReadyError, False),
         # queue full: the server is fine, the model is busy
-        ("UNAVAILABLE", QUEUE_FULL, ts.InferenceError, True),
-        (503, QUEUE_FULL, ts.InferenceError, True),
+        ("UNAVAILABLE", QUEUE_FULL, ts.ServerOverloadedError, True),
+        (503, QUEUE_FULL, ts.ServerOverloadedError, True),
+        ("UNAVAILABLE", "Request timeout expired", ts.ServerOverloadedError, True),
         # server unreachable
         ("UNAVAILABLE", REFUSED, ts.TritonConnectionError, True),
         ("UNAVAILABLE", "Socket closed", ts.TritonConnectionError, True),

@@ -1,0 +1,255 @@
+"""Spreading calls over the endpoints of one client: the decisions, without I/O.
+
+A :class:`Balancer` holds one :class:`Member` per endpoint. Each call asks it for a
+:class:`Route` (which endpoint), then reports how the attempt ended; the balancer keeps
+the counters, ejects an endpoint that fails at the connection level, and says when an
+ejected one is due for a readiness probe. The transports in ``_transports/_balanced.py``
+do the sending and the probing.
+
+Picking is "power of two choices": two healthy endpoints at random, the one with fewer
+requests in flight wins. Requests of a sequence stay on the endpoint that started it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Generic, TypeVar, overload
+
+import attrs
+
+from ._config import Endpoint
+from ._errors import SequenceLostError, ServerOverloadedError, TritonConnectionError, TritonError
+from ._ops import Op, StreamOp
+from ._request import InferRequest
+
+__all__ = ["Balancer", "EndpointState", "Member", "Route"]
+
+T = TypeVar("T")
+
+PROBE_FIRST = 0.05
+"""Seconds from an ejection to the first readiness probe; doubled after each failed one."""
+PROBE_MAX = 2.0
+
+
+@attrs.frozen
+class EndpointState:
+    """One endpoint of a client, as :meth:`Client.endpoints` reports it.
+
+    Attributes:
+        url: the endpoint's address.
+        healthy: False while it is ejected (after a connection-level failure, until a
+            readiness probe succeeds).
+        in_flight: requests sent to it and not answered yet (streams included).
+        requests: attempts sent to it so far.
+        failures: attempts that failed at the connection level.
+        ejections: how many times it was ejected.
+    """
+
+    url: str
+    healthy: bool
+    in_flight: int
+    requests: int
+    failures: int
+    ejections: int
+
+
+class Member(Generic[T]):
+    """One endpoint, its transport and its counters (guarded by the balancer's lock)."""
+
+    __slots__ = (
+        "ejections",
+        "endpoint",
+        "failures",
+        "healthy",
+        "in_flight",
+        "probe_at",
+        "probe_wait",
+        "requests",
+        "transport",
+    )
+
+    def __init__(self, endpoint: Endpoint, transport: T) -> None:
+        self.endpoint = endpoint
+        self.transport = transport
+        self.healthy = True
+        self.in_flight = 0
+        self.requests = 0
+        self.failures = 0
+        self.ejections = 0
+        self.probe_at = 0.0
+        self.probe_wait = PROBE_FIRST
+
+    def state(self) -> EndpointState:
+        return EndpointState(
+            str(self.endpoint),
+            self.healthy,
+            self.in_flight,
+            self.requests,
+            self.failures,
+            self.ejections,
+        )
+
+
+@attrs.define(slots=True)
+class Route(Generic[T]):
+    """Where one attempt goes, and the endpoints tried already for this call."""
+
+    member: Member[T]
+    sequence: int | str = 0
+    tried: list[Member[T]] = attrs.field(factory=list)
+
+
+def _sequence(op: Op[object] | StreamOp[object]) -> InferRequest | None:
+    return op if isinstance(op, InferRequest) and op.sequence_id else None
+
+
+class Balancer(Generic[T]):
+    """The endpoints of one client and the state that picking needs; thread-safe."""
+
+    def __init__(self, members: list[Member[T]], *, seed: int | None = None) -> None:
+        self.members = members
+        self._lock = threading.Lock()
+        self._random = random.Random(seed)
+        self._pins: dict[int | str, Member[T] | None] = {}  # None: its endpoint failed
+
+    def states(self) -> list[EndpointState]:
+        with self._lock:
+            return [member.state() for member in self.members]
+
+    def route(self, op: Op[object] | StreamOp[object]) -> Route[T]:
+        """The endpoint for the first attempt of ``op``; counted as in flight there.
+
+        Raises SequenceLostError for a request of a sequence whose endpoint failed.
+        """
+        request = _sequence(op)
+        with self._lock:
+            if request is None:
+                return Route(self._take(()))
+            sequence = request.sequence_id
+            if request.sequence_start:
+                member = self._take(())
+                self._pins[sequence] = member
+            elif sequence in self._pins:
+                pinned = self._pins[sequence]
+                if pinned is None:
+                    if request.sequence_end:
+                        del self._pins[sequence]
+                    raise _lost(sequence, None)
+                member = pinned
+                self._count(member)
+            else:  # started before this client knew it (or by another client): stays here
+                member = self._take(())
+                self._pins[sequence] = member
+            return Route(member, sequence)
+
+    def reroute(self, route: Route[T], op: Op[object], error: TritonError) -> bool:
+        """After a failed attempt: True when ``route`` now points at another endpoint
+        that the same call may go to at once (an idempotent call, a failure that says
+        the endpoint could not take it, an endpoint not tried yet)."""
+        if route.sequence or not op.idempotent or not _elsewhere(error):
+            return False
+        with self._lock:
+            route.tried.append(route.member)
+            if len(route.tried) >= len(self.members):
+                return False
+            route.member = self._take(route.tried)
+            return True
+
+    def succeeded(self, route: Route[T], op: AnyOp) -> None:
+        """Record an attempt on ``route.member`` that was answered."""
+        self.failed(route, op, None)
+
+    @overload
+    def failed(self, route: Route[T], op: AnyOp, error: TritonError) -> TritonError: ...
+    @overload
+    def failed(self, route: Route[T], op: AnyOp, error: None) -> None: ...
+    def failed(self, route: Route[T], op: AnyOp, error: TritonError | None) -> TritonError | None:
+        """Record a failed attempt on ``route.member``; returns the error to raise (a
+        sequence's connection failure becomes SequenceLostError). A connection-level
+        failure ejects the endpoint."""
+        member = route.member
+        request = _sequence(op)
+        with self._lock:
+            member.in_flight -= 1
+            if error is None or not _connection_failure(error):
+                if request is not None and request.sequence_end:
+                    self._pins.pop(request.sequence_id, None)
+                return error
+            member.failures += 1
+            if member.healthy:
+                member.healthy = False
+                member.ejections += 1
+                member.probe_wait = PROBE_FIRST
+                member.probe_at = time.monotonic() + PROBE_FIRST
+            if request is None:
+                return error
+            sequence = request.sequence_id
+            if request.sequence_end:
+                self._pins.pop(sequence, None)
+            else:
+                self._pins[sequence] = None
+            return _lost(sequence, member.endpoint, error)
+
+    def due_probes(self) -> tuple[list[Member[T]], float | None]:
+        """The ejected endpoints due for a readiness probe now, and the seconds until the
+        next one is due (None when no endpoint is ejected)."""
+        now = time.monotonic()
+        with self._lock:
+            ejected = [member for member in self.members if not member.healthy]
+            due = [member for member in ejected if member.probe_at <= now]
+            later = [member.probe_at - now for member in ejected if member.probe_at > now]
+        return due, (min(later) if later else (PROBE_FIRST if due else None))
+
+    def probed(self, member: Member[T], ready: bool) -> None:
+        """Record a readiness probe: a ready endpoint takes calls again; otherwise the
+        next probe waits twice as long (up to PROBE_MAX)."""
+        with self._lock:
+            if ready:
+                member.healthy = True
+                return
+            member.probe_wait = min(member.probe_wait * 2, PROBE_MAX)
+            member.probe_at = time.monotonic() + member.probe_wait
+
+    def _take(self, tried: list[Member[T]] | tuple[()]) -> Member[T]:
+        candidates = [m for m in self.members if m.healthy and m not in tried]
+        if not candidates:  # every endpoint is ejected: try one rather than fail unasked
+            candidates = [m for m in self.members if m not in tried] or self.members
+        if len(candidates) == 1:
+            member = candidates[0]
+        else:
+            first, second = self._random.sample(candidates, 2)
+            member = first if first.in_flight <= second.in_flight else second
+        self._count(member)
+        return member
+
+    @staticmethod
+    def _count(member: Member[T]) -> None:
+        member.in_flight += 1
+        member.requests += 1
+
+
+AnyOp = Op[object] | StreamOp[object]
+
+
+def _connection_failure(error: TritonError) -> bool:
+    """The endpoint could not be reached or dropped the connection (not TLS, which no
+    other endpoint of the same fleet would pass either)."""
+    return isinstance(error, TritonConnectionError) and error.retryable
+
+
+def _elsewhere(error: TritonError) -> bool:
+    """Another endpoint may take a call that failed so on this one."""
+    return _connection_failure(error) or isinstance(error, ServerOverloadedError)
+
+
+def _lost(
+    sequence: int | str, endpoint: Endpoint | None, cause: TritonError | None = None
+) -> SequenceLostError:
+    where = "its endpoint" if endpoint is None else str(endpoint)
+    detail = "" if cause is None else f": {cause}"
+    return SequenceLostError(
+        f"sequence {sequence!r} was on {where}, which failed{detail}. A sequence cannot "
+        "move to another endpoint (its state lives in that server): start it again"
+    )
