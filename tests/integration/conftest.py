@@ -82,7 +82,7 @@ def loop_thread() -> Iterator[LoopThread]:
     loop.close()
 
 
-def open_client(url: str, mode: str, loop: LoopThread, **options: Any) -> Any:
+def open_client(url: str | list[str], mode: str, loop: LoopThread, **options: Any) -> Any:
     """A Client, or a blocking view of an AsyncClient: the same calls work on both."""
     if mode == "sync":
         return ts.Client(url, **options)

@@ -1,0 +1,208 @@
+"""One client over three real servers: steady load while one of them is killed (SIGKILL)
+and restarted, sequences on the killed one, and the spread of requests.
+
+The balancer's decisions alone are tested in tests/unit/test_balance.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+from triton_sdk.local import LocalServer
+
+from ._blocking import LoopThread
+from .conftest import close_client, inference_count, open_client, server_url
+from .test_sequences import WIDE_CONFIG, new_sequence
+
+WORKERS = 4
+ONES = np.ones((1, 2, 2), dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LocalServer]]:
+    """Three servers of one repository (each test leaves all three running): ``double``,
+    and ``accumulate`` with four sequence slots."""
+    repository = tmp_path_factory.mktemp("fleet")
+    models = Path(__file__).resolve().parent.parent / "models"
+    (repository / "double").symlink_to(models / "double", target_is_directory=True)
+    accumulate = repository / "accumulate"
+    (accumulate / "1").mkdir(parents=True)
+    (accumulate / "config.pbtxt").write_text(WIDE_CONFIG)
+    (accumulate / "1" / "model.py").symlink_to(models / "accumulate" / "1" / "model.py")
+    servers = [LocalServer(repository) for _ in range(3)]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+def fleet_client(
+    fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
+) -> Iterator[Any]:
+    client = open_client([server_url(server, protocol) for server in fleet], mode, loop_thread)
+    yield client
+    close_client(client, loop_thread)
+
+
+def states(client: Any) -> list[ts.EndpointState]:
+    target = getattr(client, "target", client)
+    return list(target.endpoints())
+
+
+def wait_until(condition: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
+class SteadyLoad:
+    """WORKERS threads calling ``double`` back to back; every outcome is kept."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.results = 0
+        self.failures: list[BaseException] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._work) for _ in range(WORKERS)]
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                answer = self.model.infer(X=ONES)["Y"]
+                assert np.array_equal(answer, 2 * ONES)
+            except BaseException as exc:  # collected and checked by the test
+                with self._lock:
+                    self.failures.append(exc)
+            else:
+                with self._lock:
+                    self.results += 1
+
+    def __enter__(self) -> SteadyLoad:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def wait_for(self, more: int) -> None:
+        target = self.results + more
+        wait_until(lambda: self.results >= target or self.failures, f"{more} more results")
+
+
+def test_a_killed_server_fails_no_request_and_gets_traffic_back(
+    fleet: list[LocalServer], fleet_client: Any
+) -> None:
+    victim = fleet[1]
+    victim_url = str(states(fleet_client)[1].url)
+    try:
+        with SteadyLoad(fleet_client.model("double")) as load:
+            load.wait_for(60)
+            victim.kill()
+            load.wait_for(200)  # the killed one is ejected; the others take everything
+            ejected = {state.url: state for state in states(fleet_client)}[victim_url]
+            assert not ejected.healthy
+            assert ejected.ejections == 1
+            victim.start()  # same ports
+            wait_until(lambda: states(fleet_client)[1].healthy, "the restarted one is readmitted")
+            load.wait_for(200)
+        assert load.failures == []
+        # The restarted server counts from zero: what it ran came after its return.
+        assert inference_count(victim, "double") > 0
+    finally:
+        if not victim.running:
+            victim.start()
+
+
+def test_sequences_on_a_killed_server_fail_clearly_and_the_others_go_on(
+    fleet: list[LocalServer], fleet_client: Any, loop_thread: LoopThread
+) -> None:
+    victim = fleet[1]
+    model = fleet_client.model("accumulate")
+    sequences: list[Any] = []
+    try:
+        # Start sequences until one lands on the victim (each endpoint is as likely),
+        # keeping two on the others (each server has four sequence slots).
+        while inference_count(victim, "accumulate") == 0:
+            assert len(sequences) < 40, "no sequence started on the second server"
+            if len(sequences) == 2:
+                sequences.pop().infer(INPUT=[0], end=True)
+            seq = new_sequence(model, loop_thread)
+            assert seq.infer(INPUT=[1])["OUTPUT"].tolist() == [[1]]
+            sequences.append(seq)
+        victim.kill()
+        lost: list[tuple[Any, str]] = []
+        kept = []
+        for seq in sequences:
+            try:
+                total = seq.infer(INPUT=[10])["OUTPUT"].tolist()
+            except ts.SequenceLostError as error:
+                lost.append((seq, str(error)))
+            else:
+                assert total == [[11]]  # each step ran once: nothing was replayed elsewhere
+                kept.append(seq)
+        assert len(lost) == 1  # the last one started, the only one on the victim
+        ((lost_one, message),) = lost
+        assert lost_one is sequences[-1]
+        assert states(fleet_client)[1].url in message  # it names the endpoint
+        victim.start()
+        wait_until(lambda: states(fleet_client)[1].healthy, "the restarted one is readmitted")
+        with pytest.raises(ts.SequenceLostError):  # it never restarts silently elsewhere
+            lost_one.infer(INPUT=[100])
+        for seq in kept:
+            assert seq.infer(INPUT=[100], end=True)["OUTPUT"].tolist() == [[111]]
+        assert inference_count(victim, "accumulate") == 0
+    finally:
+        if not victim.running:
+            victim.start()
+
+
+def test_requests_spread_over_every_server(fleet: list[LocalServer], fleet_client: Any) -> None:
+    model = fleet_client.model("double")
+    before = [inference_count(server, "double") for server in fleet]
+    for _ in range(90):
+        model.infer(X=ONES)
+    after = [inference_count(server, "double") for server in fleet]
+    ran = [now - was for now, was in zip(after, before, strict=True)]
+    assert sum(ran) == 90
+    assert min(ran) >= 10, ran
+    assert all(state.healthy and state.in_flight == 0 for state in states(fleet_client))
+
+
+def test_a_server_down_from_the_start_is_skipped(
+    fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    urls = [server_url(fleet[0], protocol), f"{protocol}://127.0.0.1:{unused_port()}"]
+    client = open_client(urls, mode, loop_thread)
+    try:
+        model = client.model("double")
+        for _ in range(20):
+            assert np.array_equal(model.infer(X=ONES)["Y"], 2 * ONES)
+        dead = states(client)[1]
+        assert not dead.healthy
+        assert dead.failures >= 1
+    finally:
+        close_client(client, loop_thread)
+
+
+def unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
