@@ -11,7 +11,7 @@ from ._balance import EndpointState
 from ._call import CallContext, CallHook
 from ._classify import Classification
 from ._client import Client, Model, ModelSequence
-from ._config import NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig
+from ._config import NOT_GIVEN, NotGiven, RetryBudget, RetryPolicy, TLSConfig
 from ._errors import (
     InferenceError,
     InvalidInputError,
@@ -78,6 +78,7 @@ __all__ = [
     "NotGiven",
     "ParameterValue",
     "ResponseStream",
+    "RetryBudget",
     "RetryPolicy",
     "SequenceLostError",
     "SequenceNotEndedWarning",

@@ -40,7 +40,15 @@ from ._concurrency import (
     iterate,
     sleep,
 )
-from ._config import DEFAULT_TIMEOUT, NOT_GIVEN, Endpoint, NotGiven, RetryPolicy, TLSConfig
+from ._config import (
+    DEFAULT_TIMEOUT,
+    NOT_GIVEN,
+    Endpoint,
+    NotGiven,
+    RetryBudget,
+    RetryPolicy,
+    TLSConfig,
+)
 from ._errors import (
     InferenceError,
     InvalidInputError,
@@ -86,7 +94,7 @@ from ._ops import (
 )
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
-from ._retry import StopAt, final_error, retrying_kwargs, should_retry
+from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_retry
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._shm import (
@@ -115,12 +123,23 @@ Headers = Mapping[str, str] | None
 logger = logging.getLogger("triton_sdk")
 
 DEFAULT_RETRY: Final = RetryPolicy()
+DEFAULT_BUDGET: Final = RetryBudget()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
 _ONE_SERVER_SHM: Final = (
     'shared_memory="system" needs a client of one server; a client over many endpoints '
     "sends every tensor over sockets"
 )
+
+
+def _bucket(budget: object) -> TokenBucket | None:
+    if budget is None:
+        return None
+    if not isinstance(budget, RetryBudget):
+        raise InvalidInputError(
+            f"retry_budget must be a ts.RetryBudget or None, got {type(budget).__name__}"
+        )
+    return TokenBucket(budget)
 
 
 def _open_transport(settings: ClientSettings) -> Transport:
@@ -157,6 +176,9 @@ class Client:
         timeout: seconds each attempt of a call may take; ``None`` for no limit.
             Calls may override it with their own ``timeout``.
         retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
+        retry_budget: a bound on the retries of all calls together (by default 100 at
+            once plus one per ten calls), so that an outage does not become a retry
+            storm; ``None`` for no bound.
         headers: sent with every request (gRPC metadata keys are lower-cased); each
             call's ``headers`` are sent on top of them.
         tls: certificate files for ``grpcs://`` and ``https://``.
@@ -185,6 +207,7 @@ class Client:
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY,
+        retry_budget: RetryBudget | None = DEFAULT_BUDGET,
         headers: Mapping[str, str] | None = None,
         tls: TLSConfig | None = None,
         metrics_url: str | None = None,
@@ -219,6 +242,7 @@ class Client:
         # None: not tried yet. Regions are registered with one server, and the calls of a
         # client over many endpoints go to any of them: sockets only.
         self._server_reads_our_memory: bool | None = False if self._many else None
+        self._retry_bucket = _bucket(retry_budget)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -272,6 +296,9 @@ class Client:
         if self._closed:
             raise closed_error("Client")
         policy = options.retry
+        bucket = self._retry_bucket
+        if bucket is not None:
+            bucket.calls += 1
         try:
             return self._send(op, options.context(op))
         except TritonError as error:
@@ -287,7 +314,7 @@ class Client:
             attempts += 1
             return self._send(op, options.context(op, attempts))
 
-        stop = StopAt(policy, options.deadline_at)
+        stop = StopAt(policy, options.deadline_at, self._retry_bucket)
         what = op.call if op.model is None else f"{op.call} {op.model!r}"
         try:
             return Retrying(**retrying_kwargs(policy, stop, what, op.idempotent))(again)

@@ -72,6 +72,25 @@ def _optional_positive(
 
 
 @attrs.frozen(kw_only=True)
+class RetryBudget:
+    """A bound on a client's retries as a whole, so that an outage or an overloaded server
+    does not turn into a retry storm: ``Client(url, retry_budget=RetryBudget())``.
+
+    A token bucket: it starts with ``reserve`` retries; each call adds ``ratio`` of a
+    retry (up to ``reserve``) and each retry takes one. Over any stretch, retries are at
+    most ``reserve`` plus ``ratio`` of the calls made. A call whose retry finds the bucket
+    empty fails with its last error.
+
+    Attributes:
+        ratio: retries earned per call (0.1: one retry per ten calls).
+        reserve: retries available at once (the bucket's size), for bursts and restarts.
+    """
+
+    ratio: float = attrs.field(default=0.1, validator=_at_least(0))
+    reserve: int = attrs.field(default=100, validator=_at_least(1, integer=True))
+
+
+@attrs.frozen(kw_only=True)
 class RetryPolicy:
     """How failed calls are repeated.
 

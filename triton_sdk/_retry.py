@@ -10,16 +10,24 @@ the deadline all include the first attempt.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import tenacity
 
-from ._config import RetryPolicy
+from ._config import RetryBudget, RetryPolicy
 from ._errors import TritonError, TritonTimeoutError
 
-__all__ = ["StopAt", "attempt_timeout", "final_error", "retrying_kwargs", "should_retry"]
+__all__ = [
+    "StopAt",
+    "TokenBucket",
+    "attempt_timeout",
+    "final_error",
+    "retrying_kwargs",
+    "should_retry",
+]
 
 logger = logging.getLogger("triton_sdk")
 
@@ -50,22 +58,60 @@ class _Wait(tenacity.wait.wait_base):
         return self.policy.backoff(retry_state.attempt_number)
 
 
-class StopAt(tenacity.stop.stop_base):
-    """Stop after ``max_attempts``, or when the next wait would end past the deadline."""
+class TokenBucket:
+    """A client's :class:`RetryBudget` at work.
 
-    def __init__(self, policy: RetryPolicy, deadline_at: float | None) -> None:
+    Calls are counted without a lock (a lost count under contention only makes the
+    budget a little stricter); the balance is brought up to date when a retry asks.
+    """
+
+    __slots__ = ("_balance", "_lock", "_seen", "budget", "calls")
+
+    def __init__(self, budget: RetryBudget) -> None:
+        self.budget = budget
+        self.calls = 0
+        self._seen = 0
+        self._balance = float(budget.reserve)
+        self._lock = threading.Lock()
+
+    def withdraw(self) -> bool:
+        """Take one retry; False when the bucket is empty."""
+        with self._lock:
+            calls = self.calls
+            earned = self.budget.ratio * (calls - self._seen)
+            self._seen = calls
+            self._balance = min(float(self.budget.reserve), self._balance + earned)
+            if self._balance < 1:
+                return False
+            self._balance -= 1
+            return True
+
+
+class StopAt(tenacity.stop.stop_base):
+    """Stop after ``max_attempts``, when the next wait would end past the deadline, or
+    when the client's retry budget is spent."""
+
+    def __init__(
+        self, policy: RetryPolicy, deadline_at: float | None, bucket: TokenBucket | None = None
+    ) -> None:
         self.max_attempts = policy.max_attempts
         self.deadline_at = deadline_at
+        self.bucket = bucket
         self.hit_deadline = False
+        self.hit_budget = False
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
         if retry_state.attempt_number >= self.max_attempts:
             return True
-        if self.deadline_at is None:
-            return False
-        next_start = time.monotonic() + (retry_state.upcoming_sleep or 0.0)
-        self.hit_deadline = next_start >= self.deadline_at
-        return self.hit_deadline
+        if self.deadline_at is not None:
+            next_start = time.monotonic() + (retry_state.upcoming_sleep or 0.0)
+            self.hit_deadline = next_start >= self.deadline_at
+            if self.hit_deadline:
+                return True
+        if self.bucket is not None and not self.bucket.withdraw():
+            self.hit_budget = True
+            return True
+        return False
 
 
 def _log_retry(what: str, policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], None]:
@@ -107,6 +153,14 @@ def retrying_kwargs(policy: RetryPolicy, stop: StopAt, what: str, idempotent: bo
 
 def final_error(error: TritonError, stop: StopAt, what: str, policy: RetryPolicy) -> TritonError:
     """The error that ends the call: a deadline that cut retries short is a timeout."""
+    if stop.hit_budget:
+        logger.warning(
+            "not retrying %s: the client's retry budget is spent (%s); last failure: %s",
+            what,
+            stop.bucket.budget if stop.bucket is not None else None,
+            error,
+        )
+        return error
     if not stop.hit_deadline or isinstance(error, TritonTimeoutError):
         return error
     return TritonTimeoutError(

@@ -13,7 +13,7 @@ import tenacity
 import triton_sdk as ts
 from triton_sdk import _async_client, _client
 from triton_sdk._errors import classify_status, classify_transport_error
-from triton_sdk._retry import attempt_timeout, should_retry
+from triton_sdk._retry import TokenBucket, attempt_timeout, should_retry
 from triton_sdk._transports._errors import grpc_error
 from triton_sdk.testing import MockTransport
 
@@ -69,6 +69,7 @@ async def run(
     policy: ts.RetryPolicy = FAST,
     timeout: float | None = 5.0,
     idempotent: bool = True,
+    **client_options: Any,
 ) -> Any:
     """Call the client's ``server_metadata`` (idempotent) or ``load_model`` (not), each
     attempt answered by ``attempt``; the answer is what ``attempt`` returned."""
@@ -78,6 +79,7 @@ async def run(
 
     options: dict[str, Any] = {"transport": MockTransport(handler), "retry": policy}
     options["timeout"] = timeout
+    options.update(client_options)
     if mode == "sync":
         with ts.Client("grpc://test", **options) as client:
             if idempotent:
@@ -458,3 +460,66 @@ def test_timeouts_may_have_run() -> None:
     timeout = classify_transport_error(TimeoutError("timed out"))
     assert timeout is not None
     assert timeout.may_have_run
+
+
+# The retry budget: retries of all calls together
+
+
+def test_token_bucket_spends_its_reserve_then_earns_from_calls() -> None:
+    bucket = TokenBucket(ts.RetryBudget(ratio=0.1, reserve=3))
+    assert [bucket.withdraw() for _ in range(4)] == [True, True, True, False]
+    bucket.calls += 9
+    assert not bucket.withdraw()  # 0.9 of a retry
+    bucket.calls += 1
+    assert bucket.withdraw()
+    bucket.calls += 10_000  # never more than the reserve at once
+    assert [bucket.withdraw() for _ in range(4)] == [True, True, True, False]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_spent_budget_stops_retries_across_calls(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = ts.RetryPolicy(max_attempts=10, initial_backoff=0.001, jitter=False)
+    attempt = FakeAttempt(unavailable)
+
+    def handler(op: Any, ctx: Any) -> Any:
+        return {"name": attempt(ctx.timeout)}
+
+    options: dict[str, Any] = {
+        "transport": MockTransport(handler),
+        "retry": policy,
+        "retry_budget": ts.RetryBudget(ratio=0, reserve=3),
+    }
+    client: Any = ts.Client("grpc://test", **options) if mode == "sync" else None
+    aclient = ts.AsyncClient("grpc://test", **options) if mode == "async" else None
+
+    async def call() -> None:
+        if aclient is not None:
+            await aclient.server_metadata()
+        else:
+            client.server_metadata()
+
+    for expected_calls in (4, 5, 6):  # 1 + the 3 retries of the reserve, then no retries
+        with pytest.raises(ts.TritonConnectionError) as info:
+            await call()
+        assert info.value is attempt.raised[-1]
+        assert attempt.calls == expected_calls
+    assert "retry budget is spent" in caplog.text
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_no_budget_means_no_bound(mode: str) -> None:
+    policy = ts.RetryPolicy(max_attempts=6, initial_backoff=0.001, jitter=False)
+    attempt = FakeAttempt(unavailable)
+    for _ in range(3):
+        with pytest.raises(ts.TritonConnectionError):
+            await run(mode, attempt, policy=policy, retry_budget=None)
+    assert attempt.calls == 18
+
+
+def test_retry_budget_is_checked() -> None:
+    with pytest.raises(ts.InvalidInputError, match="retry_budget"):
+        ts.Client("grpc://test", retry_budget=0.1)  # type: ignore[arg-type]
+    with pytest.raises(ts.InvalidInputError):
+        ts.RetryBudget(ratio=-1)
