@@ -353,7 +353,7 @@ def test_decode_infer_refuses_a_short_binary_output() -> None:
         (
             503,
             b'{"error":"Exceeds maximum queue size"}',
-            ts.InferenceError,
+            ts.ServerOverloadedError,
             "Exceeds maximum queue size",
             True,
         ),

@@ -26,6 +26,7 @@ EXPORTED = [
     "Classification",
     "Client",
     "DurationStatistics",
+    "EndpointState",
     "InferResult",
     "InferenceError",
     "InferenceStatistics",
@@ -44,8 +45,11 @@ EXPORTED = [
     "NotGiven",
     "ParameterValue",
     "ResponseStream",
+    "RetryBudget",
     "RetryPolicy",
+    "SequenceLostError",
     "SequenceNotEndedWarning",
+    "ServerOverloadedError",
     "ServerMetadata",
     "ServerMetrics",
     "SharedMemoryRegion",
@@ -138,6 +142,7 @@ IDS = ["Client", "Model", "ModelSequence"]
 # Methods of the asyncio classes that are used with `async for` / `async with` rather
 # than awaited: they return an asynchronous iterator or context manager at once.
 NOT_AWAITED = {"stream", "generate_stream", "map", "sequence"}
+NO_NETWORK = {"endpoints"}  # reports what the client holds; sends nothing
 
 
 @pytest.mark.parametrize(("sync", "asynchronous"), PAIRS, ids=IDS)
@@ -181,7 +186,9 @@ def test_async_methods_are_coroutine_functions(cls: type) -> None:
     assert methods
     for name, method in methods.items():
         # API.md: "every network method is a coroutine"; streams are iterated with async for.
-        if name in NOT_AWAITED:
+        if name in NO_NETWORK:
+            assert not inspect.iscoroutinefunction(method), name
+        elif name in NOT_AWAITED:
             assert not inspect.iscoroutinefunction(method), name
             returned = str(inspect.signature(method).return_annotation)
             assert re.search(r"Async(ResponseStream|Iterator|ModelSequence)", returned), name
@@ -209,6 +216,19 @@ FROZEN = [
     (ts.ModelSpec, {"name": "m"}, "name"),
     (ts.TensorSpec, {"name": "x", "datatype": "FP32", "shape": (1,)}, "shape"),
     (ts.RetryPolicy, {}, "max_attempts"),
+    (ts.RetryBudget, {}, "reserve"),
+    (
+        ts.EndpointState,
+        {
+            "url": "grpc://a:8001",
+            "healthy": True,
+            "in_flight": 0,
+            "requests": 0,
+            "failures": 0,
+            "ejections": 0,
+        },
+        "healthy",
+    ),
     (ts.ServerMetadata, {"name": "triton", "version": "2.50.0"}, "version"),
     (ts.ModelStatus, {"name": "m"}, "state"),
     (ts.TLSConfig, {}, "ca_file"),

@@ -310,7 +310,7 @@ async def test_map_collecting_errors_still_raises_for_invalid_call_options(
 # 3. Every method that talks to the server takes headers
 
 # Public methods that send nothing: lifetime, and making a sequence handle.
-OFFLINE_METHODS = {"close", "aclose", "sequence"}
+OFFLINE_METHODS = {"close", "aclose", "sequence", "endpoints"}
 
 SHELL_CLASSES = [
     ts.Client,
@@ -350,7 +350,7 @@ def test_the_public_methods_of_both_clients_are_twins() -> None:
     assert names(ts.Model) == names(ts.AsyncModel)
     assert names(ts.ModelSequence) == names(ts.AsyncModelSequence)
     # The calls test_client_headers_reach_the_transport_on_every_call makes cover them all.
-    called = {name.removeprefix("sequence_") for name in CALLS} | {"sequence"}
+    called = {name.removeprefix("sequence_") for name in CALLS} | {"sequence", "endpoints"}
     every = names(ts.Client) | names(ts.Model) | names(ts.ModelSequence)
     assert every <= called
 
