@@ -16,10 +16,12 @@ from typing import Final, Literal, TypeVar, overload
 import attrs
 from tenacity import AsyncRetrying
 
-from ._balance import EndpointState, Member
+from ._balance import Discovery, EndpointState
 from ._base import (
+    DEFAULT_RESOLVE_INTERVAL,
     ClientSettings,
     ModelCore,
+    Resolver,
     Timeout,
     client_repr,
     closed_error,
@@ -144,10 +146,17 @@ def _bucket(budget: object) -> TokenBucket | None:
 def _open_transport(settings: ClientSettings) -> AsyncTransport:
     """The transport of the client's URL (or URLs); its network library is imported
     only now."""
+
+    def open_endpoint(endpoint: Endpoint) -> AsyncTransport:
+        return _open_endpoint(endpoint, settings)
+
+    dns = settings.dns
+    if dns is not None:
+        discovery = Discovery(dns, settings.resolver, settings.resolve_interval)
+        return AsyncBalancedTransport([], open_endpoint, settings.headers, discovery)
     if len(settings.endpoints) == 1:
         return _open_endpoint(settings.endpoint, settings)
-    members = [Member(e, _open_endpoint(e, settings)) for e in settings.endpoints]
-    return AsyncBalancedTransport(members, settings.headers)
+    return AsyncBalancedTransport(list(settings.endpoints), open_endpoint, settings.headers)
 
 
 def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> AsyncTransport:
@@ -157,7 +166,12 @@ def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> AsyncTranspo
         return AsyncGrpcTransport(endpoint, tls=settings.tls, compression=settings.compression)
     from ._transports._http import AsyncHttpTransport
 
-    return AsyncHttpTransport(endpoint, tls=settings.tls, compression=settings.compression)
+    return AsyncHttpTransport(
+        endpoint,
+        tls=settings.tls,
+        compression=settings.compression,
+        max_connection_age=settings.max_connection_age,
+    )
 
 
 class AsyncClient:
@@ -171,7 +185,9 @@ class AsyncClient:
     Args:
         url: the server's address, or a list of addresses of replicas of one model
             repository (one protocol): each call then goes to one of them, picked by
-            fewest requests in flight; see docs/scale-out.md.
+            fewest requests in flight; or ``dns:///name:port`` (gRPC) /
+            ``dns+http:///name:port``: every address the name resolves to (a Kubernetes
+            headless Service). See docs/scale-out.md.
         timeout: seconds each attempt of a call may take; ``None`` for no limit.
             Calls may override it with their own ``timeout``.
         retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
@@ -198,6 +214,15 @@ class AsyncClient:
             compressed answers (HTTP; over gRPC the server compresses answers only when
             started to). Off (``None``) by default: on fast links it costs more CPU than it
             saves.
+        resolver: for a ``dns:///`` URL, what turns the name into addresses (by default
+            the system's resolver: A and AAAA records).
+        resolve_interval: for a ``dns:///`` URL, seconds between two resolutions of the
+            name (it is also resolved again soon after a failure).
+        max_connection_age: HTTP: seconds a kept-alive connection is reused for before
+            a new one is made, so that the pods a Service adds get their share of a
+            long-lived client's calls; ``None`` (the default) keeps connections while
+            they work. (gRPC keeps one connection per endpoint: balance over the pods
+            with a ``dns:///`` URL instead.)
     """
 
     def __init__(
@@ -215,6 +240,9 @@ class AsyncClient:
         shared_memory: SharedMemory = "auto",
         shared_memory_outputs: SharedMemoryOutputs = "view",
         compression: Compression = None,
+        resolver: Resolver | None = None,
+        resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
+        max_connection_age: float | None = None,
     ) -> None:
         self._settings = ClientSettings.create(
             url,
@@ -225,9 +253,12 @@ class AsyncClient:
             metrics_url=metrics_url,
             hooks=hooks,
             compression=compression,
+            resolver=resolver,
+            resolve_interval=resolve_interval,
+            max_connection_age=max_connection_age,
         )
         self._shared_memory = check_mode(shared_memory)
-        self._many = len(self._settings.endpoints) > 1
+        self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
         if self._many and self._shared_memory == "system":
             raise InvalidInputError(_ONE_SERVER_SHM)
         self._output_views = check_outputs(shared_memory_outputs)

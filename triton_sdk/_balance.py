@@ -12,21 +12,25 @@ requests in flight wins. Requests of a sequence stay on the endpoint that starte
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar, overload
 
 import attrs
 
-from ._config import Endpoint
+from ._config import DnsName, Endpoint
 from ._errors import SequenceLostError, ServerOverloadedError, TritonConnectionError, TritonError
 from ._ops import Op, StreamOp
 from ._request import InferRequest
 
-__all__ = ["Balancer", "EndpointState", "Member", "Route"]
+__all__ = ["Balancer", "Discovery", "EndpointState", "Member", "Route"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("triton_sdk")
 
 PROBE_FIRST = 0.05
 """Seconds from an ejection to the first readiness probe; doubled after each failed one."""
@@ -110,6 +114,7 @@ class Balancer(Generic[T]):
 
     def __init__(self, members: list[Member[T]], *, seed: int | None = None) -> None:
         self.members = members
+        self.retired: list[Member[T]] = []  # gone from DNS; closed once idle
         self._lock = threading.Lock()
         self._random = random.Random(seed)
         self._pins: dict[int | str, Member[T] | None] = {}  # None: its endpoint failed
@@ -192,6 +197,29 @@ class Balancer(Generic[T]):
                 self._pins[sequence] = None
             return _lost(sequence, member.endpoint, error)
 
+    def update(self, endpoints: list[Endpoint], make: Callable[[Endpoint], T]) -> None:
+        """Make ``endpoints`` the members: new ones join (healthy), missing ones retire
+        (their sequences stay on them until they end)."""
+        wanted = set(endpoints)
+        with self._lock:
+            known = {member.endpoint for member in self.members}
+        joining = [
+            Member(endpoint, make(endpoint)) for endpoint in endpoints if endpoint not in known
+        ]
+        with self._lock:
+            leaving = [member for member in self.members if member.endpoint not in wanted]
+            staying = [member for member in self.members if member.endpoint in wanted]
+            self.members = staying + joining
+            self.retired.extend(leaving)
+
+    def idle_retired(self) -> list[Member[T]]:
+        """Retired members with nothing in flight and no sequence on them (to close)."""
+        with self._lock:
+            pinned = {id(member) for member in self._pins.values() if member is not None}
+            idle = [m for m in self.retired if m.in_flight == 0 and id(m) not in pinned]
+            self.retired = [member for member in self.retired if member not in idle]
+        return idle
+
     def due_probes(self) -> tuple[list[Member[T]], float | None]:
         """The ejected endpoints due for a readiness probe now, and the seconds until the
         next one is due (None when no endpoint is ejected)."""
@@ -216,6 +244,10 @@ class Balancer(Generic[T]):
         candidates = [m for m in self.members if m.healthy and m not in tried]
         if not candidates:  # every endpoint is ejected: try one rather than fail unasked
             candidates = [m for m in self.members if m not in tried] or self.members
+        if not candidates:
+            raise TritonConnectionError(
+                "no endpoint to send to: the DNS name has no address (yet)", retryable=True
+            )
         if len(candidates) == 1:
             member = candidates[0]
         else:
@@ -253,3 +285,43 @@ def _lost(
         f"sequence {sequence!r} was on {where}, which failed{detail}. A sequence cannot "
         "move to another endpoint (its state lives in that server): start it again"
     )
+
+
+RESOLVE_GAP = 1.0
+"""The fewest seconds between two resolutions that failures ask for."""
+
+
+class Discovery:
+    """When a client's DNS name is resolved again, and its endpoints when it is."""
+
+    def __init__(
+        self, dns: DnsName, resolver: Callable[[str], Sequence[str]], interval: float
+    ) -> None:
+        self.dns = dns
+        self.resolver = resolver
+        self.interval = interval
+        self.next_at = 0.0
+        self._last = -RESOLVE_GAP
+
+    def wait(self) -> float:
+        """Seconds until the next resolution is due (0: now)."""
+        return max(0.0, self.next_at - time.monotonic())
+
+    def soon(self) -> None:
+        """Resolve again soon (a failure may mean the fleet changed)."""
+        self.next_at = min(self.next_at, self._last + RESOLVE_GAP)
+
+    def resolve(self) -> list[Endpoint] | None:
+        """The name's endpoints now; None (logged) when it does not resolve or has no
+        address, so that the client keeps the endpoints it has."""
+        self._last = time.monotonic()
+        self.next_at = self._last + self.interval
+        try:
+            addresses = list(self.resolver(self.dns.name))
+        except Exception as error:  # logged; the client goes on with the endpoints it has
+            logger.warning("could not resolve %s: %s", self.dns, error)
+            return None
+        if not addresses:
+            logger.warning("%s resolved to no address", self.dns)
+            return None
+        return self.dns.endpoints(addresses)

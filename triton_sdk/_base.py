@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -15,12 +15,15 @@ from ._checks import check_headers, check_int, check_text, check_timeout
 from ._compression import Compression, check_compression
 from ._config import (
     NOT_GIVEN,
+    DnsName,
     Endpoint,
     NotGiven,
     RetryPolicy,
     TLSConfig,
     check_metrics_url,
+    parse_dns,
     parse_url,
+    resolve_addresses,
 )
 from ._errors import InvalidInputError, TritonError
 from ._request import (
@@ -38,6 +41,11 @@ from ._spec import ModelSpec
 
 __all__ = ["ClientSettings", "ModelCore", "Timeout"]
 
+Resolver = Callable[[str], Sequence[str]]
+"""A DNS name's addresses (``resolver("triton-headless")`` -> ``["10.0.0.7", ...]``)."""
+
+DEFAULT_RESOLVE_INTERVAL = 30.0
+
 Timeout = float | None | NotGiven
 """Seconds; ``None`` for no timeout; ``NOT_GIVEN`` for the client's default."""
 
@@ -47,6 +55,13 @@ class ClientSettings:
     """A client's configuration, resolved once at construction."""
 
     endpoints: tuple[Endpoint, ...]
+    """The URLs' endpoints; for a DNS name, the name's endpoint (its host is the name)."""
+    dns: DnsName | None
+    """The DNS name whose addresses are the endpoints, re-resolved every
+    ``resolve_interval`` seconds and after failures."""
+    resolver: Resolver
+    resolve_interval: float
+    max_connection_age: float | None
     timeout: float | None
     retry: RetryPolicy
     headers: Mapping[str, str] = attrs.field(repr=False)
@@ -81,9 +96,18 @@ class ClientSettings:
         metrics_url: str | None,
         hooks: Iterable[CallHook] = (),
         compression: object = None,
+        resolver: Resolver | None = None,
+        resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
+        max_connection_age: float | None = None,
     ) -> ClientSettings:
         """Check the client's arguments (callers without type checking can pass anything)."""
-        endpoints = parse_urls(url)
+        dns = parse_dns(url) if isinstance(url, str) else None
+        endpoints = (dns.template,) if dns is not None else parse_urls(url)
+        if resolver is not None and not callable(resolver):
+            raise InvalidInputError(f"resolver must be callable, got {type(resolver).__name__}")
+        interval = check_timeout(resolve_interval, "resolve_interval")
+        if interval is None:
+            raise InvalidInputError("resolve_interval must be a number of seconds, not None")
         given: object = tls
         if given is not None and not isinstance(given, TLSConfig):
             raise InvalidInputError(f"tls must be a ts.TLSConfig, got {type(given).__name__}")
@@ -97,6 +121,10 @@ class ClientSettings:
                 raise InvalidInputError(f"hooks must be ts.CallHook, got {type(hook).__name__}")
         return cls(
             endpoints=endpoints,
+            dns=dns,
+            resolver=resolve_addresses if resolver is None else resolver,
+            resolve_interval=interval,
+            max_connection_age=check_timeout(max_connection_age, "max_connection_age"),
             timeout=check_timeout(timeout),
             retry=RetryPolicy.none() if retry is None else check_retry(retry),
             headers=MappingProxyType(check_headers(headers)),
@@ -174,6 +202,8 @@ def default_metrics_url(endpoint: Endpoint) -> str:
 
 def client_repr(kind: str, settings: ClientSettings) -> str:
     # Headers are left out on purpose: they often carry credentials.
+    if settings.dns is not None:
+        return f"<{kind} {settings.dns}>"
     return f"<{kind} {' '.join(str(endpoint) for endpoint in settings.endpoints)}>"
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import enum
 import os
 import random
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
@@ -300,3 +301,44 @@ def parse_url(url: str) -> Endpoint:
     if base_path and protocol == "grpc":
         raise InvalidInputError(f"a gRPC URL cannot have a path: {shown!r}")
     return Endpoint(protocol=protocol, tls=tls, host=parts.hostname, port=port, base_path=base_path)
+
+
+_DNS_SCHEMES: Final = {"dns": "grpc", "dns+grpc": "grpc", "dns+http": "http"}
+
+
+@attrs.frozen
+class DnsName:
+    """A DNS name whose addresses are a client's endpoints: ``dns:///name:port`` (gRPC)
+    or ``dns+http:///name:port``; ``template`` is the endpoint with the name as its host."""
+
+    name: str
+    template: Endpoint
+
+    def __str__(self) -> str:
+        scheme = "dns" if self.template.protocol == "grpc" else "dns+http"
+        return f"{scheme}:///{self.template.authority}{self.template.base_path}"
+
+    def endpoints(self, addresses: Iterable[str]) -> list[Endpoint]:
+        """One endpoint per address, on the name's port."""
+        return [attrs.evolve(self.template, host=address) for address in addresses]
+
+
+def parse_dns(url: str) -> DnsName | None:
+    """The DNS name of a ``dns:///`` URL, or None for any other URL."""
+    scheme, separator, rest = url.strip().partition(":///")
+    protocol = _DNS_SCHEMES.get(scheme.lower()) if separator else None
+    if protocol is None:
+        if url.strip().lower().startswith(("dns:", "dns+")):
+            raise InvalidInputError(
+                f"unsupported DNS URL {redact_url(url)!r}: use dns:///name:port (gRPC) or "
+                "dns+http:///name:port (three slashes: no DNS server is named)"
+            )
+        return None
+    template = parse_url(f"{protocol}://{rest}")
+    return DnsName(template.host, template)
+
+
+def resolve_addresses(name: str) -> list[str]:
+    """Every address (A and AAAA records) of ``name``, in the resolver's order."""
+    infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))

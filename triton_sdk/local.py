@@ -103,12 +103,12 @@ def find_tritonserver() -> TritonInstallation:
     )
 
 
-def _free_ports(count: int) -> list[int]:
+def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     sockets = []
     try:
         for _ in range(count):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
+            sock.bind((host, 0))
             sockets.append(sock)
         return [sock.getsockname()[1] for sock in sockets]
     finally:
@@ -162,8 +162,8 @@ def _server_environment(
     return env
 
 
-def _ready(port: int) -> bool:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
+def _ready(host: str, port: int) -> bool:
+    connection = http.client.HTTPConnection(host, port, timeout=1.0)
     try:
         connection.request("GET", "/v2/health/ready")
         return connection.getresponse().status == 200
@@ -229,6 +229,9 @@ class LocalServer:
             installation prefix); default: ``TRITON_SDK_PYTHON_ENV`` or the running one.
         log_verbose: the server's ``--log-verbose`` level.
         extra_args: more ``tritonserver`` arguments.
+        host: the loopback address the server listens on (``127.0.0.2`` and so on: several
+            servers on one port, as the addresses of one DNS name).
+        ports: the HTTP, gRPC and metrics ports; free ones when not given.
     """
 
     def __init__(
@@ -241,8 +244,13 @@ class LocalServer:
         python_env: StrPath | None = None,
         log_verbose: int = 0,
         extra_args: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        ports: tuple[int, int, int] | None = None,
     ) -> None:
+        if not host.startswith("127."):
+            raise ServerStartError(f"a LocalServer listens on loopback only, got host {host!r}")
         self.repository = Path(repository).resolve()
+        self.host = host
         self.model_control = model_control
         self.startup_timeout = startup_timeout
         self._log_path = Path(log_path) if log_path is not None else None
@@ -254,7 +262,7 @@ class LocalServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
-        self._ports: tuple[int, int, int] | None = None
+        self._ports: tuple[int, int, int] | None = ports
 
     # Addresses
 
@@ -277,18 +285,18 @@ class LocalServer:
 
     @property
     def grpc_url(self) -> str:
-        """``grpc://127.0.0.1:PORT``."""
-        return f"grpc://127.0.0.1:{self.grpc_port}"
+        """``grpc://127.0.0.1:PORT`` (its ``host``)."""
+        return f"grpc://{self.host}:{self.grpc_port}"
 
     @property
     def http_url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self.http_port}"
+        """``http://127.0.0.1:PORT`` (its ``host``)."""
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def metrics_url(self) -> str:
-        """``http://127.0.0.1:PORT/metrics`` (Prometheus text format)."""
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        """``http://127.0.0.1:PORT/metrics`` (its ``host``; Prometheus text format)."""
+        return f"http://{self.host}:{self.metrics_port}/metrics"
 
     @property
     def log_path(self) -> Path:
@@ -348,7 +356,7 @@ class LocalServer:
         env = _server_environment(installation, self.python_env)
         keep_ports = self._ports
         for attempt in range(_PORT_ATTEMPTS):
-            ports = keep_ports or tuple(_free_ports(3))
+            ports = keep_ports or tuple(_free_ports(3, self.host))
             self._ports = (ports[0], ports[1], ports[2])
             try:
                 self._launch(installation, backends, env)
@@ -368,9 +376,9 @@ class LocalServer:
             str(installation.binary),
             f"--model-repository={self.repository}",
             f"--backend-directory={backends}",
-            "--http-address=127.0.0.1",
-            "--grpc-address=127.0.0.1",
-            "--metrics-address=127.0.0.1",
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
@@ -404,7 +412,7 @@ class LocalServer:
                     f"tritonserver exited with code {code} while starting; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            if _ready(self.http_port):
+            if _ready(self.host, self.http_port):
                 return
             time.sleep(0.1)
         raise ServerStartError(

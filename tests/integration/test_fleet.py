@@ -20,6 +20,7 @@ import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
 from ._blocking import LoopThread
+from ._relay import Relay
 from .conftest import close_client, inference_count, open_client, server_url
 from .test_sequences import WIDE_CONFIG, new_sequence
 
@@ -206,3 +207,157 @@ def unused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+# A DNS name with three addresses: three servers on 127.0.0.1-3, on the same ports
+
+
+HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+
+
+def ports_free_on_every_host() -> tuple[int, int, int]:
+    for _ in range(20):
+        ports = [unused_port() for _ in range(3)]
+        try:
+            for host in HOSTS:
+                for port in ports:
+                    with socket.socket() as probe:
+                        probe.bind((host, port))
+        except OSError:
+            continue
+        return (ports[0], ports[1], ports[2])
+    raise AssertionError("no ports free on every loopback address")
+
+
+@pytest.fixture(scope="module")
+def named_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LocalServer]]:
+    repository = tmp_path_factory.mktemp("named_fleet")
+    models = Path(__file__).resolve().parent.parent / "models"
+    (repository / "double").symlink_to(models / "double", target_is_directory=True)
+    ports = ports_free_on_every_host()
+    servers = [LocalServer(repository, host=host, ports=ports) for host in HOSTS]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+class Resolver:
+    """A DNS resolver for one name whose answer the test changes; counts lookups."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = list(addresses)
+        self.lookups = 0
+
+    def __call__(self, name: str) -> list[str]:
+        assert name == "fleet.test"
+        self.lookups += 1
+        return list(self.addresses)
+
+
+def named_url(server: LocalServer, protocol: str) -> str:
+    port = server.grpc_port if protocol == "grpc" else server.http_port
+    return f"{'dns' if protocol == 'grpc' else 'dns+http'}:///fleet.test:{port}"
+
+
+def ran_on(servers: list[LocalServer], before: list[int]) -> list[int]:
+    after = [inference_count(server, "double") for server in servers]
+    return [now - was for now, was in zip(after, before, strict=True)]
+
+
+def test_a_dns_name_spreads_calls_over_its_addresses_and_follows_changes(
+    named_fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    resolver = Resolver("127.0.0.1", "127.0.0.2")
+    url = named_url(named_fleet[0], protocol)
+    client = open_client(url, mode, loop_thread, resolver=resolver, resolve_interval=0.2)
+    try:
+        model = client.model("double")
+        before = [inference_count(server, "double") for server in named_fleet]
+        for _ in range(40):
+            model.infer(X=ONES)
+        first = ran_on(named_fleet, before)
+        assert first[2] == 0  # not in DNS yet
+        assert min(first[:2]) >= 5, first
+        # A pod joins and another leaves: the next resolution follows.
+        resolver.addresses = ["127.0.0.2", "127.0.0.3"]
+        looked_up = resolver.lookups
+        wait_until(lambda: resolver.lookups >= looked_up + 2, "the name is resolved again")
+        before = [inference_count(server, "double") for server in named_fleet]
+        for _ in range(40):
+            model.infer(X=ONES)
+        second = ran_on(named_fleet, before)
+        assert second[0] == 0, second
+        assert min(second[1:]) >= 5, second
+        assert sorted(state.url.split("//")[1].split(":")[0] for state in states(client)) == [
+            "127.0.0.2",
+            "127.0.0.3",
+        ]
+    finally:
+        close_client(client, loop_thread)
+
+
+def test_a_dns_name_that_stops_resolving_keeps_its_endpoints(
+    named_fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    resolver = Resolver(*HOSTS)
+    url = named_url(named_fleet[0], protocol)
+    client = open_client(url, mode, loop_thread, resolver=resolver, resolve_interval=0.1)
+    try:
+        model = client.model("double")
+        model.infer(X=ONES)
+        resolver.addresses = []
+        looked_up = resolver.lookups
+        wait_until(lambda: resolver.lookups >= looked_up + 2, "the name is resolved again")
+        for _ in range(10):
+            assert np.array_equal(model.infer(X=ONES)["Y"], 2 * ONES)
+        assert len(states(client)) == 3
+    finally:
+        close_client(client, loop_thread)
+
+
+# A slow server gets fewer requests
+
+
+def test_a_slow_server_gets_fewer_requests(
+    fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    slow_port = fleet[0].grpc_port if protocol == "grpc" else fleet[0].http_port
+    with Relay("127.0.0.1", slow_port, mode="delay", delay=0.05) as slow:
+        urls = [f"{protocol}://{slow.address}"]
+        urls += [server_url(server, protocol) for server in fleet[1:]]
+        client = open_client(urls, mode, loop_thread)
+        try:
+            with SteadyLoad(client.model("double")) as load:
+                load.wait_for(300)
+            assert load.failures == []
+            requests = [state.requests for state in states(client)]
+        finally:
+            close_client(client, loop_thread)
+    assert requests[0] * 2 < min(requests[1:]), requests
+
+
+# HTTP keep-alive connections with a maximum age
+
+
+@pytest.mark.parametrize("max_age", [None, 0.3])
+def test_http_connections_are_renewed_after_their_maximum_age(
+    server: LocalServer, mode: str, loop_thread: LoopThread, max_age: float | None
+) -> None:
+    with Relay("127.0.0.1", server.http_port) as relay:
+        url = f"http://{relay.address}"
+        client = open_client(url, mode, loop_thread, max_connection_age=max_age)
+        try:
+            for _ in range(6):  # one call every 0.2 s, one at a time
+                assert client.is_ready()
+                time.sleep(0.2)
+        finally:
+            close_client(client, loop_thread)
+    # A connection is reused until its age passes 0.3 s, then a new one replaces it.
+    if max_age is None:
+        assert relay.connections == 1
+    else:
+        assert relay.connections >= 2

@@ -10,9 +10,9 @@ import time
 import pytest
 
 import triton_sdk as ts
-from triton_sdk._balance import PROBE_FIRST, PROBE_MAX, Balancer, Member
+from triton_sdk._balance import PROBE_FIRST, PROBE_MAX, RESOLVE_GAP, Balancer, Discovery, Member
 from triton_sdk._base import parse_urls
-from triton_sdk._config import parse_url
+from triton_sdk._config import parse_dns, parse_url
 from triton_sdk._errors import classify_status
 from triton_sdk._ops import IsServerReady
 from triton_sdk._request import InferRequest
@@ -177,3 +177,111 @@ def test_parse_urls_refuses(urls: object, message: str) -> None:
 def test_a_client_over_many_endpoints_refuses_system_shared_memory() -> None:
     with pytest.raises(ts.InvalidInputError, match="one server"):
         ts.Client(["grpc://a:8001", "grpc://b:8001"], shared_memory="system")
+
+
+# DNS names
+
+
+@pytest.mark.parametrize(
+    ("url", "protocol", "name", "port"),
+    [
+        ("dns:///triton-headless:8001", "grpc", "triton-headless", 8001),
+        ("dns+grpc:///triton.ns.svc:9001", "grpc", "triton.ns.svc", 9001),
+        ("dns+http:///triton-headless:8000", "http", "triton-headless", 8000),
+        ("DNS:///t", "grpc", "t", 8001),
+    ],
+)
+def test_parse_dns(url: str, protocol: str, name: str, port: int) -> None:
+    dns = parse_dns(url)
+    assert dns is not None
+    assert (dns.name, dns.template.protocol, dns.template.port) == (name, protocol, port)
+    endpoints = dns.endpoints(["10.0.0.7", "fd00::7"])
+    assert [str(endpoint) for endpoint in endpoints] == [
+        f"{protocol}://10.0.0.7:{port}",
+        f"{protocol}://[fd00::7]:{port}",
+    ]
+
+
+def test_other_urls_are_not_dns() -> None:
+    assert parse_dns("grpc://a:8001") is None
+    assert parse_dns("localhost:8001") is None
+
+
+@pytest.mark.parametrize("url", ["dns://8.8.8.8/triton:8001", "dns+grpcs:///t:443", "dns:t:8001"])
+def test_unsupported_dns_urls_are_refused(url: str) -> None:
+    with pytest.raises(ts.InvalidInputError, match="dns:///name:port"):
+        parse_dns(url)
+
+
+def test_a_dns_client_reports_the_name() -> None:
+    client = ts.Client("dns:///fleet.invalid:8001", resolver=lambda name: [])
+    try:
+        assert repr(client) == "<Client dns:///fleet.invalid:8001>"
+        assert client.endpoints() == []
+        assert not client.is_live()
+        with pytest.raises(ts.TritonConnectionError, match="no address"):
+            client.server_metadata()
+    finally:
+        client.close()
+
+
+def discovery(answers: list[object], interval: float = 30.0) -> Discovery:
+    """A Discovery whose resolver gives ``answers`` in turn (an exception is raised)."""
+    dns = parse_dns("dns:///fleet:8001")
+    assert dns is not None
+
+    def resolver(name: str) -> list[str]:
+        assert name == "fleet"
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, list)
+        return answer
+
+    return Discovery(dns, resolver, interval)
+
+
+def test_discovery_resolves_at_once_then_every_interval(caplog: pytest.LogCaptureFixture) -> None:
+    found = discovery([["127.0.0.2", "127.0.0.3"], OSError("no such name"), []])
+    assert found.wait() == 0
+    assert [e.host for e in found.resolve() or []] == ["127.0.0.2", "127.0.0.3"]
+    assert 29 < found.wait() <= 30
+    assert found.resolve() is None  # a failure keeps what the client has
+    assert found.resolve() is None
+    assert "no such name" in caplog.text
+    assert "resolved to no address" in caplog.text
+
+
+def test_a_failure_brings_the_next_resolution_forward() -> None:
+    found = discovery([["127.0.0.2"]])
+    found.resolve()
+    found.soon()
+    assert found.wait() <= RESOLVE_GAP
+
+
+def test_update_adds_and_retires_members_keeping_their_state() -> None:
+    pool = balancer(2)
+    kept = pool.members[1]
+    new = parse_url("grpc://127.0.0.9:8001")
+    pool.update([kept.endpoint, new], lambda endpoint: f"t-{endpoint.host}")
+    assert [member.endpoint for member in pool.members] == [kept.endpoint, new]
+    assert pool.members[0] is kept
+    assert pool.members[1].transport == "t-127.0.0.9"
+    assert [member.endpoint.host for member in pool.idle_retired()] == ["127.0.0.1"]
+    assert pool.idle_retired() == []
+
+
+def test_a_retired_member_is_closed_only_when_idle_and_free_of_sequences() -> None:
+    pool = balancer(1)
+    member = pool.members[0]
+    start = pool.route(step(5, start=True))
+    pool.succeeded(start, step(5, start=True))
+    busy = pool.route(READY)
+    pool.update([parse_url("grpc://127.0.0.9:8001")], str)
+    assert pool.idle_retired() == []  # a call in flight, and a sequence
+    pool.succeeded(busy, READY)
+    assert pool.idle_retired() == []
+    again = pool.route(step(5))  # the sequence stays where it began
+    assert again.member is member
+    pool.succeeded(again, step(5, end=True))
+    assert pool.idle_retired() == [member]

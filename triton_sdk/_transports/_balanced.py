@@ -1,21 +1,25 @@
 """Transports over many endpoints: each call goes to one, picked by the balancer.
 
 A connection-level failure ejects the endpoint; an idempotent call then goes at once to
-another one. Ejected endpoints are probed for readiness in the background (a thread, or
-a task of the client's event loop) and take calls again once ready. Requests of a
-sequence stay on their endpoint; a stream stays on the endpoint it was opened on.
+another one. Upkeep runs in the background (a thread, or a task of the client's event
+loop): ejected endpoints are probed for readiness and take calls again once ready, and
+a DNS name is resolved again every ``resolve_interval`` seconds and soon after a
+failure. Requests of a sequence stay on their endpoint; a stream stays on the endpoint
+it was opened on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TypeVar
 
-from .._balance import Balancer, EndpointState, Member
+from .._balance import Balancer, Discovery, EndpointState, Member
 from .._call import CallContext
+from .._config import Endpoint
 from .._errors import TritonError
 from .._ops import IsServerReady, Op, StreamOp
 from ._protocol import AsyncTransport, Transport
@@ -23,6 +27,8 @@ from ._protocol import AsyncTransport, Transport
 __all__ = ["AsyncBalancedTransport", "BalancedTransport"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("triton_sdk")
 
 PROBE_TIMEOUT = 1.0
 _READY = IsServerReady()
@@ -32,28 +38,51 @@ def _probe_context(headers: Mapping[str, str]) -> CallContext:
     return CallContext(_READY.call, None, headers, PROBE_TIMEOUT)
 
 
-class BalancedTransport:
-    """A blocking transport over the endpoints of one client."""
+def _next_wait(waits: list[float | None]) -> float | None:
+    known = [wait for wait in waits if wait is not None]
+    return min(known) if known else None
 
-    def __init__(self, members: list[Member[Transport]], headers: Mapping[str, str]) -> None:
-        self.balancer = Balancer(members)
+
+class BalancedTransport:
+    """A blocking transport over the endpoints of one client (a list, or a DNS name's
+    addresses when ``discovery`` is given)."""
+
+    def __init__(
+        self,
+        endpoints: list[Endpoint],
+        open_endpoint: Callable[[Endpoint], Transport],
+        headers: Mapping[str, str],
+        discovery: Discovery | None = None,
+    ) -> None:
+        self._open = open_endpoint
         self._headers = headers
+        self._discovery = discovery
+        if discovery is not None:
+            endpoints = discovery.resolve() or []
+        self.balancer = Balancer([Member(e, open_endpoint(e)) for e in endpoints])
         self._closed = threading.Event()
+        self._wake = threading.Event()
         self._lock = threading.Lock()
-        self._prober: threading.Thread | None = None
+        self._upkeep: threading.Thread | None = None
+        if discovery is not None:
+            self._start_upkeep()
 
     def endpoints(self) -> list[EndpointState]:
         return self.balancer.states()
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
         balancer = self.balancer
-        route = balancer.route(op)
+        try:
+            route = balancer.route(op)
+        except TritonError:
+            self._after_failure()
+            raise
         while True:
             try:
                 result = route.member.transport.call(op, ctx)
             except TritonError as error:
                 failure = balancer.failed(route, op, error)
-                self._probe_ejected()
+                self._after_failure()
                 if failure is not error:
                     raise failure from error
                 if balancer.reroute(route, op, error):
@@ -63,7 +92,11 @@ class BalancedTransport:
             return result
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
-        route = self.balancer.route(op)
+        try:
+            route = self.balancer.route(op)
+        except TritonError:
+            self._after_failure()
+            raise
         failure: TritonError | None = None
         try:
             yield from route.member.transport.stream(op, ctx)
@@ -75,12 +108,14 @@ class BalancedTransport:
                 self.balancer.succeeded(route, op)
             else:
                 self.balancer.failed(route, op, failure)
-                self._probe_ejected()
+                self._after_failure()
 
     def close(self) -> None:
         self._closed.set()
+        self._wake.set()
+        members = [*self.balancer.members, *self.balancer.retired]
         errors = []
-        for member in self.balancer.members:  # each one, whatever the others do
+        for member in members:  # each one, whatever the others do
             try:
                 member.transport.close()
             except TritonError as error:
@@ -88,49 +123,86 @@ class BalancedTransport:
         if errors:
             raise errors[0]
 
-    def _probe_ejected(self) -> None:
-        """Start the prober unless it runs (it stops when no endpoint is ejected)."""
-        with self._lock:
-            if self._prober is None and not self._closed.is_set():
-                self._prober = threading.Thread(
-                    target=self._probe, name="triton_sdk-probe", daemon=True
-                )
-                self._prober.start()
+    def _after_failure(self) -> None:
+        """Probe what was ejected, and resolve the name again soon."""
+        if self._discovery is not None:
+            self._discovery.soon()
+        self._start_upkeep()
+        self._wake.set()
 
-    def _probe(self) -> None:
+    def _start_upkeep(self) -> None:
+        """Start the upkeep thread unless it runs (it stops when it has nothing to do)."""
+        with self._lock:
+            if self._upkeep is None and not self._closed.is_set():
+                self._upkeep = threading.Thread(
+                    target=self._keep_up, name="triton_sdk-upkeep", daemon=True
+                )
+                self._upkeep.start()
+
+    def _keep_up(self) -> None:
         ctx = _probe_context(self._headers)
+        balancer, discovery = self.balancer, self._discovery
         while not self._closed.is_set():
+            resolve_in = None
+            if discovery is not None:
+                if discovery.wait() == 0:
+                    endpoints = discovery.resolve()
+                    if endpoints is not None:
+                        balancer.update(endpoints, self._open)
+                for member in balancer.idle_retired():
+                    _close_quietly(member)
+                resolve_in = discovery.wait()
             with self._lock:
-                due, wait = self.balancer.due_probes()
+                due, probe_in = balancer.due_probes()
+                wait = _next_wait([resolve_in, probe_in])
                 if wait is None:
-                    self._prober = None
+                    self._upkeep = None
                     return
             for member in due:
-                self.balancer.probed(member, _ready(member.transport, ctx))
-            self._closed.wait(wait)
+                balancer.probed(member, _ready(member.transport, ctx))
+            self._wake.wait(wait)
+            self._wake.clear()
 
 
 class AsyncBalancedTransport:
-    """The asyncio twin of :class:`BalancedTransport`; it probes from a task."""
+    """The asyncio twin of :class:`BalancedTransport`; its upkeep is a task, started by
+    the first call."""
 
-    def __init__(self, members: list[Member[AsyncTransport]], headers: Mapping[str, str]) -> None:
-        self.balancer = Balancer(members)
+    def __init__(
+        self,
+        endpoints: list[Endpoint],
+        open_endpoint: Callable[[Endpoint], AsyncTransport],
+        headers: Mapping[str, str],
+        discovery: Discovery | None = None,
+    ) -> None:
+        self._open = open_endpoint
         self._headers = headers
+        self._discovery = discovery
+        if discovery is not None:
+            endpoints = discovery.resolve() or []
+        self.balancer = Balancer([Member(e, open_endpoint(e)) for e in endpoints])
         self._closed = False
-        self._prober: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._upkeep: asyncio.Task[None] | None = None
 
     def endpoints(self) -> list[EndpointState]:
         return self.balancer.states()
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
         balancer = self.balancer
-        route = balancer.route(op)
+        if self._upkeep is None and self._discovery is not None:
+            self._start_upkeep()
+        try:
+            route = balancer.route(op)
+        except TritonError:
+            self._after_failure()
+            raise
         while True:
             try:
                 result = await route.member.transport.acall(op, ctx)
             except TritonError as error:
                 failure = balancer.failed(route, op, error)
-                self._probe_ejected()
+                self._after_failure()
                 if failure is not error:
                     raise failure from error
                 if balancer.reroute(route, op, error):
@@ -140,7 +212,11 @@ class AsyncBalancedTransport:
             return result
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
-        route = self.balancer.route(op)
+        try:
+            route = self.balancer.route(op)
+        except TritonError:
+            self._after_failure()
+            raise
         failure: TritonError | None = None
         try:
             async for item in route.member.transport.astream(op, ctx):
@@ -153,16 +229,16 @@ class AsyncBalancedTransport:
                 self.balancer.succeeded(route, op)
             else:
                 self.balancer.failed(route, op, failure)
-                self._probe_ejected()
+                self._after_failure()
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._prober is not None:
-            self._prober.cancel()
+        if self._upkeep is not None:
+            self._upkeep.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._prober
+                await self._upkeep
         errors = []
-        for member in self.balancer.members:
+        for member in [*self.balancer.members, *self.balancer.retired]:
             try:
                 await member.transport.aclose()
             except TritonError as error:
@@ -170,20 +246,56 @@ class AsyncBalancedTransport:
         if errors:
             raise errors[0]
 
-    def _probe_ejected(self) -> None:
-        if self._prober is None and not self._closed:
-            self._prober = asyncio.get_running_loop().create_task(self._probe())
+    def _after_failure(self) -> None:
+        if self._discovery is not None:
+            self._discovery.soon()
+        self._start_upkeep()
+        if self._wake is not None:
+            self._wake.set()
 
-    async def _probe(self) -> None:
+    def _start_upkeep(self) -> None:
+        if self._upkeep is None and not self._closed:
+            self._wake = asyncio.Event()
+            self._upkeep = asyncio.get_running_loop().create_task(self._keep_up(self._wake))
+
+    async def _keep_up(self, wake: asyncio.Event) -> None:
         ctx = _probe_context(self._headers)
+        balancer, discovery = self.balancer, self._discovery
         while True:
-            due, wait = self.balancer.due_probes()
+            resolve_in = None
+            if discovery is not None:
+                if discovery.wait() == 0:
+                    endpoints = await asyncio.to_thread(discovery.resolve)
+                    if endpoints is not None:
+                        balancer.update(endpoints, self._open)
+                for member in balancer.idle_retired():
+                    try:
+                        await member.transport.aclose()
+                    except TritonError as error:
+                        _log_close_failure(member.endpoint, error)
+                resolve_in = discovery.wait()
+            due, probe_in = balancer.due_probes()
+            wait = _next_wait([resolve_in, probe_in])
             if wait is None:
-                self._prober = None
+                self._upkeep = None
                 return
             for member in due:
-                self.balancer.probed(member, await _aready(member.transport, ctx))
-            await asyncio.sleep(wait)
+                balancer.probed(member, await _aready(member.transport, ctx))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), wait)
+            wake.clear()
+
+
+def _close_quietly(member: Member[Transport]) -> None:
+    """Close a retired endpoint's transport; a failure to close is only logged."""
+    try:
+        member.transport.close()
+    except TritonError as error:
+        _log_close_failure(member.endpoint, error)
+
+
+def _log_close_failure(endpoint: Endpoint, error: TritonError) -> None:
+    logger.warning("could not close the connections to %s, gone from DNS: %s", endpoint, error)
 
 
 def _ready(transport: Transport, ctx: CallContext) -> bool:

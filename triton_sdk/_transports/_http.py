@@ -12,6 +12,7 @@ import asyncio
 import http.client
 import io
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final, TypeVar
 
@@ -67,13 +68,18 @@ class HttpTransport:
     """Blocking HTTP, safe to share between threads; each call takes its own timeout."""
 
     def __init__(
-        self, endpoint: Endpoint, *, tls: TLSConfig | None, compression: Compression = None
+        self,
+        endpoint: Endpoint,
+        *,
+        tls: TLSConfig | None,
+        compression: Compression = None,
+        max_connection_age: float | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._tls = tls
         self._compression = compression
         self._codec = HttpCodec(endpoint.base_path)
-        self._pool = ConnectionPool(endpoint, tls)
+        self._pool = ConnectionPool(endpoint, tls, max_age=max_connection_age)
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, FetchMetrics):
@@ -138,9 +144,18 @@ class AsyncHttpTransport:
     """HTTP on asyncio through aiohttp; the session opens on first use, in the running loop."""
 
     def __init__(
-        self, endpoint: Endpoint, *, tls: TLSConfig | None, compression: Compression = None
+        self,
+        endpoint: Endpoint,
+        *,
+        tls: TLSConfig | None,
+        compression: Compression = None,
+        max_connection_age: float | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._max_age = max_connection_age
+        self._renew_at = 0.0
+        self._old_session: aiohttp.ClientSession | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self._codec = HttpCodec(endpoint.base_path)
         self._tls = tls
         self._compression = compression
@@ -174,7 +189,9 @@ class AsyncHttpTransport:
     ) -> Any:  # aiohttp's request context manager
         """Start ``call`` on this client's session (opened in the running loop)."""
         self._loop = check_loop(self._loop)
-        session = self._session or self._open()
+        session = self._session
+        if session is None or (self._max_age is not None and time.monotonic() >= self._renew_at):
+            session = self._renew()
         body, _ = body_of(call.body)
         if body is not None and not isinstance(body, bytes):
             body = b"".join(body)
@@ -228,8 +245,22 @@ class AsyncHttpTransport:
         for item in decoder.finish():
             yield item
 
+    def _renew(self) -> aiohttp.ClientSession:
+        """A session for new requests. With a maximum connection age, the session (and
+        its connections) is replaced every ``max_connection_age`` seconds; the one
+        before is closed once it has had as long again to finish its requests."""
+        previous, self._old_session = self._old_session, self._session
+        if previous is not None:
+            closing = asyncio.get_running_loop().create_task(previous.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        if self._max_age is not None:
+            self._renew_at = time.monotonic() + self._max_age
+        return self._open()
+
     async def aclose(self) -> None:
         self._closed = True
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._old_session, self._session):
+            if session is not None:
+                await session.close()
+        self._session = self._old_session = None

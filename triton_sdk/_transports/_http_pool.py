@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import math
 import select
 import socket
 import ssl
@@ -181,6 +182,7 @@ class _Connection(http.client.HTTPConnection):
 
     deadline: float | None = None
     response_class = _Response
+    retire_at = math.inf  # not reused from then on (a client's max_connection_age)
 
     def connect(self) -> None:
         super().connect()
@@ -208,6 +210,7 @@ class _HTTPSConnection(http.client.HTTPSConnection):
 
     deadline: float | None = None
     response_class = _Response
+    retire_at = math.inf
 
     def __init__(
         self,
@@ -246,10 +249,17 @@ class PoolClosed(Exception):
 class ConnectionPool:
     """Keep-alive ``http.client`` connections, handed to one thread at a time."""
 
-    def __init__(self, endpoint: Endpoint, tls: TLSConfig | None, max_idle: int = 32) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        tls: TLSConfig | None,
+        max_idle: int = 32,
+        max_age: float | None = None,
+    ) -> None:
         # First, so that __del__ works even when reading the TLS files fails below.
         self._idle: deque[http.client.HTTPConnection] = deque()
         self._max_idle = max_idle
+        self._max_age = max_age
         self._closed = False
         self._host = endpoint.host
         self._port = endpoint.port
@@ -259,15 +269,20 @@ class ConnectionPool:
         self._server_hostname = tls.server_hostname if tls else None
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
+        connection: _Connection | _HTTPSConnection
         if self._context is None:
-            return _Connection(self._host, self._port, timeout=timeout)
-        return _HTTPSConnection(
-            self._host,
-            self._port,
-            timeout=timeout,
-            context=self._context,
-            server_hostname=self._server_hostname,
-        )
+            connection = _Connection(self._host, self._port, timeout=timeout)
+        else:
+            connection = _HTTPSConnection(
+                self._host,
+                self._port,
+                timeout=timeout,
+                context=self._context,
+                server_hostname=self._server_hostname,
+            )
+        if self._max_age is not None:
+            connection.retire_at = time.monotonic() + self._max_age
+        return connection
 
     def request(
         self,
@@ -342,7 +357,15 @@ class ConnectionPool:
         except BaseException:
             connection.close()
             raise
-        if response.will_close or self._closed or len(self._idle) >= self._max_idle:
+        if (
+            response.will_close
+            or self._closed
+            or len(self._idle) >= self._max_idle
+            or (
+                self._max_age is not None
+                and time.monotonic() >= getattr(connection, "retire_at", math.inf)
+            )
+        ):
             connection.close()
         else:
             self._idle.append(connection)
