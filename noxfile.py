@@ -23,8 +23,10 @@ TEST_REQUIREMENTS = [
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit and integration tests; the server comes from the `server` extra."""
-    session.install(".[server]", *TEST_REQUIREMENTS)
+    """Unit and integration tests; the server comes from the `server` extra, Ray (for
+    tests/integration/test_ray.py) from the `ray` one."""
+    # The server extra pins numpy 1; pyarrow from 20 and pandas from 3 need numpy 2.
+    session.install(".[server,ray]", "pyarrow<20", "pandas<3", *TEST_REQUIREMENTS)
     session.run("pytest", *session.posargs)
 
 

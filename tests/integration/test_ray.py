@@ -1,0 +1,75 @@
+"""Ray Data over a fleet of real servers: ``map_batches`` with TritonPredictor on a local
+Ray cluster, with numpy, pandas and pyarrow batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from triton_sdk.local import LocalServer
+
+from .conftest import inference_count
+from .test_fleet import fleet
+
+ray = pytest.importorskip("ray")
+
+from triton_sdk.ray import TritonPredictor  # noqa: E402
+
+__all__ = ["fleet"]  # the module's servers, used here too
+
+# Ray's own code warns of its own deprecations; they are not this project's.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
+
+ROWS = 48
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def dataset() -> Any:
+    rows = [{"id": i, "pixels": np.full((2, 2), i, dtype=np.float32)} for i in range(ROWS)]
+    return ray.data.from_items(rows)
+
+
+@pytest.mark.parametrize("batch_format", ["numpy", "pandas", "pyarrow"])
+def test_map_batches_runs_every_row_through_the_fleet(
+    ray_cluster: None, fleet: list[LocalServer], batch_format: str
+) -> None:
+    urls = [server.grpc_url for server in fleet]
+    before = [inference_count(server, "double") for server in fleet]
+    scored = dataset().map_batches(
+        TritonPredictor,
+        fn_constructor_args=(urls, "double"),
+        fn_constructor_kwargs={"inputs": {"X": "pixels"}, "keep": ["id"]},
+        concurrency=2,
+        batch_size=8,
+        batch_format=batch_format,
+    )
+    rows = sorted(scored.take_all(), key=lambda row: int(row["id"]))
+    assert [int(row["id"]) for row in rows] == list(range(ROWS))
+    for row in rows:
+        assert set(row) == {"id", "Y"}
+        assert np.array_equal(np.asarray(row["Y"]), np.full((2, 2), 2 * row["id"]))
+    after = [inference_count(server, "double") for server in fleet]
+    ran = [now - was for now, was in zip(after, before, strict=True)]
+    # double has max_batch_size 4: each batch of 8 is two requests, spread over the fleet.
+    assert sum(ran) == ROWS // 4
+    assert sum(1 for count in ran if count) >= 2, ran
+
+
+def test_a_missing_column_is_named(fleet: list[LocalServer]) -> None:
+    predictor = TritonPredictor(fleet[0].grpc_url, "double")
+    with pytest.raises(Exception, match="no column 'X'"):
+        predictor({"pixels": np.ones((1, 2, 2), dtype=np.float32)})
+    answer = predictor({"X": np.ones((3, 2, 2), dtype=np.float32)})
+    assert list(answer) == ["Y"]
+    assert np.array_equal(answer["Y"], np.full((3, 2, 2), 2, dtype=np.float32))
