@@ -31,10 +31,11 @@ ONES = np.ones((1, 2, 2), dtype=np.float32)
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LocalServer]]:
     """Three servers of one repository (each test leaves all three running): ``double``,
-    and ``accumulate`` with four sequence slots."""
+    ``repeat`` (decoupled) and ``accumulate`` with four sequence slots."""
     repository = tmp_path_factory.mktemp("fleet")
     models = Path(__file__).resolve().parent.parent / "models"
-    (repository / "double").symlink_to(models / "double", target_is_directory=True)
+    for name in ("double", "repeat"):
+        (repository / name).symlink_to(models / name, target_is_directory=True)
     accumulate = repository / "accumulate"
     (accumulate / "1").mkdir(parents=True)
     (accumulate / "config.pbtxt").write_text(WIDE_CONFIG)
@@ -185,6 +186,21 @@ def test_requests_spread_over_every_server(fleet: list[LocalServer], fleet_clien
     assert sum(ran) == 90
     assert min(ran) >= 10, ran
     assert all(state.healthy and state.in_flight == 0 for state in states(fleet_client))
+
+
+def test_streams_stay_on_one_server_and_spread_between_streams(
+    fleet: list[LocalServer], fleet_client: Any
+) -> None:
+    model = fleet_client.model("repeat")
+    before = [inference_count(server, "repeat") for server in fleet]
+    for _ in range(12):
+        results = list(model.stream(IN=[5, 6, 7]))
+        assert [int(result["OUT"][0]) for result in results] == [5, 6, 7]
+    after = [inference_count(server, "repeat") for server in fleet]
+    ran = [now - was for now, was in zip(after, before, strict=True)]
+    assert sum(ran) == 12  # each stream is one request, on one server
+    assert sum(1 for count in ran if count) >= 2, ran
+    assert all(state.in_flight == 0 for state in states(fleet_client))
 
 
 def test_a_server_down_from_the_start_is_skipped(
