@@ -40,7 +40,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LocalServer
     (accumulate / "1").mkdir(parents=True)
     (accumulate / "config.pbtxt").write_text(WIDE_CONFIG)
     (accumulate / "1" / "model.py").symlink_to(models / "accumulate" / "1" / "model.py")
-    servers = [LocalServer(repository) for _ in range(3)]
+    yield from running([LocalServer(repository) for _ in range(3)])
+
+
+def running(servers: list[LocalServer]) -> Iterator[list[LocalServer]]:
+    """Start ``servers``, hand them to the test, stop every one of them afterwards."""
     try:
         for server in servers:
             server.start()
@@ -251,14 +255,7 @@ def named_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Local
     models = Path(__file__).resolve().parent.parent / "models"
     (repository / "double").symlink_to(models / "double", target_is_directory=True)
     ports = ports_free_on_every_host()
-    servers = [LocalServer(repository, host=host, ports=ports) for host in HOSTS]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
+    yield from running([LocalServer(repository, host=host, ports=ports) for host in HOSTS])
 
 
 class Resolver:
