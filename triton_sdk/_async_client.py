@@ -143,7 +143,7 @@ def _bucket(budget: object) -> TokenBucket | None:
     return TokenBucket(budget)
 
 
-def _open_transport(settings: ClientSettings) -> AsyncTransport:
+def _open_transport(settings: ClientSettings, budget: TokenBucket | None) -> AsyncTransport:
     """The transport of the client's URL (or URLs); its network library is imported
     only now."""
 
@@ -153,10 +153,11 @@ def _open_transport(settings: ClientSettings) -> AsyncTransport:
     dns = settings.dns
     if dns is not None:
         discovery = Discovery(dns, settings.resolver, settings.resolve_interval)
-        return AsyncBalancedTransport([], open_endpoint, settings.headers, discovery)
+        return AsyncBalancedTransport([], open_endpoint, settings.headers, discovery, budget)
     if len(settings.endpoints) == 1:
         return _open_endpoint(settings.endpoint, settings)
-    return AsyncBalancedTransport(list(settings.endpoints), open_endpoint, settings.headers)
+    endpoints = list(settings.endpoints)
+    return AsyncBalancedTransport(endpoints, open_endpoint, settings.headers, None, budget)
 
 
 def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> AsyncTransport:
@@ -266,13 +267,15 @@ class AsyncClient:
             raise InvalidInputError(
                 f"transport must be a ts.AsyncTransport, got {type(transport).__name__}"
             )
-        self._transport = _open_transport(self._settings) if transport is None else transport
+        self._retry_bucket = _bucket(retry_budget)
+        if transport is None:
+            transport = _open_transport(self._settings, self._retry_bucket)
+        self._transport = transport
         self._chunks = AsyncChunkRunner("AsyncClient")
         self._regions = RegionPool()
         # None: not tried yet. Regions are registered with one server, and the calls of a
         # client over many endpoints go to any of them: sockets only.
         self._server_reads_our_memory: bool | None = False if self._many else None
-        self._retry_bucket = _bucket(retry_budget)
         self._closed = False
 
     def __repr__(self) -> str:

@@ -36,6 +36,11 @@ PROBE_FIRST = 0.05
 """Seconds from an ejection to the first readiness probe; doubled after each failed one."""
 PROBE_MAX = 2.0
 
+PIN_IDLE = 3600.0
+"""Seconds after its last request that a sequence left open (never sent END) is
+forgotten, so that such sequences do not pile up; far longer than servers keep them."""
+_PIN_SWEEP = 60.0
+
 
 @attrs.frozen
 class EndpointState:
@@ -117,7 +122,9 @@ class Balancer(Generic[T]):
         self.retired: list[Member[T]] = []  # gone from DNS; closed once idle
         self._lock = threading.Lock()
         self._random = random.Random(seed)
-        self._pins: dict[int | str, Member[T] | None] = {}  # None: its endpoint failed
+        # Each sequence's endpoint (None: it failed) and when the sequence was last used.
+        self._pins: dict[int | str, tuple[Member[T] | None, float]] = {}
+        self._sweep_at = time.monotonic() + _PIN_SWEEP
 
     def states(self) -> list[EndpointState]:
         with self._lock:
@@ -133,31 +140,45 @@ class Balancer(Generic[T]):
             if request is None:
                 return Route(self._take(()))
             sequence = request.sequence_id
-            if request.sequence_start:
+            now = time.monotonic()
+            if now >= self._sweep_at:
+                self._forget_idle_sequences(now)
+            if request.sequence_start or sequence not in self._pins:
+                # (A sequence started before this client knew it stays where it goes now.)
                 member = self._take(())
-                self._pins[sequence] = member
-            elif sequence in self._pins:
-                pinned = self._pins[sequence]
+            else:
+                pinned = self._pins[sequence][0]
                 if pinned is None:
                     if request.sequence_end:
                         del self._pins[sequence]
                     raise _lost(sequence, None)
                 member = pinned
                 self._count(member)
-            else:  # started before this client knew it (or by another client): stays here
-                member = self._take(())
-                self._pins[sequence] = member
+            self._pins[sequence] = (member, now)
             return Route(member, sequence)
 
-    def reroute(self, route: Route[T], op: Op[object], error: TritonError) -> bool:
+    def _forget_idle_sequences(self, now: float) -> None:
+        self._sweep_at = now + _PIN_SWEEP
+        idle = [key for key, (_, used) in self._pins.items() if now - used > PIN_IDLE]
+        for key in idle:
+            del self._pins[key]
+
+    def reroute(
+        self,
+        route: Route[T],
+        op: Op[object],
+        error: TritonError,
+        allowed: Callable[[], bool] = lambda: True,
+    ) -> bool:
         """After a failed attempt: True when ``route`` now points at another endpoint
-        that the same call may go to at once (an idempotent call, a failure that says
-        the endpoint could not take it, an endpoint not tried yet)."""
+        that the same call goes to at once. That needs an idempotent call, a failure that
+        proves the request did not run (no connection, or a full queue), an endpoint not
+        tried yet, and ``allowed()`` (the client's retry budget)."""
         if route.sequence or not op.idempotent or not _elsewhere(error):
             return False
         with self._lock:
             route.tried.append(route.member)
-            if len(route.tried) >= len(self.members):
+            if len(route.tried) >= len(self.members) or not allowed():
                 return False
             route.member = self._take(route.tried)
             return True
@@ -194,7 +215,7 @@ class Balancer(Generic[T]):
             if request.sequence_end:
                 self._pins.pop(sequence, None)
             else:
-                self._pins[sequence] = None
+                self._pins[sequence] = (None, time.monotonic())
             return _lost(sequence, member.endpoint, error)
 
     def update(self, endpoints: list[Endpoint], make: Callable[[Endpoint], T]) -> None:
@@ -215,7 +236,7 @@ class Balancer(Generic[T]):
     def idle_retired(self) -> list[Member[T]]:
         """Retired members with nothing in flight and no sequence on them (to close)."""
         with self._lock:
-            pinned = {id(member) for member in self._pins.values() if member is not None}
+            pinned = {id(member) for member, _ in self._pins.values() if member is not None}
             idle = [m for m in self.retired if m.in_flight == 0 and id(m) not in pinned]
             self.retired = [member for member in self.retired if member not in idle]
         return idle
@@ -272,8 +293,11 @@ def _connection_failure(error: TritonError) -> bool:
 
 
 def _elsewhere(error: TritonError) -> bool:
-    """Another endpoint may take a call that failed so on this one."""
-    return _connection_failure(error) or isinstance(error, ServerOverloadedError)
+    """Another endpoint may take at once a call that failed so on this one: the request
+    did not run (a failure after it went out is the retry policy's to repeat)."""
+    if isinstance(error, ServerOverloadedError):
+        return True
+    return _connection_failure(error) and not error.may_have_run
 
 
 def _lost(

@@ -144,7 +144,7 @@ def _bucket(budget: object) -> TokenBucket | None:
     return TokenBucket(budget)
 
 
-def _open_transport(settings: ClientSettings) -> Transport:
+def _open_transport(settings: ClientSettings, budget: TokenBucket | None) -> Transport:
     """The transport of the client's URL (or URLs); its network library is imported
     only now."""
 
@@ -154,10 +154,11 @@ def _open_transport(settings: ClientSettings) -> Transport:
     dns = settings.dns
     if dns is not None:
         discovery = Discovery(dns, settings.resolver, settings.resolve_interval)
-        return BalancedTransport([], open_endpoint, settings.headers, discovery)
+        return BalancedTransport([], open_endpoint, settings.headers, discovery, budget)
     if len(settings.endpoints) == 1:
         return _open_endpoint(settings.endpoint, settings)
-    return BalancedTransport(list(settings.endpoints), open_endpoint, settings.headers)
+    endpoints = list(settings.endpoints)
+    return BalancedTransport(endpoints, open_endpoint, settings.headers, None, budget)
 
 
 def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> Transport:
@@ -267,13 +268,15 @@ class Client:
             raise InvalidInputError(
                 f"transport must be a ts.Transport, got {type(transport).__name__}"
             )
-        self._transport = _open_transport(self._settings) if transport is None else transport
+        self._retry_bucket = _bucket(retry_budget)
+        if transport is None:
+            transport = _open_transport(self._settings, self._retry_bucket)
+        self._transport = transport
         self._chunks = ChunkRunner("Client")
         self._regions = RegionPool()
         # None: not tried yet. Regions are registered with one server, and the calls of a
         # client over many endpoints go to any of them: sockets only.
         self._server_reads_our_memory: bool | None = False if self._many else None
-        self._retry_bucket = _bucket(retry_budget)
         self._closed = False
 
     def __repr__(self) -> str:

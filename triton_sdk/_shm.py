@@ -58,6 +58,10 @@ DEFAULT_THRESHOLD: Final = 256 * 1024
 """Tensors of at least this many bytes go through shared memory; smaller ones are cheaper
 to send over the socket than to copy into a region."""
 
+MAX_LENT: Final = 16
+"""Regions a client lends to output views at most; past that, outputs are copied, so that
+a program keeping many results does not keep as many regions registered."""
+
 PREFIX: Final = "triton_sdk-"
 _MIN_REGION: Final = 64 * 1024
 
@@ -139,6 +143,7 @@ class RegionPool:
         self._idle: dict[int, list[Region]] = {}
         self._all: list[Region] = []
         self._serial = 0
+        self._lent = 0
         self._tag = f"{PREFIX}{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
 
     def take(self, size: int) -> Region:
@@ -166,6 +171,10 @@ class RegionPool:
                     self._all.remove(region)
                     region.close()
 
+    def may_lend(self) -> bool:
+        """Whether outputs may be handed out as views (fewer than MAX_LENT regions are)."""
+        return self._lent < MAX_LENT
+
     def release(self, placement: Placement) -> None:
         """Take back the regions of a finished call; those lent to output views later."""
         idle = []
@@ -173,9 +182,17 @@ class RegionPool:
             if slot.lent is None:
                 idle.append(slot.region)
             else:
-                weakref.finalize(slot.lent, self.give_back, (slot.region,))
+                with self._lock:
+                    self._lent += 1
+                weakref.finalize(slot.lent, self._returned, slot.region)
                 slot.lent = None
         self.give_back(idle)
+
+    def _returned(self, region: Region) -> None:
+        """The last view of a lent region is gone."""
+        with self._lock:
+            self._lent -= 1
+        self.give_back((region,))
 
     def drain(self) -> list[Region]:
         """Every region (to unregister and close), leaving the pool empty."""
@@ -317,6 +334,7 @@ def place(
         target = np.frombuffer(region.view(array.nbytes), dtype=array.dtype.newbyteorder("<"))
         np.copyto(target.reshape(array.shape), array, casting="equiv")
         inputs[tensor.name] = Slot(region, 0, array.nbytes)
+    views = views and pool.may_lend()
     outputs = {name: Slot(pool.take(size), 0, size, views) for name, size in sizes.items()}
     requested = request.outputs
     if outputs and requested is None:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import triton_sdk as ts
+from triton_sdk._shm import MAX_LENT
 from triton_sdk.local import LocalServer
 
 SAMPLE = 262144  # FP32 elements per sample of big_fixed: 1 MiB
@@ -80,6 +81,22 @@ def test_outputs_are_views_of_their_regions_kept_while_the_array_lives(
     for _ in range(3):
         model.infer(X=ones)
     assert own(client) == grown
+
+
+def test_past_a_few_held_views_outputs_are_copied(make_client: Any) -> None:
+    client = make_client(shared_memory="system")
+    model = client.model("big_fixed")
+    ones = np.ones((1, SAMPLE), dtype=np.float32)
+    held = [model.infer(X=ones)["Y"] for _ in range(MAX_LENT)]
+    assert not any(array.flags.owndata for array in held)
+    extra = model.infer(X=ones)["Y"]
+    assert extra.flags.owndata  # the cap is reached: copies, through one more region
+    registered = len(own(client))
+    more = [model.infer(X=ones)["Y"] for _ in range(3)]
+    assert all(array.flags.owndata for array in more)
+    assert len(own(client)) == registered  # that region serves every further call
+    del held
+    assert not model.infer(X=ones)["Y"].flags.owndata  # regions came back: views again
 
 
 def test_copied_outputs_leave_their_regions_free(make_client: Any) -> None:

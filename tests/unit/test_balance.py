@@ -5,17 +5,28 @@ What a fleet of real servers does under failures is in tests/integration/test_fl
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 import triton_sdk as ts
-from triton_sdk._balance import PROBE_FIRST, PROBE_MAX, RESOLVE_GAP, Balancer, Discovery, Member
+from triton_sdk._balance import (
+    PIN_IDLE,
+    PROBE_FIRST,
+    PROBE_MAX,
+    RESOLVE_GAP,
+    Balancer,
+    Discovery,
+    Member,
+)
 from triton_sdk._base import parse_urls
+from triton_sdk._call import CallContext
 from triton_sdk._config import parse_dns, parse_url
 from triton_sdk._errors import classify_status
 from triton_sdk._ops import IsServerReady
 from triton_sdk._request import InferRequest
+from triton_sdk._transports._balanced import AsyncBalancedTransport
 
 READY = IsServerReady()
 REFUSED = ts.TritonConnectionError("connection failed: refused", retryable=True)
@@ -285,3 +296,59 @@ def test_a_retired_member_is_closed_only_when_idle_and_free_of_sequences() -> No
     assert again.member is member
     pool.succeeded(again, step(5, end=True))
     assert pool.idle_retired() == [member]
+
+
+# What the review of the transports found
+
+
+def test_no_failover_once_the_request_may_have_run() -> None:
+    broke = ts.TritonConnectionError("connection reset", retryable=True, may_have_run=True)
+    pool = balancer(3)
+    route = pool.route(READY)
+    pool.failed(route, READY, broke)
+    assert not pool.reroute(route, READY, broke)  # the retry policy decides, with its warning
+
+
+def test_failover_needs_the_budget() -> None:
+    pool = balancer(3)
+    route = pool.route(READY)
+    pool.failed(route, READY, REFUSED)
+    assert not pool.reroute(route, READY, REFUSED, lambda: False)
+
+
+def test_sequences_left_open_are_forgotten_after_an_hour(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    pool = balancer(2)
+    for sequence in (1, 2):
+        route = pool.route(step(sequence, start=True))
+        pool.succeeded(route, step(sequence, start=True))
+    now[0] += PIN_IDLE / 2
+    pool.succeeded(pool.route(step(2)), step(2))  # 2 is still in use
+    now[0] += PIN_IDLE / 2 + 120
+    pool.succeeded(pool.route(step(3, start=True)), step(3, start=True))
+    assert sorted(pool._pins) == [2, 3]
+
+
+class Hanging:
+    """An asyncio transport whose calls never end (until cancelled)."""
+
+    async def acall(self, op: object, ctx: object) -> object:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+async def test_a_cancelled_call_leaves_nothing_in_flight() -> None:
+    endpoints = [parse_url(f"grpc://127.0.0.{i}:8001") for i in (1, 2)]
+    transport = AsyncBalancedTransport(endpoints, lambda endpoint: Hanging(), {})  # type: ignore[arg-type, return-value]
+    ctx = CallContext("is_ready", None, {}, None)
+    calls = [asyncio.ensure_future(transport.acall(READY, ctx)) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    assert sum(state.in_flight for state in transport.endpoints()) == 5
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    assert [state.in_flight for state in transport.endpoints()] == [0, 0]
+    assert all(state.healthy for state in transport.endpoints())

@@ -22,6 +22,7 @@ from .._call import CallContext
 from .._config import Endpoint
 from .._errors import TritonError
 from .._ops import IsServerReady, Op, StreamOp
+from .._retry import TokenBucket
 from ._protocol import AsyncTransport, Transport
 
 __all__ = ["AsyncBalancedTransport", "BalancedTransport"]
@@ -53,10 +54,12 @@ class BalancedTransport:
         open_endpoint: Callable[[Endpoint], Transport],
         headers: Mapping[str, str],
         discovery: Discovery | None = None,
+        budget: TokenBucket | None = None,
     ) -> None:
         self._open = open_endpoint
         self._headers = headers
         self._discovery = discovery
+        self._allowed = _always if budget is None else budget.withdraw
         if discovery is not None:
             endpoints = discovery.resolve() or []
         self.balancer = Balancer([Member(e, open_endpoint(e)) for e in endpoints])
@@ -85,8 +88,11 @@ class BalancedTransport:
                 self._after_failure()
                 if failure is not error:
                     raise failure from error
-                if balancer.reroute(route, op, error):
+                if balancer.reroute(route, op, error, self._allowed):
                     continue
+                raise
+            except BaseException:  # interrupted: nothing to say about the endpoint
+                balancer.succeeded(route, op)
                 raise
             balancer.succeeded(route, op)
             return result
@@ -113,6 +119,10 @@ class BalancedTransport:
     def close(self) -> None:
         self._closed.set()
         self._wake.set()
+        with self._lock:
+            upkeep = self._upkeep
+        if upkeep is not None and upkeep is not threading.current_thread():
+            upkeep.join(PROBE_TIMEOUT + 1)  # it may be opening endpoints DNS just gave
         members = [*self.balancer.members, *self.balancer.retired]
         errors = []
         for member in members:  # each one, whatever the others do
@@ -140,28 +150,43 @@ class BalancedTransport:
                 self._upkeep.start()
 
     def _keep_up(self) -> None:
-        ctx = _probe_context(self._headers)
-        balancer, discovery = self.balancer, self._discovery
-        while not self._closed.is_set():
-            resolve_in = None
-            if discovery is not None:
-                if discovery.wait() == 0:
-                    endpoints = discovery.resolve()
-                    if endpoints is not None:
-                        balancer.update(endpoints, self._open)
-                for member in balancer.idle_retired():
-                    _close_quietly(member)
-                resolve_in = discovery.wait()
-            with self._lock:
-                due, probe_in = balancer.due_probes()
-                wait = _next_wait([resolve_in, probe_in])
+        try:
+            while not self._closed.is_set():
+                wait = self._upkeep_round()
                 if wait is None:
-                    self._upkeep = None
                     return
-            for member in due:
-                balancer.probed(member, _ready(member.transport, ctx))
-            self._wake.wait(wait)
-            self._wake.clear()
+                self._wake.wait(wait)
+                self._wake.clear()
+        except Exception:  # logged: calls go on, and the next failure starts it again
+            logger.exception("the upkeep of the client's endpoints failed")
+        finally:
+            with self._lock:
+                if self._upkeep is threading.current_thread():
+                    self._upkeep = None
+
+    def _upkeep_round(self) -> float | None:
+        """Resolve, close what left, probe what is due; the seconds until the next round
+        (None: nothing to watch, the thread ends)."""
+        balancer, discovery = self.balancer, self._discovery
+        resolve_in = None
+        if discovery is not None:
+            if discovery.wait() == 0:
+                endpoints = discovery.resolve()
+                if endpoints is not None and not self._closed.is_set():
+                    balancer.update(endpoints, self._open)
+            for member in balancer.idle_retired():
+                _close_quietly(member)
+            resolve_in = discovery.wait()
+        with self._lock:
+            due, probe_in = balancer.due_probes()
+            wait = _next_wait([resolve_in, probe_in])
+            if wait is None:
+                self._upkeep = None  # under the lock: a failure now starts a new thread
+                return None
+        ctx = _probe_context(self._headers)
+        for member in due:
+            balancer.probed(member, _ready(member.transport, ctx))
+        return wait
 
 
 class AsyncBalancedTransport:
@@ -174,10 +199,12 @@ class AsyncBalancedTransport:
         open_endpoint: Callable[[Endpoint], AsyncTransport],
         headers: Mapping[str, str],
         discovery: Discovery | None = None,
+        budget: TokenBucket | None = None,
     ) -> None:
         self._open = open_endpoint
         self._headers = headers
         self._discovery = discovery
+        self._allowed = _always if budget is None else budget.withdraw
         if discovery is not None:
             endpoints = discovery.resolve() or []
         self.balancer = Balancer([Member(e, open_endpoint(e)) for e in endpoints])
@@ -205,8 +232,11 @@ class AsyncBalancedTransport:
                 self._after_failure()
                 if failure is not error:
                     raise failure from error
-                if balancer.reroute(route, op, error):
+                if balancer.reroute(route, op, error, self._allowed):
                     continue
+                raise
+            except BaseException:  # cancelled: nothing to say about the endpoint
+                balancer.succeeded(route, op)
                 raise
             balancer.succeeded(route, op)
             return result
@@ -259,31 +289,47 @@ class AsyncBalancedTransport:
             self._upkeep = asyncio.get_running_loop().create_task(self._keep_up(self._wake))
 
     async def _keep_up(self, wake: asyncio.Event) -> None:
-        ctx = _probe_context(self._headers)
-        balancer, discovery = self.balancer, self._discovery
-        while True:
-            resolve_in = None
-            if discovery is not None:
-                if discovery.wait() == 0:
-                    endpoints = await asyncio.to_thread(discovery.resolve)
-                    if endpoints is not None:
-                        balancer.update(endpoints, self._open)
-                for member in balancer.idle_retired():
-                    try:
-                        await member.transport.aclose()
-                    except TritonError as error:
-                        _log_close_failure(member.endpoint, error)
-                resolve_in = discovery.wait()
-            due, probe_in = balancer.due_probes()
-            wait = _next_wait([resolve_in, probe_in])
-            if wait is None:
+        try:
+            while True:
+                wait = await self._upkeep_round()
+                if wait is None:
+                    return
+                # (asyncio.TimeoutError is not TimeoutError before Python 3.11.)
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), wait)
+                wake.clear()
+        except Exception:  # logged: calls go on, and the next failure starts it again
+            logger.exception("the upkeep of the client's endpoints failed")
+        finally:
+            if self._upkeep is asyncio.current_task():
                 self._upkeep = None
-                return
-            for member in due:
-                balancer.probed(member, await _aready(member.transport, ctx))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), wait)
-            wake.clear()
+
+    async def _upkeep_round(self) -> float | None:
+        balancer, discovery = self.balancer, self._discovery
+        resolve_in = None
+        if discovery is not None:
+            if discovery.wait() == 0:
+                endpoints = await asyncio.to_thread(discovery.resolve)
+                if endpoints is not None and not self._closed:
+                    balancer.update(endpoints, self._open)
+            for member in balancer.idle_retired():
+                try:
+                    await member.transport.aclose()
+                except TritonError as error:
+                    _log_close_failure(member.endpoint, error)
+            resolve_in = discovery.wait()
+        due, probe_in = balancer.due_probes()
+        wait = _next_wait([resolve_in, probe_in])
+        if wait is None:
+            return None
+        ctx = _probe_context(self._headers)
+        for member in due:
+            balancer.probed(member, await _aready(member.transport, ctx))
+        return wait
+
+
+def _always() -> bool:
+    return True
 
 
 def _close_quietly(member: Member[Transport]) -> None:

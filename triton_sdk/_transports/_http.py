@@ -9,6 +9,7 @@ send what ``_http_codec`` describes on transports that do both: the standard lib
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import io
 import ssl
@@ -154,7 +155,10 @@ class AsyncHttpTransport:
         self.endpoint = endpoint
         self._max_age = max_connection_age
         self._renew_at = 0.0
-        self._old_session: aiohttp.ClientSession | None = None
+        # With a maximum connection age: sessions replaced, closed once their last
+        # request is done, and the requests each session has under way.
+        self._retired: set[aiohttp.ClientSession] = set()
+        self._busy: dict[aiohttp.ClientSession, int] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._codec = HttpCodec(endpoint.base_path)
         self._tls = tls
@@ -186,12 +190,40 @@ class AsyncHttpTransport:
 
     def _request(
         self, call: HttpCall[Any] | HttpStream[Any], ctx: CallContext, timeout: Any
-    ) -> Any:  # aiohttp's request context manager
+    ) -> Any:  # aiohttp's request context manager, or ours
         """Start ``call`` on this client's session (opened in the running loop)."""
         self._loop = check_loop(self._loop)
+        if self._max_age is None:
+            return self._send(self._session or self._open(), call, ctx, timeout)
+        return self._aged_request(call, ctx, timeout)
+
+    @contextlib.asynccontextmanager
+    async def _aged_request(
+        self, call: HttpCall[Any] | HttpStream[Any], ctx: CallContext, timeout: Any
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """``_request`` when sessions are renewed: counted, so that a replaced session
+        closes only once its last request is done."""
         session = self._session
-        if session is None or (self._max_age is not None and time.monotonic() >= self._renew_at):
+        if session is None or time.monotonic() >= self._renew_at:
             session = self._renew()
+        self._busy[session] = self._busy.get(session, 0) + 1
+        try:
+            async with self._send(session, call, ctx, timeout) as response:
+                yield response
+        finally:
+            self._busy[session] -= 1
+            if not self._busy[session]:
+                del self._busy[session]
+                if session in self._retired:
+                    self._close_later(session)
+
+    def _send(
+        self,
+        session: aiohttp.ClientSession,
+        call: HttpCall[Any] | HttpStream[Any],
+        ctx: CallContext,
+        timeout: Any,
+    ) -> Any:  # aiohttp's request context manager
         body, _ = body_of(call.body)
         if body is not None and not isinstance(body, bytes):
             body = b"".join(body)
@@ -246,21 +278,30 @@ class AsyncHttpTransport:
             yield item
 
     def _renew(self) -> aiohttp.ClientSession:
-        """A session for new requests. With a maximum connection age, the session (and
-        its connections) is replaced every ``max_connection_age`` seconds; the one
-        before is closed once it has had as long again to finish its requests."""
-        previous, self._old_session = self._old_session, self._session
+        """A new session (new connections) for new requests, every
+        ``max_connection_age`` seconds; the one before closes when its last request ends."""
+        previous = self._session
         if previous is not None:
-            closing = asyncio.get_running_loop().create_task(previous.close())
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
-        if self._max_age is not None:
-            self._renew_at = time.monotonic() + self._max_age
+            if previous in self._busy:
+                self._retired.add(previous)
+            else:
+                self._close_later(previous)
+        assert self._max_age is not None
+        self._renew_at = time.monotonic() + self._max_age
         return self._open()
+
+    def _close_later(self, session: aiohttp.ClientSession) -> None:
+        self._retired.discard(session)
+        closing = asyncio.get_running_loop().create_task(session.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
         self._closed = True
-        for session in (self._old_session, self._session):
-            if session is not None:
-                await session.close()
-        self._session = self._old_session = None
+        sessions = [*self._retired, *([self._session] if self._session else [])]
+        self._session = None
+        self._retired.clear()
+        for session in sessions:
+            await session.close()
+        if self._closing:
+            await asyncio.gather(*self._closing)

@@ -321,7 +321,10 @@ class ConnectionPool:
                 connection = self._idle.pop()
             except IndexError:
                 return None
-            if _still_open(connection):
+            aged = self._max_age is not None and time.monotonic() >= getattr(
+                connection, "retire_at", math.inf
+            )
+            if not aged and _still_open(connection):
                 return connection
             connection.close()
 
