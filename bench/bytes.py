@@ -240,7 +240,7 @@ def format_row(row: Row) -> str:
 
 def describe_setup(args: argparse.Namespace) -> str:
     versions = ", ".join(
-        f"{name} {metadata.version(name)}" for name in ("triton-sdk", "tritonclient", "numpy")
+        f"{name} {metadata.version(name)}" for name in ("triton-sdk-py", "tritonclient", "numpy")
     )
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())
     cases = "\n".join(f"  {name:<12} {CASES[name][2]}" for name in args.cases)

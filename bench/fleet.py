@@ -17,7 +17,7 @@ and on HTTP.
     python bench/fleet.py
     python bench/fleet.py --threads 12 --millis 5 --seconds 3
 
-Needs the server extra: pip install "triton-sdk[server]".
+Needs the server extra: pip install "triton-sdk-py[server]".
 """
 
 from __future__ import annotations

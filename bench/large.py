@@ -18,7 +18,7 @@ Rounds interleave the variants; the script prints each one's median time, its th
     python bench/large.py                    # 1, 16 and 64 MiB, about 2-3 minutes
     python bench/large.py --sizes 16 --rounds 10
 
-Needs the server extra: pip install "triton-sdk[server]".
+Needs the server extra: pip install "triton-sdk-py[server]".
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ per second reached and their share of the capacity (the target: at least 90 %).
     python bench/map.py
     python bench/map.py --ms 50 --batch 64
 
-Needs the server extra: pip install "triton-sdk[server]".
+Needs the server extra: pip install "triton-sdk-py[server]".
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ everything above that is the client's own. Variants:
     python bench/memory.py               # 64 MiB
     python bench/memory.py --mib 16
 
-Needs the server extra: pip install "triton-sdk[server]".
+Needs the server extra: pip install "triton-sdk-py[server]".
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ the per-round ratios, and whether the ratio meets its target.
     python bench/overhead.py                      # all four transports
     python bench/overhead.py --transports grpc-sync --rounds 20 --calls 1000
 
-Needs the server extra: pip install "triton-sdk[server]".
+Needs the server extra: pip install "triton-sdk-py[server]".
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ def report(row: Row) -> Row:
 def describe_setup(args: argparse.Namespace) -> str:
     versions = ", ".join(
         f"{name} {metadata.version(name)}"
-        for name in ("triton-sdk", "tritonclient", "grpcio", "aiohttp", "numpy")
+        for name in ("triton-sdk-py", "tritonclient", "grpcio", "aiohttp", "numpy")
     )
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())
     return (

@@ -23,7 +23,7 @@ prints one row:
     python bench/reliability.py                          # all four transports, ~2 minutes
     python bench/reliability.py --transports grpc-sync --seconds 5 --callers 8
 
-Needs the server extra: pip install "triton-sdk[server]".
+Needs the server extra: pip install "triton-sdk-py[server]".
 """
 
 from __future__ import annotations
@@ -500,7 +500,7 @@ to the first success, and to every caller's first success ("never": a caller had
 
 def describe_setup(args: argparse.Namespace, server: LocalServer) -> str:
     versions = ", ".join(
-        f"{name} {metadata.version(name)}" for name in ("triton-sdk", "grpcio", "aiohttp", "numpy")
+        f"{name} {metadata.version(name)}" for name in ("triton-sdk-py", "grpcio", "aiohttp", "numpy")
     )
     server_version = get_json(f"{server.http_url}/v2").get("version", "?")
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())

@@ -17,7 +17,7 @@ of the throughputs (the target: at least 1.0).
     python bench/threads.py                       # gRPC and HTTP, 64 threads
     python bench/threads.py --threads 16 --seconds 2
 
-Needs the server extra: pip install "triton-sdk[server]".
+Needs the server extra: pip install "triton-sdk-py[server]".
 """
 
 from __future__ import annotations

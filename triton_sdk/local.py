@@ -5,7 +5,7 @@
 ...     client = ts.Client(server.grpc_url)
 
 The server is the ``tritonserver`` binary shipped in the ``nvidia-pytriton`` wheel
-(``pip install "triton-sdk[server]"``), or the binary ``TRITONSERVER_PATH`` names. It
+(``pip install "triton-sdk-py[server]"``), or the binary ``TRITONSERVER_PATH`` names. It
 listens on free loopback ports only. Python-backend models run in the environment of
 the running interpreter unless ``python_env`` (or ``TRITON_SDK_PYTHON_ENV``) names
 another; that environment needs numpy 1.x, because the backend utilities shipped with
@@ -85,7 +85,7 @@ def find_tritonserver() -> TritonInstallation:
     if spec is None or not spec.submodule_search_locations:
         raise ServerStartError(
             "no tritonserver found: install the server extra "
-            '(pip install "triton-sdk[server]") or set TRITONSERVER_PATH'
+            '(pip install "triton-sdk-py[server]") or set TRITONSERVER_PATH'
         )
     package = Path(next(iter(spec.submodule_search_locations)))
     root = package / "tritonserver"

@@ -15,7 +15,7 @@ its connections, and its balancing over the endpoints); each batch becomes one
 ``model.infer`` call, split into requests of the model's ``max_batch_size`` that run at
 once. Batches may come as numpy (``{"column": array}``), pandas or pyarrow; the answer is
 numpy columns: the outputs, and the columns named in ``keep``. ``ray`` itself is needed
-only to run the Dataset (``pip install "triton-sdk[ray]"``); this module does not import it.
+only to run the Dataset (``pip install "triton-sdk-py[ray]"``); this module does not import it.
 """
 
 from __future__ import annotations
