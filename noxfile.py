@@ -18,6 +18,7 @@ TEST_REQUIREMENTS = [
     "pytest-asyncio>=0.24",
     "pytest-timeout>=2.2",
     "hypothesis>=6.100",
+    "mypy==2.4.1",  # tests/unit/test_stubgen.py type-checks generated modules
 ]
 
 

@@ -2,6 +2,8 @@
 
 python -m triton_sdk demo           start a server on the example models and use them
 python -m triton_sdk serve REPO     serve a model repository until interrupted
+python -m triton_sdk stubgen URL -m MODEL -o models.py [--check]
+                                    write (or check) typed classes for models of a server
 """
 
 from __future__ import annotations
@@ -127,6 +129,39 @@ def serve(repository: Path) -> int:
     return 0
 
 
+def stubgen(url: str, models: list[str] | None, output: Path, check: bool) -> int:
+    """Write the typed module for ``models`` of the server at ``url`` (every ready model
+    when none is named), or with ``check`` say whether ``output`` still matches."""
+    from ._errors import TritonError
+    from ._stubgen import class_name, differences, render
+
+    try:
+        with Client(url) as client:
+            names = models or sorted(
+                {status.name for status in client.models() if status.state == "READY"}
+            )
+            specs = [client.model_spec(name) for name in names]
+    except TritonError as error:
+        print(f"stubgen: {error}", file=sys.stderr)
+        return 2
+    text = render(specs)
+    if check:
+        if not output.is_file():
+            print(f"stubgen: {output} does not exist; run without --check to write it")
+            return 1
+        written = output.read_text(encoding="utf-8")
+        if written == text:
+            print(f"{output} matches the models of {url}")
+            return 0
+        print(f"stubgen: {output} is not what stubgen writes now for {url}:")
+        print(differences(written, text, str(output)))
+        return 1
+    output.write_text(text, encoding="utf-8")
+    classes = ", ".join(class_name(spec.name) for spec in specs)
+    print(f"wrote {output}: {classes} (and their Async twins)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m triton_sdk", description=__doc__.split("\n")[0]
@@ -136,9 +171,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo_parser.add_argument("--repository", type=Path, default=EXAMPLE_MODELS)
     serve_parser = commands.add_parser("serve", help="serve a model repository locally")
     serve_parser.add_argument("repository", type=Path, nargs="?", default=EXAMPLE_MODELS)
+    stub_parser = commands.add_parser(
+        "stubgen", help="write typed per-model classes for models of a server"
+    )
+    stub_parser.add_argument("url", help="the server, e.g. grpc://localhost:8001")
+    stub_parser.add_argument(
+        "-m",
+        "--model",
+        action="append",
+        dest="models",
+        help="a model to write a class for (repeat it); every ready model by default",
+    )
+    stub_parser.add_argument("-o", "--output", type=Path, required=True, help="the module")
+    stub_parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 0 if the module is what stubgen writes now, 1 (showing what differs) if not",
+    )
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.repository)
+    if args.command == "stubgen":
+        return stubgen(args.url, args.models, args.output, args.check)
     return serve(args.repository)
 
 

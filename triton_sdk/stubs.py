@@ -1,0 +1,96 @@
+"""What the typed per-model modules written by ``triton-sdk stubgen`` build on.
+
+A generated class wraps a :class:`~triton_sdk.Model` (or an
+:class:`~triton_sdk.AsyncModel` for its ``Async`` twin) and checks, when it is made, that
+the model on the server still has the inputs and outputs the class was written for. Its
+methods take the model's inputs as keyword parameters and return a result class whose
+outputs are typed attributes. See docs/stubs.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar, cast
+
+from ._async_client import AsyncModel
+from ._client import Model
+from ._errors import InvalidInputError
+from ._result import InferResult
+from ._shaping import InputValue
+from ._spec import ModelSpec
+
+__all__ = ["AsyncStubModel", "StubModel", "given", "signature", "typed"]
+
+R = TypeVar("R", bound=InferResult)
+
+
+def signature(spec: ModelSpec) -> str:
+    """The parts of a model's spec that a stub depends on, as one line."""
+    parts = [f"max_batch_size {spec.max_batch_size}"]
+    if spec.decoupled:
+        parts.append("decoupled")
+    for kind, tensors in (("input", spec.inputs), ("output", spec.outputs)):
+        for tensor in tensors.values():
+            optional = " optional" if tensor.optional else ""
+            parts.append(f"{kind} {tensor.name} {tensor.datatype} {list(tensor.shape)}{optional}")
+    return "; ".join(parts)
+
+
+def _check(stub: type[Any], model: object, expected: type[Any]) -> None:
+    if not isinstance(model, expected):
+        raise InvalidInputError(
+            f"{stub.__name__} wraps a ts.{expected.__name__}, got {type(model).__name__}"
+        )
+    name: str = stub.MODEL
+    if model.name != name:
+        raise InvalidInputError(f"{stub.__name__} is for model {name!r}, got {model.name!r}")
+    now = signature(model.spec)
+    if now != stub.SIGNATURE:
+        written = set(stub.SIGNATURE.split("; "))
+        current = set(now.split("; "))
+        changes = [f"now: {part}" for part in now.split("; ") if part not in written]
+        changes += [f"was: {part}" for part in stub.SIGNATURE.split("; ") if part not in current]
+        raise InvalidInputError(
+            f"model {name!r} on the server is not the one {stub.__name__} was generated "
+            f"for ({'; '.join(changes)}); run triton-sdk stubgen again"
+        )
+
+
+class StubModel:
+    """Base of the generated classes: a :class:`~triton_sdk.Model` of one known spec."""
+
+    MODEL: ClassVar[str]
+    SIGNATURE: ClassVar[str]
+
+    def __init__(self, model: Model) -> None:
+        _check(type(self), model, Model)
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.model!r}>"
+
+
+class AsyncStubModel:
+    """Base of the generated ``Async`` classes: an :class:`~triton_sdk.AsyncModel` of one
+    known spec."""
+
+    MODEL: ClassVar[str]
+    SIGNATURE: ClassVar[str]
+
+    def __init__(self, model: AsyncModel) -> None:
+        _check(type(self), model, AsyncModel)
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.model!r}>"
+
+
+def given(inputs: Mapping[str, InputValue | None]) -> dict[str, InputValue]:
+    """The inputs that were given (optional inputs left as None are not sent)."""
+    return {name: value for name, value in inputs.items() if value is not None}
+
+
+def typed(result: InferResult, cls: type[R]) -> R:
+    """``result`` as the generated result class (the same object: no copy)."""
+    result.__class__ = cls
+    return cast("R", result)
