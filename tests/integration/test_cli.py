@@ -1,0 +1,161 @@
+"""The ``triton-sdk`` command against the real server: each command, and the one line a
+failure prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from triton_sdk._cli import EXAMPLE_MODELS as EXAMPLES
+from triton_sdk._cli import main
+
+from .test_fleet import unused_port
+
+Capture = pytest.CaptureFixture[str]
+
+
+def run(capsys: Capture, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_models_lists_the_repository(url: str, capsys: Capture) -> None:
+    code, out, _ = run(capsys, "models", url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["MODEL", "VERSION", "STATE", "REASON"]
+    assert any(line.split()[:3] == ["add_sub", "1", "READY"] for line in lines[1:])
+
+
+def test_describe_shows_inputs_and_outputs(url: str, capsys: Capture) -> None:
+    code, out, _ = run(capsys, "describe", url, "text_embed")
+    assert code == 0
+    assert out.startswith("text_embed  (python, max_batch_size 8")
+    assert "input   TEXT     BYTES  [1]" in out
+    assert "output  OUTPUT   FP32   [768]" in out
+
+
+def test_health_of_the_server_and_a_model(url: str, capsys: Capture) -> None:
+    assert run(capsys, "health", url, "-m", "add_sub")[:2] == (
+        0,
+        f"server {url}: live yes, ready yes\nmodel add_sub: ready yes\n",
+    )
+    code, out, _ = run(capsys, "health", url, "-m", "no_such_model")
+    assert code == 1
+    assert "model no_such_model: ready no" in out
+
+
+def test_infer_from_json_words_and_files(url: str, tmp_path: Path, capsys: Capture) -> None:
+    code, out, _ = run(
+        capsys, "infer", url, "add_sub", "-i", "INPUT0=[1, 2, 3, 4]", "-i", "INPUT1=[1,1,1,1]"
+    )
+    assert code == 0
+    assert "OUTPUT0: float32 [4]" in out
+    assert "[2. 3. 4. 5.]" in out
+    np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
+    (tmp_path / "b.json").write_text(json.dumps([10, 10, 10, 10]))
+    outputs = tmp_path / "out"
+    code, out, _ = run(
+        capsys,
+        "infer",
+        url,
+        "add_sub",
+        "-i",
+        f"INPUT0=@{tmp_path / 'a.npy'}",
+        "-i",
+        f"INPUT1=@{tmp_path / 'b.json'}",
+        "--output-dir",
+        str(outputs),
+    )
+    assert code == 0
+    assert np.load(outputs / "OUTPUT0.npy").tolist() == [10, 11, 12, 13]
+    assert np.load(outputs / "OUTPUT1.npy").tolist() == [-10, -9, -8, -7]
+    code, out, _ = run(capsys, "infer", url, "text_embed", "--sample", "-i", "TEXT=hello")
+    assert code == 0
+    assert "OUTPUT: float32 [768]" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["infer", "{url}", "add_sub", "-i", "INPUT0=[1,2,3,4]"], "INPUT1"),
+        (["infer", "{url}", "add_sub", "-i", "INPUT0"], "NAME=VALUE"),
+        (["infer", "{url}", "add_sub", "-i", "INPUT0=@missing.npy"], "cannot read missing.npy"),
+        (["describe", "{url}", "no_such_model"], "no_such_model"),
+        (["models", "grpc://127.0.0.1:9"], "127.0.0.1:9"),
+    ],
+)
+def test_failures_are_one_line_and_exit_2(
+    url: str, argv: list[str], expected: str, capsys: Capture
+) -> None:
+    code, out, err = run(capsys, *(part.format(url=url) for part in argv))
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"python -m triton_sdk {argv[0]}: ")
+    assert expected in err
+
+
+def test_load_and_unload(url: str, capsys: Capture) -> None:
+    try:
+        assert run(capsys, "unload", url, "zeros")[:2] == (0, "unloading zeros\n")
+        deadline = time.monotonic() + 30
+        while run(capsys, "health", url, "-m", "zeros")[0] == 0:
+            assert time.monotonic() < deadline, "zeros was not unloaded"
+            time.sleep(0.1)
+    finally:
+        assert run(capsys, "load", url, "zeros")[:2] == (0, "loaded zeros\n")
+    assert run(capsys, "health", url, "-m", "zeros")[0] == 0
+
+
+def test_bench_reports_throughput_and_latency(url: str, capsys: Capture) -> None:
+    code, out, _ = run(
+        capsys,
+        "bench",
+        url,
+        "add_sub",
+        "-i",
+        "INPUT0=[1,2,3,4]",
+        "-i",
+        "INPUT1=[1,2,3,4]",
+        "--seconds",
+        "0.5",
+        "-c",
+        "2",
+    )
+    assert code == 0
+    assert "from 2 threads" in out
+    assert "calls/s, latency p50" in out
+
+
+def test_version(capsys: Capture) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("python -m triton_sdk 0.")
+
+
+def test_serve_on_chosen_ports_until_sigterm(tmp_path: Path) -> None:
+    http, grpc, metrics = unused_port(), unused_port(), unused_port()
+    command = [sys.executable, "-m", "triton_sdk", "serve", str(EXAMPLES)]
+    command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3)]
+        assert lines[1].split() == ["gRPC", f"grpc://127.0.0.1:{grpc}"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=5) as reply:
+            assert reply.status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 128 + signal.SIGTERM

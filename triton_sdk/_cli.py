@@ -1,0 +1,428 @@
+"""The ``triton-sdk`` command (also ``python -m triton_sdk``).
+
+Every command that talks to a server takes its URL first. Failures the user can act on (an
+unreachable server, an unknown model, a bad input file) print one line on stderr and exit
+2; ``health`` exits 1 when the server or model is not ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._async_client import AsyncClient
+from ._client import Client
+from ._errors import TritonError
+from ._shaping import InputValue
+from ._spec import ModelSpec
+
+EXAMPLE_MODELS = Path(__file__).resolve().parent / "examples" / "models"
+
+
+class UsageError(Exception):
+    """A mistake in the command line or its files: one line, exit 2."""
+
+
+def describe(spec: ModelSpec) -> str:
+    """A few lines showing what a model takes and returns."""
+    batching = f"max_batch_size {spec.max_batch_size}" if spec.batched else "no batch axis"
+    extras = ", dynamic batching" if spec.dynamic_batching else ""
+    extras += ", decoupled" if spec.decoupled else ""
+    extras += ", sequences" if spec.sequence else ""
+    lines = [f"{spec.name}  ({spec.backend or spec.platform}, {batching}{extras})"]
+    for kind, tensors in (("input ", spec.inputs), ("output", spec.outputs)):
+        for tensor in tensors.values():
+            optional = "  (optional)" if tensor.optional else ""
+            shape = list(tensor.shape)
+            lines.append(f"  {kind}  {tensor.name:<8} {tensor.datatype:<6} {shape}{optional}")
+    return "\n".join(lines)
+
+
+# Inputs from the command line
+
+
+def parse_input(text: str) -> tuple[str, InputValue]:
+    """``NAME=@file.npy``, ``NAME=@file.json``, or ``NAME=<JSON>`` (a bare word is a string)."""
+    name, separator, value = text.partition("=")
+    if not separator or not name:
+        raise UsageError(f"--input takes NAME=VALUE, NAME=@file.npy or NAME=@file.json: {text!r}")
+    if value.startswith("@"):
+        return name, _read_file(name, Path(value[1:]))
+    try:
+        parsed: InputValue = json.loads(value)
+    except json.JSONDecodeError:
+        return name, value  # a bare word: one string
+    return name, parsed
+
+
+def _read_file(name: str, path: Path) -> InputValue:
+    try:
+        if path.suffix == ".npy":
+            loaded: InputValue = np.load(path, allow_pickle=False)
+            return loaded
+        if path.suffix == ".json":
+            data: InputValue = json.loads(path.read_text(encoding="utf-8"))
+            return data
+    except (OSError, ValueError) as error:
+        raise UsageError(f"input {name!r}: cannot read {path}: {error}") from error
+    raise UsageError(f"input {name!r}: {path} is neither .npy nor .json")
+
+
+def _inputs(given: Sequence[str] | None) -> dict[str, InputValue]:
+    inputs = dict(parse_input(text) for text in given or ())
+    if len(inputs) < len(given or ()):
+        raise UsageError("an input is given twice")
+    return inputs
+
+
+# Commands
+
+
+def models(url: str) -> int:
+    with Client(url) as client:
+        rows = [(s.name, s.version or "-", s.state or "-", s.reason) for s in client.models()]
+    width = max([len(row[0]) for row in rows] + [5])
+    print(f"{'MODEL':<{width}}  VERSION  STATE        REASON")
+    for name, version, state, reason in rows:
+        print(f"{name:<{width}}  {version:<7}  {state:<11}  {reason}".rstrip())
+    return 0
+
+
+def describe_command(url: str, model: str) -> int:
+    with Client(url) as client:
+        print(describe(client.model_spec(model)))
+    return 0
+
+
+def health(url: str, model: str | None) -> int:
+    with Client(url) as client:
+        live, ready = client.is_live(), client.is_ready()
+        print(f"server {url}: live {'yes' if live else 'no'}, ready {'yes' if ready else 'no'}")
+        model_ready = True
+        if model is not None:
+            model_ready = client.is_model_ready(model)
+            print(f"model {model}: ready {'yes' if model_ready else 'no'}")
+    return 0 if live and ready and model_ready else 1
+
+
+def infer(
+    url: str, model: str, given: Sequence[str] | None, sample: bool, output_dir: Path | None
+) -> int:
+    inputs = _inputs(given)
+    with Client(url) as client:
+        handle = client.model(model)
+        result = handle.infer_sample(inputs) if sample else handle.infer(inputs)
+        outputs = {name: result[name] for name in result}
+    if output_dir is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for name, array in outputs.items():
+            path = output_dir / f"{name}.npy"
+            np.save(path, array, allow_pickle=array.dtype == object)
+            print(f"{name}: {array.dtype} {list(array.shape)} -> {path}")
+        return 0
+    with np.printoptions(threshold=20, edgeitems=3):
+        for name, array in outputs.items():
+            print(f"{name}: {array.dtype} {list(array.shape)}")
+            print(f"  {np.array2string(array, prefix='  ')}")
+    return 0
+
+
+def load(url: str, model: str) -> int:
+    with Client(url) as client:
+        client.load_model(model)
+    print(f"loaded {model}")
+    return 0
+
+
+def unload(url: str, model: str) -> int:
+    with Client(url) as client:
+        client.unload_model(model)
+    print(f"unloading {model}")
+    return 0
+
+
+def bench(
+    url: str, model: str, given: Sequence[str] | None, seconds: float, concurrency: int
+) -> int:
+    """Calls per second and latency of ``model.infer`` from ``concurrency`` threads."""
+    from tqdm import tqdm
+
+    inputs = _inputs(given)
+    with Client(url) as client:
+        handle = client.model(model)
+        handle.infer(inputs)  # warm, and fail early on a bad input
+        latencies: list[float] = []
+        lock = threading.Lock()
+        stop = time.monotonic() + seconds
+        failures: list[BaseException] = []
+
+        def work() -> None:
+            while time.monotonic() < stop and not failures:
+                started = time.perf_counter()
+                try:
+                    handle.infer(inputs)
+                except TritonError as error:
+                    failures.append(error)
+                    return
+                with lock:
+                    latencies.append(time.perf_counter() - started)
+
+        threads = [threading.Thread(target=work) for _ in range(concurrency)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        with tqdm(total=round(seconds, 1), unit="s", file=sys.stderr, leave=False) as bar:
+            while any(thread.is_alive() for thread in threads):
+                time.sleep(0.1)
+                bar.n = round(min(time.monotonic() - started, seconds), 1)
+                bar.refresh()
+        for thread in threads:
+            thread.join()
+    if failures:
+        raise failures[0]
+    if not latencies:
+        raise UsageError("no call finished in time; give more --seconds")
+    elapsed = time.monotonic() - started
+    quantiles = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
+    print(
+        f"{model}: {len(latencies)} calls in {elapsed:.1f} s from {concurrency} threads: "
+        f"{len(latencies) / elapsed:.1f} calls/s, latency p50 {quantiles[49] * 1e3:.2f} ms, "
+        f"p99 {quantiles[98] * 1e3:.2f} ms"
+    )
+    return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def serve(repository: Path, ports: tuple[int, int, int] | None) -> int:
+    from .local import LocalServer
+
+    # Stop the server on SIGTERM too, not only on Ctrl+C.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    with LocalServer(repository, ports=ports) as server:
+        print(f"Serving {repository}")
+        print(f"  gRPC     {server.grpc_url}")
+        print(f"  HTTP     {server.http_url}")
+        print(f"  metrics  {server.metrics_url}")
+        print(f"  log      {server.log_path}")
+        print("Press Ctrl+C to stop.", flush=True)
+        try:
+            while server.running:
+                time.sleep(1)
+            print(f"The server stopped on its own; log {server.log_path}:")
+            print(server.log_tail())
+            return 1
+        except KeyboardInterrupt:
+            print("Stopping.")
+    return 0
+
+
+def _ports(args: argparse.Namespace) -> tuple[int, int, int] | None:
+    chosen = (args.http_port, args.grpc_port, args.metrics_port)
+    if all(port is None for port in chosen):
+        return None
+    if any(port is None for port in chosen):
+        raise UsageError("give --http-port, --grpc-port and --metrics-port together")
+    return (args.http_port, args.grpc_port, args.metrics_port)
+
+
+# The demo
+
+
+TEXTS = ["안녕하세요", "hello", "hello, world"]
+
+
+def _cosine(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _report(
+    label: str, embeddings: npt.NDArray[np.float32], sums: npt.NDArray[np.float32], elapsed: float
+) -> None:
+    tag = f"[{label:<12}]"
+    print(f"{tag} text_embed.infer(TEXT={TEXTS})")
+    print(
+        f"{tag}   -> OUTPUT {embeddings.dtype} {embeddings.shape}, cosine similarity: "
+        f"'hello'~'hello, world' {_cosine(embeddings[1], embeddings[2]):.2f}, "
+        f"'hello'~'안녕하세요' {_cosine(embeddings[1], embeddings[0]):.2f}"
+    )
+    print(f"{tag} add_sub.infer(INPUT0=[1, 2, 3, 4], INPUT1=[10, 20, 30, 40])")
+    print(f"{tag}   -> OUTPUT0 {sums}  ({elapsed * 1000:.1f} ms for both calls)")
+
+
+def _run_sync(url: str, label: str) -> None:
+    with Client(url) as client:
+        embed = client.model("text_embed")
+        add_sub = client.model("add_sub")
+        started = time.perf_counter()
+        embeddings = embed.infer(TEXT=TEXTS)["OUTPUT"]
+        sums = add_sub.infer(INPUT0=[1, 2, 3, 4], INPUT1=[10, 20, 30, 40])["OUTPUT0"]
+        _report(label, embeddings, sums, time.perf_counter() - started)
+
+
+async def _run_async(url: str, label: str) -> None:
+    async with AsyncClient(url) as client:
+        embed = await client.model("text_embed")
+        add_sub = await client.model("add_sub")
+        started = time.perf_counter()
+        embedded, added = await asyncio.gather(
+            embed.infer(TEXT=TEXTS),
+            add_sub.infer(INPUT0=[1, 2, 3, 4], INPUT1=[10, 20, 30, 40]),
+        )
+        _report(label, embedded["OUTPUT"], added["OUTPUT0"], time.perf_counter() - started)
+
+
+def demo(repository: Path) -> int:
+    from .local import LocalServer
+
+    print(f"Starting a local Triton server on {repository} ...")
+    with LocalServer(repository) as server:
+        with Client(server.grpc_url) as client:
+            meta = client.server_metadata()
+            print(f"{meta.name} {meta.version} is ready at {server.grpc_url} and {server.http_url}")
+            print()
+            for name in ("text_embed", "add_sub"):
+                print(describe(client.model(name).spec))
+            print()
+        _run_sync(server.grpc_url, "gRPC")
+        _run_sync(server.http_url, "HTTP")
+        asyncio.run(_run_async(server.grpc_url, "gRPC asyncio"))
+        asyncio.run(_run_async(server.http_url, "HTTP asyncio"))
+        print()
+        print("Stopping the server.")
+    return 0
+
+
+# Typed stubs
+
+
+def stubgen(url: str, chosen: list[str] | None, output: Path, check: bool) -> int:
+    """Write the typed module for the ``chosen`` models of the server at ``url`` (every
+    ready model when none is named), or with ``check`` say whether ``output`` matches."""
+    from ._stubgen import class_name, differences, render
+
+    with Client(url) as client:
+        names = chosen or sorted(
+            {status.name for status in client.models() if status.state == "READY"}
+        )
+        specs = [client.model_spec(name) for name in names]
+    text = render(specs)
+    if check:
+        if not output.is_file():
+            print(f"stubgen: {output} does not exist; run without --check to write it")
+            return 1
+        written = output.read_text(encoding="utf-8")
+        if written == text:
+            print(f"{output} matches the models of {url}")
+            return 0
+        print(f"stubgen: {output} is not what stubgen writes now for {url}:")
+        print(differences(written, text, str(output)))
+        return 1
+    output.write_text(text, encoding="utf-8")
+    classes = ", ".join(class_name(spec.name) for spec in specs)
+    print(f"wrote {output}: {classes} (and their Async twins)")
+    return 0
+
+
+# The parser
+
+
+def _program() -> str:
+    return "triton-sdk" if Path(sys.argv[0]).name == "triton-sdk" else "python -m triton_sdk"
+
+
+def parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    top = argparse.ArgumentParser(
+        prog=_program(),
+        description="A typed client for NVIDIA Triton Inference Server, on the command line.",
+    )
+    top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, *, url: bool = True, model: bool = False) -> Any:
+        sub = commands.add_parser(name, help=help, description=help)
+        if url:
+            sub.add_argument("url", help="the server, e.g. grpc://localhost:8001")
+        if model:
+            sub.add_argument("model", help="the model's name")
+        return sub
+
+    command("models", "list the models of the repository, with their state")
+    command("describe", "show a model's inputs, outputs and batching", model=True)
+    health_parser = command("health", "is the server (and a model) live and ready")
+    health_parser.add_argument("-m", "--model", help="also whether this model is ready")
+    for name, what in (("infer", "run one request"), ("bench", "measure calls/s and latency")):
+        sub = command(name, what, model=True)
+        sub.add_argument(
+            "-i",
+            "--input",
+            action="append",
+            metavar="NAME=VALUE",
+            help="an input: JSON (e.g. '[1, 2]'), a word (a string), @file.npy or @file.json",
+        )
+    infer_parser = commands.choices["infer"]
+    infer_parser.add_argument("--sample", action="store_true", help="one sample, no batch axis")
+    infer_parser.add_argument("-o", "--output-dir", type=Path, help="write each output as .npy")
+    bench_parser = commands.choices["bench"]
+    bench_parser.add_argument("--seconds", type=float, default=5.0)
+    bench_parser.add_argument("-c", "--concurrency", type=int, default=1, help="threads")
+    command("load", "load a model (explicit model control)", model=True)
+    command("unload", "unload a model (explicit model control)", model=True)
+    serve_parser = command("serve", "serve a model repository locally", url=False)
+    serve_parser.add_argument("repository", type=Path, nargs="?", default=EXAMPLE_MODELS)
+    for port in ("http", "grpc", "metrics"):
+        serve_parser.add_argument(f"--{port}-port", type=int, help="free ports by default")
+    demo_parser = command("demo", "start a server on the example models and use them", url=False)
+    demo_parser.add_argument("--repository", type=Path, default=EXAMPLE_MODELS)
+    stub_parser = command("stubgen", "write typed per-model classes for models of a server")
+    stub_parser.add_argument(
+        "-m",
+        "--model",
+        action="append",
+        dest="models",
+        help="a model to write a class for (repeat it); every ready model by default",
+    )
+    stub_parser.add_argument("-o", "--output", type=Path, required=True, help="the module")
+    stub_parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 0 if the module is what stubgen writes now, 1 (showing what differs) if not",
+    )
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    runs: dict[str, Callable[[], int]] = {
+        "models": lambda: models(args.url),
+        "describe": lambda: describe_command(args.url, args.model),
+        "health": lambda: health(args.url, args.model),
+        "infer": lambda: infer(args.url, args.model, args.input, args.sample, args.output_dir),
+        "bench": lambda: bench(args.url, args.model, args.input, args.seconds, args.concurrency),
+        "load": lambda: load(args.url, args.model),
+        "unload": lambda: unload(args.url, args.model),
+        "serve": lambda: serve(args.repository, _ports(args)),
+        "demo": lambda: demo(args.repository),
+        "stubgen": lambda: stubgen(args.url, args.models, args.output, args.check),
+    }
+    try:
+        return runs[args.command]()
+    except (TritonError, UsageError) as error:
+        print(f"{_program()} {args.command}: {error}", file=sys.stderr)
+        return 2
