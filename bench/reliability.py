@@ -499,9 +499,8 @@ to the first success, and to every caller's first success ("never": a caller had
 
 
 def describe_setup(args: argparse.Namespace, server: LocalServer) -> str:
-    versions = ", ".join(
-        f"{name} {metadata.version(name)}" for name in ("triton-sdk-py", "grpcio", "aiohttp", "numpy")
-    )
+    names = ("triton-sdk-py", "grpcio", "aiohttp", "numpy")
+    versions = ", ".join(f"{name} {metadata.version(name)}" for name in names)
     server_version = get_json(f"{server.http_url}/v2").get("version", "?")
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())
     return (

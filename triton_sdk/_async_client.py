@@ -27,6 +27,7 @@ from ._base import (
     closed_error,
     config_json,
     merge_fields,
+    with_suggestions,
 )
 from ._call import CallContext, CallHook, CallOptions, run_before_send
 from ._checks import check_timeout
@@ -592,9 +593,29 @@ class AsyncClient:
     ) -> ModelSpec:
         """The typed description of a model, read from its metadata and config."""
         options = self._options(timeout, headers)  # one retry deadline for both reads
-        metadata = await self._run(GetModelMetadata(name, version), options)
+        try:
+            metadata = await self._run(GetModelMetadata(name, version), options)
+        except ModelNotFoundError as error:
+            raise await self._not_found(error, name, options) from None
         config = await self._run(GetModelConfig(name, version), options)
         return ModelSpec.from_metadata(metadata, config)
+
+    async def _not_found(
+        self, error: ModelNotFoundError, name: str, options: CallOptions
+    ) -> ModelNotFoundError:
+        """``error``, naming the models the repository has, the closest first (or as it
+        was, when the repository cannot be listed)."""
+        try:
+            entries = await self._run(ListModels(), attrs.evolve(options, retry=_ONCE))
+        except TritonError:
+            return error
+        known = sorted({str(entry.get("name", "")) for entry in entries} - {""})
+        return ModelNotFoundError(
+            with_suggestions(str(error), name, known),
+            status=error.status,
+            model=error.model,
+            request_id=error.request_id,
+        )
 
     async def model(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -175,6 +176,20 @@ def parse_urls(urls: object) -> tuple[Endpoint, ...]:
     if len(set(endpoints)) < len(endpoints):
         raise InvalidInputError(f"the same endpoint is given twice in {list(map(str, endpoints))}")
     return endpoints
+
+
+def with_suggestions(message: str, name: str, known: list[str]) -> str:
+    """A model-not-found message with the names the repository has, the close ones first."""
+    if name in known:  # the model is there: its version is not
+        return message
+    if not known:
+        return f"{message}; the repository has no models"
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ";"
+    shown = ", ".join(map(repr, known[:20]))
+    if len(known) > 20:
+        shown += f" and {len(known) - 20} more"
+    return f"{message}{hint} The repository has {shown}"
 
 
 def check_retry(retry: object) -> RetryPolicy:

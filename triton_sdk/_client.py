@@ -28,6 +28,7 @@ from ._base import (
     closed_error,
     config_json,
     merge_fields,
+    with_suggestions,
 )
 from ._call import CallContext, CallHook, CallOptions, run_before_send
 from ._checks import check_timeout
@@ -589,9 +590,29 @@ class Client:
     ) -> ModelSpec:
         """The typed description of a model, read from its metadata and config."""
         options = self._options(timeout, headers)  # one retry deadline for both reads
-        metadata = self._run(GetModelMetadata(name, version), options)
+        try:
+            metadata = self._run(GetModelMetadata(name, version), options)
+        except ModelNotFoundError as error:
+            raise self._not_found(error, name, options) from None
         config = self._run(GetModelConfig(name, version), options)
         return ModelSpec.from_metadata(metadata, config)
+
+    def _not_found(
+        self, error: ModelNotFoundError, name: str, options: CallOptions
+    ) -> ModelNotFoundError:
+        """``error``, naming the models the repository has, the closest first (or as it
+        was, when the repository cannot be listed)."""
+        try:
+            entries = self._run(ListModels(), attrs.evolve(options, retry=_ONCE))
+        except TritonError:
+            return error
+        known = sorted({str(entry.get("name", "")) for entry in entries} - {""})
+        return ModelNotFoundError(
+            with_suggestions(str(error), name, known),
+            status=error.status,
+            model=error.model,
+            request_id=error.request_id,
+        )
 
     def model(
         self,

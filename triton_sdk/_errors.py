@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import re
 import ssl
 
 __all__ = [
@@ -246,22 +247,58 @@ def classify_transport_error(
     model: str | None = None,
     request_id: str | None = None,
     timeout: float | None = None,
+    url: str | None = None,
 ) -> TritonError | None:
     """Map a failure below the protocol (sockets, TLS, ``http.client``, aiohttp) to an
-    error, or None if unknown.
+    error, or None if unknown. ``url`` is the server's, named in the message.
 
-    TLS failures are not retried: a bad certificate does not heal by waiting.
+    TLS failures are not retried: a bad certificate does not heal by waiting, nor does an
+    HTTP/2 (gRPC) port answering an HTTP/1.1 request.
     """
     detail = str(exc) or type(exc).__name__
     if tls_failure(exc):
         return TritonConnectionError(f"TLS failure: {detail}", model=model, request_id=request_id)
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):  # distinct before Python 3.11
-        after = "" if timeout is None else f" after {timeout}s"
         return TritonTimeoutError(
-            f"timed out{after}: {detail}", model=model, request_id=request_id, may_have_run=True
+            timeout_message(model, timeout, detail),
+            model=model,
+            request_id=request_id,
+            may_have_run=True,
+        )
+    if _http2_answer(exc):
+        at = "" if url is None else f" at {url}"
+        return TritonConnectionError(
+            f"the server{at} answered in HTTP/2, as a gRPC port does: use grpc:// for "
+            "this port (Triton listens for HTTP on 8000 and gRPC on 8001 by default)",
+            model=model,
+            request_id=request_id,
         )
     if isinstance(exc, OSError | http.client.HTTPException) or _from_aiohttp(exc):
+        where = "" if url is None else f" to {url}"
         return TritonConnectionError(
-            f"connection failed: {detail}", model=model, request_id=request_id, retryable=True
+            f"connection{where} failed: {detail}",
+            model=model,
+            request_id=request_id,
+            retryable=True,
         )
     return None
+
+
+def timeout_message(model: str | None, timeout: float | None, detail: str) -> str:
+    """What a timed-out call says: who did not answer, within how long, and that the
+    request may still run."""
+    who = "the server" if model is None else f"model {model!r}"
+    within = "" if timeout is None else f" within {timeout:g} s"
+    return f"no answer from {who}{within} ({detail}); the server may still run the request"
+
+
+def _http2_answer(exc: BaseException) -> bool:
+    """An HTTP/1.1 request answered with HTTP/2 frames (a gRPC port): the status line
+    starts with a frame header (``http.client``) or aiohttp shows those bytes."""
+    if isinstance(exc, http.client.BadStatusLine):
+        return str(getattr(exc, "line", "")).startswith("\x00\x00")
+    if not _from_aiohttp(exc):
+        return False
+    # aiohttp shows the bytes escaped, once or more (a repr inside a repr).
+    text = str(exc)
+    return "bad status line" in text.lower() and re.search(r"(\\+x00){2}", text) is not None

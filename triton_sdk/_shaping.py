@@ -151,7 +151,7 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
     else:
         try:
             array = np.asarray(value)
-        except (ValueError, TypeError, MemoryError, OverflowError) as exc:
+        except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError) as exc:
             raise InvalidInputError(
                 f"input {spec.name!r}: cannot make an array of the value given ({exc})",
                 model=model,
@@ -280,7 +280,7 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
     else:
         try:
             array = np.array(value, dtype=np.object_)
-        except (ValueError, TypeError, MemoryError, OverflowError) as exc:
+        except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError) as exc:
             raise InvalidInputError(
                 f"input {spec.name!r}: cannot make an array of the value given ({exc})",
                 model=model,

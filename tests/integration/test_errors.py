@@ -82,6 +82,16 @@ def test_unknown_model_handle(client: Any) -> None:
     assert caught.value.status in ("NOT_FOUND", 404)
 
 
+def test_an_unknown_model_names_the_close_ones_and_the_repository(client: Any) -> None:
+    with pytest.raises(ts.ModelNotFoundError) as caught:
+        client.model("text_embd")
+    message = str(caught.value)
+    assert "did you mean 'text_embed'?" in message
+    assert "The repository has 'accumulate'" in message
+    assert caught.value.model == "text_embd"
+    assert caught.value.__cause__ is None  # one message, not a chain of the transport's
+
+
 def test_unknown_model_infer(client: Any, loop_thread: LoopThread) -> None:
     # A request for a model the server does not know, as a stale handle would send it.
     request = InferRequest(
@@ -248,6 +258,41 @@ def test_unreachable_server(dead_client: Any, protocol: str, call: str) -> None:
         assert isinstance(cause, grpc.RpcError)
     else:
         assert isinstance(cause, ConnectionRefusedError | aiohttp.ClientConnectorError)
+
+
+def test_an_unreachable_server_is_named(dead_client: Any, protocol: str) -> None:
+    with pytest.raises(ts.TritonConnectionError) as caught:
+        dead_client.server_metadata()
+    assert dead_client.url.split("//")[1] in str(caught.value)
+
+
+def test_the_wrong_protocol_for_a_port_says_which_to_use(
+    server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    # http:// on the gRPC port, and gRPC on the HTTP port (a URL without a scheme).
+    url = (
+        f"127.0.0.1:{server.http_port}"
+        if protocol == "grpc"
+        else f"http://127.0.0.1:{server.grpc_port}"
+    )
+    client = open_client(url, mode, loop_thread)  # the default retry policy
+    try:
+        started = time.monotonic()
+        with pytest.raises(ts.TritonConnectionError) as caught:
+            client.server_metadata()
+        assert not caught.value.retryable
+        assert time.monotonic() - started < 0.1 + 0.5  # not retried with backoff
+        expected = "Triton's HTTP port (use http://)" if protocol == "grpc" else "use grpc://"
+        assert expected in str(caught.value)
+    finally:
+        close_client(client, loop_thread)
+
+
+def test_a_timeout_names_the_model_and_the_time(client: Any) -> None:
+    with pytest.raises(ts.TritonTimeoutError) as caught:
+        client.model("sleep").infer(SECONDS=[2.0], timeout=0.3)
+    assert str(caught.value).startswith("no answer from model 'sleep' within 0.3 s")
+    assert "may still run" in str(caught.value)
 
 
 def test_health_of_unreachable_server_is_false(dead_client: Any) -> None:

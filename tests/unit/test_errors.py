@@ -9,6 +9,7 @@ import ssl
 import pytest
 
 import triton_sdk as ts
+from triton_sdk._base import with_suggestions
 from triton_sdk._errors import classify_status, classify_transport_error
 
 UNKNOWN_MODEL = "Request for unknown model: 'nope' is not found"
@@ -285,3 +286,52 @@ def test_a_host_name_with_tls_in_it_is_not_a_tls_failure() -> None:
     error = classify_status("UNAVAILABLE", message)
     assert isinstance(error, ts.TritonConnectionError)
     assert error.retryable
+
+
+# Messages that say what to do
+
+
+def test_an_http2_answer_to_an_http1_request_says_use_grpc() -> None:
+    import http.client
+
+    line = "\x00\x00\x06\x04\x00\x00\x00\x00\x00"
+    error = classify_transport_error(http.client.BadStatusLine(line), url="http://h:8001")
+    assert isinstance(error, ts.TritonConnectionError)
+    assert not error.retryable
+    assert "the server at http://h:8001 answered in HTTP/2" in str(error)
+    assert "use grpc://" in str(error)
+
+
+def test_a_connection_failure_names_the_url() -> None:
+    error = classify_transport_error(ConnectionRefusedError(111, "refused"), url="http://h:9")
+    assert isinstance(error, ts.TritonConnectionError)
+    assert error.retryable
+    assert str(error).startswith("connection to http://h:9 failed:")
+
+
+def test_a_timeout_names_the_model_and_the_time() -> None:
+    error = classify_transport_error(TimeoutError("timed out"), model="sleep", timeout=0.5)
+    assert str(error) == (
+        "no answer from model 'sleep' within 0.5 s (timed out); the server may still run "
+        "the request"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "known", "expected"),
+    [
+        ("text_embd", ["add_sub", "text_embed"], "; did you mean 'text_embed'? The repository has"),
+        ("zzz", ["add_sub"], "; The repository has 'add_sub'"),
+        ("m", [], "; the repository has no models"),
+        ("add_sub", ["add_sub"], ""),  # the model is there; its version is not
+    ],
+)
+def test_suggestions_for_an_unknown_model(name: str, known: list[str], expected: str) -> None:
+    assert with_suggestions("unknown", name, known) == "unknown" + expected + (
+        "" if not expected.endswith("has") else " " + ", ".join(map(repr, known))
+    )
+
+
+def test_many_models_are_cut_short() -> None:
+    known = [f"m{i:02}" for i in range(25)]
+    assert with_suggestions("x", "q", known).endswith("'m19' and 5 more")

@@ -669,7 +669,8 @@ async def test_an_unknown_model_raises_model_not_found(shell: Shell) -> None:
     with pytest.raises(ts.ModelNotFoundError) as info:
         await resolve(shell.client.model("nope"))
     assert info.value.model == "nope"
-    assert ops_sent(shell.mock) == [ops.GetModelMetadata("nope")]
+    # The repository is listed to name what there is (the mock answers nothing to that).
+    assert ops_sent(shell.mock) == [ops.GetModelMetadata("nope"), ops.ListModels()]
 
 
 # 9. Sequences

@@ -15,13 +15,17 @@ from .._errors import (
     TritonError,
     classify_status,
     classify_transport_error,
+    timeout_message,
 )
 
 __all__ = ["closed_error", "grpc_error", "http_error", "refused_error"]
 
 
-def http_error(exc: BaseException, op: AnyOp | None, timeout: float | None) -> TritonError:
-    """A failure of ``http.client``, a socket or aiohttp, below the HTTP exchange."""
+def http_error(
+    exc: BaseException, op: AnyOp | None, timeout: float | None, url: str | None = None
+) -> TritonError:
+    """A failure of ``http.client``, a socket or aiohttp, below the HTTP exchange, with
+    the server's ``url`` in its message."""
     model = None if op is None else op.model
     request_id = None if op is None else op.request_id
     if _tls_connect_reset(exc):
@@ -31,7 +35,9 @@ def http_error(exc: BaseException, op: AnyOp | None, timeout: float | None) -> T
             model=model,
             request_id=request_id,
         )
-    error = classify_transport_error(exc, model=model, request_id=request_id, timeout=timeout)
+    error = classify_transport_error(
+        exc, model=model, request_id=request_id, timeout=timeout, url=url
+    )
     if error is None:
         error = TritonConnectionError(
             f"HTTP request failed: {exc!r}", model=model, request_id=request_id
@@ -54,7 +60,9 @@ def _closed_while_connecting(lowered: str) -> bool:
     return "failed to connect" in lowered and "socket closed" in lowered and "reset" not in lowered
 
 
-def grpc_error(exc: Any, op: AnyOp | None, *, tls: bool = False) -> TritonError:
+def grpc_error(
+    exc: Any, op: AnyOp | None, *, tls: bool = False, timeout: float | None = None
+) -> TritonError:
     """A ``grpc.RpcError``: its status code, read with its message.
 
     On a TLS channel, a server that closes the connection while it is being set up
@@ -82,6 +90,8 @@ def grpc_error(exc: Any, op: AnyOp | None, *, tls: bool = False) -> TritonError:
         return TritonConnectionError(
             f"{hint}: {message}", status=code.name, model=model, request_id=request_id
         )
+    if code.name == "DEADLINE_EXCEEDED":
+        message = timeout_message(model, timeout, message)
     error = classify_status(code.name, message, model=model, request_id=request_id)
     if isinstance(error, TritonConnectionError) and error.retryable:
         error.may_have_run = not any(hint in lowered for hint in _NEVER_CONNECTED)

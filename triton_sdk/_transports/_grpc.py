@@ -183,7 +183,7 @@ class GrpcTransport:
         except ValueError as exc:  # a closed channel, or metadata grpc will not send
             raise self._refused(exc) from exc
         except grpc.RpcError as exc:
-            raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
+            raise grpc_error(exc, op, tls=self.endpoint.tls, timeout=ctx.timeout) from exc
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         encoded = encode_stream(op)
@@ -231,7 +231,9 @@ class GrpcTransport:
                 if message is _END:
                     return
                 if isinstance(message, grpc.RpcError):
-                    raise grpc_error(message, op, tls=self.endpoint.tls) from message
+                    raise grpc_error(
+                        message, op, tls=self.endpoint.tls, timeout=ctx.timeout
+                    ) from message
                 item, final = stream.read(message)
                 if item is not None:
                     yield item
@@ -300,7 +302,7 @@ class AsyncGrpcTransport:
                 compression=self._compression,
             )
         except grpc.RpcError as exc:
-            raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
+            raise grpc_error(exc, op, tls=self.endpoint.tls, timeout=ctx.timeout) from exc
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         encoded = encode_stream(op)
@@ -335,7 +337,7 @@ class AsyncGrpcTransport:
                     if final:
                         return
             except grpc.RpcError as exc:
-                raise grpc_error(exc, op, tls=self.endpoint.tls) from exc
+                raise grpc_error(exc, op, tls=self.endpoint.tls, timeout=ctx.timeout) from exc
         finally:
             call.cancel()
 

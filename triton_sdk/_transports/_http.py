@@ -77,6 +77,7 @@ class HttpTransport:
         max_connection_age: float | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._url = str(endpoint)
         self._tls = tls
         self._compression = compression
         self._codec = HttpCodec(endpoint.base_path)
@@ -99,11 +100,11 @@ class HttpTransport:
         except PoolClosed as exc:
             raise closed_error(exc) from exc
         except AnswerLost as lost:
-            error = http_error(lost.cause, op, ctx.timeout)
+            error = http_error(lost.cause, op, ctx.timeout, self._url)
             error.may_have_run = True
             raise error from lost.cause
         except _HTTP_FAILURES as exc:
-            raise http_error(exc, op, ctx.timeout) from exc
+            raise http_error(exc, op, ctx.timeout, self._url) from exc
         return call.read(status, length, data)
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
@@ -118,7 +119,7 @@ class HttpTransport:
         except PoolClosed as exc:
             raise closed_error(exc) from exc
         except _HTTP_FAILURES as exc:
-            raise http_error(exc, op, ctx.timeout) from exc
+            raise http_error(exc, op, ctx.timeout, self._url) from exc
         try:
             decoder = call.decoder()
             while True:
@@ -130,7 +131,7 @@ class HttpTransport:
                     data = response.read1(65536)
                     items = decoder.feed(data) if data else decoder.finish()
                 except _HTTP_FAILURES as exc:  # UnicodeDecodeError is a ValueError
-                    raise http_error(exc, op, ctx.timeout) from exc
+                    raise http_error(exc, op, ctx.timeout, self._url) from exc
                 yield from items
                 if not data:
                     break
@@ -153,6 +154,7 @@ class AsyncHttpTransport:
         max_connection_age: float | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._url = str(endpoint)
         self._max_age = max_connection_age
         self._renew_at = 0.0
         # With a maximum connection age: sessions replaced, closed once their last
@@ -254,7 +256,7 @@ class AsyncHttpTransport:
                 status = response.status
                 length = header_length(response.headers.get(HEADER_LENGTH))
         except _AIOHTTP_FAILURES as exc:
-            error = http_error(exc, op, ctx.timeout)
+            error = http_error(exc, op, ctx.timeout, self._url)
             # Failing to connect is the one failure that proves nothing went out.
             error.may_have_run = not isinstance(exc, aiohttp.ClientConnectorError)
             raise error from exc
@@ -273,7 +275,7 @@ class AsyncHttpTransport:
                     for item in decoder.feed(data):
                         yield item
         except _AIOHTTP_FAILURES as exc:
-            raise http_error(exc, op, ctx.timeout) from exc
+            raise http_error(exc, op, ctx.timeout, self._url) from exc
         for item in decoder.finish():
             yield item
 
