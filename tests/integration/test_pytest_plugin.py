@@ -1,0 +1,64 @@
+"""The pytest plugin, used by a small test project as a downstream service would use it."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from .conftest import EXAMPLE_MODELS
+
+pytest_plugins = ["pytester"]
+
+PROJECT_TESTS = """
+import numpy as np
+import pytest
+import triton_sdk as ts
+
+
+def test_the_server_runs_the_repository(triton_client):
+    result = triton_client.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    assert result["OUTPUT0"].tolist() == [2, 3, 4, 5]
+
+
+def test_the_url_is_the_configured_protocol(triton_url, triton_server):
+    assert triton_url == triton_server.PROTOCOL_url
+
+
+async def test_the_async_client(triton_async_client):
+    assert await triton_async_client.is_ready()
+
+
+def test_the_mock_needs_no_server(triton_mock):
+    triton_mock.handler = lambda op, ctx: {"name": "mocked"}
+    with ts.Client("grpc://test", transport=triton_mock) as client:
+        assert client.server_metadata().name == "mocked"
+"""
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_project_tests_against_a_real_server(pytester: pytest.Pytester, protocol: str) -> None:
+    models = pytester.mkdir("models")
+    (models / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub", target_is_directory=True)
+    pytester.makeini(
+        textwrap.dedent(
+            f"""
+            [pytest]
+            triton_repository = models
+            triton_protocol = {protocol}
+            asyncio_mode = auto
+            """
+        )
+    )
+    pytester.makepyfile(test_service=PROJECT_TESTS.replace("PROTOCOL", protocol))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+
+
+def test_without_a_repository_the_server_fixture_says_what_to_set(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_service="def test_it(triton_server):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*set triton_repository in the pytest configuration*"])
+    assert result.ret != 0
