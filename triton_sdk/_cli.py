@@ -37,17 +37,7 @@ class UsageError(Exception):
 
 def describe(spec: ModelSpec) -> str:
     """A few lines showing what a model takes and returns."""
-    batching = f"max_batch_size {spec.max_batch_size}" if spec.batched else "no batch axis"
-    extras = ", dynamic batching" if spec.dynamic_batching else ""
-    extras += ", decoupled" if spec.decoupled else ""
-    extras += ", sequences" if spec.sequence else ""
-    lines = [f"{spec.name}  ({spec.backend or spec.platform}, {batching}{extras})"]
-    for kind, tensors in (("input ", spec.inputs), ("output", spec.outputs)):
-        for tensor in tensors.values():
-            optional = "  (optional)" if tensor.optional else ""
-            shape = list(tensor.shape)
-            lines.append(f"  {kind}  {tensor.name:<8} {tensor.datatype:<6} {shape}{optional}")
-    return "\n".join(lines)
+    return spec.describe()
 
 
 # Inputs from the command line

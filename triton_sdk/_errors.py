@@ -23,6 +23,8 @@ import http.client
 import re
 import ssl
 
+from ._display import Displayable, Table
+
 __all__ = [
     "InferenceError",
     "InvalidInputError",
@@ -40,7 +42,7 @@ Status = str | int
 """A gRPC status code name without prefix (``"UNAVAILABLE"``) or an HTTP status (``503``)."""
 
 
-class TritonError(Exception):
+class TritonError(Displayable, Exception):
     """Base class of every exception raised by triton_sdk.
 
     Attributes:
@@ -78,6 +80,11 @@ class TritonError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, status={self.status!r})"
+
+    def _table(self) -> Table:
+        fields = ("message", "status", "model", "request_id", "retryable", "may_have_run")
+        rows = [(field, str(getattr(self, field))) for field in fields]
+        return Table(type(self).__name__, ("", ""), rows)
 
 
 class InvalidInputError(TritonError, ValueError):

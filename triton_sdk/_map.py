@@ -199,8 +199,18 @@ def join_samples(samples: list[PreparedSample], batched: bool) -> list[Tensor]:
 
 
 def progress_bar(samples: object) -> Any:
-    """A tqdm bar counting samples (with a total when the samples have a length)."""
-    from tqdm.auto import tqdm
-
+    """A tqdm bar counting samples (with a total when the samples have a length): a
+    widget in a notebook that has ipywidgets, plain text everywhere else (tqdm's own
+    choice warns in a notebook without ipywidgets)."""
     total = len(samples) if isinstance(samples, Sized) else None
-    return tqdm(total=total, unit="sample")
+    return _tqdm_class()(total=total, unit="sample")
+
+
+def _tqdm_class() -> Any:
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.auto import tqdm as chosen
+    else:
+        from tqdm.std import tqdm as chosen
+    return chosen

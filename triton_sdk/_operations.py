@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import attrs
 
+from ._display import Displayable, Table
 from ._errors import InferenceError, InvalidInputError
 from ._spec import json_int
 
@@ -90,7 +91,7 @@ class BatchStatistics:
 
 
 @attrs.frozen(kw_only=True)
-class ModelStatistics:
+class ModelStatistics(Displayable):
     """The server's statistics of one model version since it was loaded.
 
     Attributes:
@@ -122,6 +123,27 @@ class ModelStatistics:
             inference=InferenceStatistics.from_json(data.get("inference_stats")),
             batches=tuple(BatchStatistics.from_json(item) for item in data.get("batch_stats", ())),
         )
+
+    def _table(self) -> Table:
+        phases = attrs.asdict(self.inference, recurse=False)
+        rows = [
+            (phase, str(duration.count), f"{duration.mean_ms:.3f}")
+            for phase, duration in phases.items()
+            if duration.count
+        ]
+        rows += [
+            (
+                f"batch of {batch.batch_size}",
+                str(batch.compute_infer.count),
+                f"{batch.compute_infer.mean_ms:.3f}",
+            )
+            for batch in self.batches
+        ]
+        title = (
+            f"{self.name} version {self.version}: {self.inference_count} inferences, "
+            f"{self.execution_count} executions"
+        )
+        return Table(title, ("", "count", "mean ms"), rows)
 
 
 # Triton metric family -> ModelMetrics field.
@@ -162,7 +184,7 @@ class ModelMetrics:
 
 
 @attrs.frozen(kw_only=True)
-class ServerMetrics:
+class ServerMetrics(Displayable):
     """The server's ``/metrics``: per-model figures, and every server-wide sample.
 
     Attributes:
@@ -173,6 +195,25 @@ class ServerMetrics:
 
     models: tuple[ModelMetrics, ...] = ()
     server: Mapping[str, float] = attrs.field(factory=dict)
+
+    def _table(self) -> Table:
+        rows = [
+            (
+                entry.model,
+                entry.version,
+                f"{entry.request_success:g}",
+                f"{entry.request_failure:g}",
+                f"{entry.inference_count:g}",
+                f"{entry.execution_count:g}",
+                f"{entry.pending_requests:g}",
+            )
+            for entry in self.models
+        ]
+        header = ("model", "version", "success", "failure", "inferences", "executions", "pending")
+        title = (
+            f"ServerMetrics: {len(self.models)} model versions, {len(self.server)} server samples"
+        )
+        return Table(title, header, rows)
 
     def model(self, name: str, version: str | None = None) -> ModelMetrics:
         """The figures of one model (its highest version when none is given)."""

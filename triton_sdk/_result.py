@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ._display import Displayable, Table, preview
 from ._dtypes import decode_bytes, wire_dtype
 from ._errors import InferenceError, InvalidInputError, UnknownOutputError
 
@@ -34,7 +35,7 @@ class Undecoded(NamedTuple):
         return np.frombuffer(self.buffer, self.dtype).reshape(self.shape)
 
 
-class InferResult(Mapping[str, Array]):
+class InferResult(Displayable, Mapping[str, Array]):
     """The outputs of one inference, as numpy arrays, with the response's metadata.
 
     ``result["NAME"]`` and ``result.as_numpy("NAME")`` give the same array; an output the
@@ -112,6 +113,15 @@ class InferResult(Mapping[str, Array]):
             for name, array in self._outputs.items()  # an Undecoded has a shape too
         )
         return f"<InferResult {self.model_name!r} v{self.model_version} {{{shown}}}>"
+
+    def _table(self) -> Table:
+        rows = [
+            (name, self._datatypes.get(name, "?"), str(list(self[name].shape)), preview(self[name]))
+            for name in self._outputs
+        ]
+        request = f", request {self.id!r}" if self.id else ""
+        title = f"InferResult of {self.model_name!r} version {self.model_version}{request}"
+        return Table(title, ("output", "datatype", "shape", "values"), rows)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Outputs not read yet are views of the answer's buffer, which cannot be pickled.

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from ._display import Displayable, Table
 from ._dtypes import config_type_to_datatype, numpy_dtype
 
 __all__ = ["ModelSpec", "TensorSpec", "json_int"]
@@ -51,7 +52,7 @@ def _same_specs(left: Mapping[str, TensorSpec], right: Mapping[str, TensorSpec])
 
 
 @attrs.frozen(kw_only=True)
-class ModelSpec:
+class ModelSpec(Displayable):
     """What a model takes and returns, and how the server schedules it.
 
     Attributes:
@@ -90,6 +91,31 @@ class ModelSpec:
     integer_sequence_ids: bool = False
     dynamic_batching: bool = False
     preferred_batch_sizes: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """A few lines showing what the model takes and returns."""
+        return self._table().text()
+
+    def _table(self) -> Table:
+        kind = self.backend or self.platform or "model"
+        traits = [f"max_batch_size {self.max_batch_size}" if self.batched else "no batch axis"]
+        traits += [
+            trait
+            for trait, present in (
+                ("dynamic batching", self.dynamic_batching),
+                ("decoupled", self.decoupled),
+                ("sequences", self.sequence),
+            )
+            if present
+        ]
+        rows = [
+            (role, tensor.name, tensor.datatype, str(list(tensor.shape)), note)
+            for role, tensors in (("input", self.inputs), ("output", self.outputs))
+            for tensor in tensors.values()
+            for note in ["optional" if tensor.optional else ""]
+        ]
+        title = f"{self.name}  ({kind}, {', '.join(traits)})"
+        return Table(title, ("", "name", "datatype", "shape", ""), rows)
 
     @property
     def batched(self) -> bool:

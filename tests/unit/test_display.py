@@ -1,0 +1,103 @@
+"""How specs, results, statistics, metrics and errors show in a notebook (HTML) and in
+IPython (text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import triton_sdk as ts
+
+
+class Printer:
+    """What IPython hands ``_repr_pretty_``: it only needs ``text``."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def text(self, text: str) -> None:
+        self.parts.append(text)
+
+
+def pretty(thing: Any) -> str:
+    printer = Printer()
+    thing._repr_pretty_(printer, False)
+    return "".join(printer.parts)
+
+
+SPEC = ts.ModelSpec(
+    name="embed<script>",
+    backend="python",
+    max_batch_size=8,
+    dynamic_batching=True,
+    inputs={"TEXT": ts.TensorSpec(name="TEXT", datatype="BYTES", shape=(1,))},
+    outputs={"OUTPUT": ts.TensorSpec(name="OUTPUT", datatype="FP32", shape=(768,))},
+)
+
+
+def test_a_spec_shows_its_tensors() -> None:
+    text = pretty(SPEC)
+    assert text.splitlines()[0] == "embed<script>  (python, max_batch_size 8, dynamic batching)"
+    assert "input   TEXT    BYTES     [1]" in text
+    assert "output  OUTPUT  FP32      [768]" in text
+    assert SPEC.describe() == text
+    page = SPEC._repr_html_()
+    assert "<table>" in page
+    assert "embed&lt;script&gt;" in page  # escaped
+    assert "<script>" not in page
+
+
+def test_a_result_shows_each_output_with_a_preview() -> None:
+    result = ts.InferResult(
+        {"Y": np.arange(1000, dtype=np.float32).reshape(10, 100)},
+        datatypes={"Y": "FP32"},
+        model_name="m",
+        model_version="1",
+        id="r7",
+    )
+    text = pretty(result)
+    assert text.splitlines()[0] == "InferResult of 'm' version 1, request 'r7'"
+    assert "Y       FP32      [10, 100]" in text
+    assert "..." in text  # a preview, not a thousand values
+    assert "<td style='text-align:left'><code>[10, 100]</code></td>" in result._repr_html_()
+
+
+def test_statistics_show_the_phases_that_happened() -> None:
+    stats = ts.ModelStatistics(
+        name="m",
+        version="1",
+        inference_count=8,
+        execution_count=2,
+        inference=ts.InferenceStatistics(
+            success=ts.DurationStatistics(count=2, total_ns=4_000_000),
+        ),
+        batches=(
+            ts.BatchStatistics(
+                batch_size=4, compute_infer=ts.DurationStatistics(count=2, total_ns=2_000_000)
+            ),
+        ),
+    )
+    text = pretty(stats)
+    assert text.splitlines()[0] == "m version 1: 8 inferences, 2 executions"
+    assert "  success     2      2.000" in text
+    assert "  batch of 4  2      1.000" in text
+    assert "fail" not in text  # it never happened
+
+
+def test_metrics_show_one_row_per_model() -> None:
+    metrics = ts.ServerMetrics(
+        models=(ts.ModelMetrics(model="m", version="1", request_success=5),),
+        server={"nv_cpu_utilization": 0.5},
+    )
+    text = pretty(metrics)
+    assert text.splitlines()[0] == "ServerMetrics: 1 model versions, 1 server samples"
+    assert "m      1        5" in text
+
+
+def test_an_error_shows_its_fields() -> None:
+    error = ts.ServerOverloadedError("queue full", status=503, model="m", retryable=True)
+    text = pretty(error)
+    assert text.splitlines()[0] == "ServerOverloadedError"
+    assert "retryable     True" in text
+    assert "<code>503</code>" in error._repr_html_()

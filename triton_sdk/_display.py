@@ -1,0 +1,72 @@
+"""How specs, results, statistics, metrics and errors show in Jupyter and IPython.
+
+Each of those classes builds a :class:`Table` of itself; :class:`Displayable` turns it
+into ``_repr_html_`` (a notebook's output cell) and ``_repr_pretty_`` (IPython's text).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+__all__ = ["Displayable", "Table", "preview"]
+
+
+@attrs.frozen
+class Table:
+    """A title, a header and rows of text."""
+
+    title: str
+    header: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]]
+
+    def html(self) -> str:
+        head = "".join(
+            f"<th style='text-align:left'>{html.escape(cell)}</th>" for cell in self.header
+        )
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f"<td style='text-align:left'><code>{html.escape(c)}</code></td>" for c in row
+            )
+            + "</tr>"
+            for row in self.rows
+        )
+        return (
+            f"<div><strong>{html.escape(self.title)}</strong>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+        )
+
+    def text(self) -> str:
+        rows = [self.header, *self.rows]
+        widths = [max(len(row[column]) for row in rows) for column in range(len(self.header))]
+        lines = [self.title]
+        for row in rows:
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+            lines.append("  " + "  ".join(cells).rstrip())
+        return "\n".join(lines)
+
+
+class Displayable:
+    """``_repr_html_`` and ``_repr_pretty_`` from the class's ``_table()``."""
+
+    __slots__ = ()
+
+    def _table(self) -> Table:
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        return self._table().html()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self) if cycle else self._table().text())
+
+
+def preview(array: np.ndarray[Any, Any]) -> str:
+    """A short one-line view of an array's values."""
+    text = np.array2string(array, threshold=6, edgeitems=2, max_line_width=10_000)
+    return " ".join(text.split())
