@@ -19,6 +19,9 @@ TEST_REQUIREMENTS = [
     "pytest-timeout>=2.2",
     "hypothesis>=6.100",
     "mypy==2.4.1",  # tests/unit/test_stubgen.py type-checks generated modules
+    "nbclient>=0.10",  # tests/integration/test_notebook.py runs docs/notebooks
+    "nbformat>=5.10",
+    "ipykernel>=6.29",
 ]
 
 
