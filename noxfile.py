@@ -9,7 +9,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "tests_numpy2"]
+nox.options.sessions = ["lint", "typecheck", "docs", "tests", "tests_numpy2"]
 nox.options.error_on_external_run = True
 nox.options.reuse_venv = "yes"
 
@@ -70,6 +70,16 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/fleet.py")
     if Path("bench/bytes.py").exists():
         session.run("python", "bench/bytes.py")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs, with the API reference from the docstrings),
+    built strict: a broken link or reference fails it. Output: site/."""
+    session.install("mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26")
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", "site", env={"NO_MKDOCS_2_WARNING": "1"}
+    )
 
 
 @nox.session
