@@ -22,6 +22,7 @@ TEST_REQUIREMENTS = [
     "nbclient>=0.10",  # tests/integration/test_notebook.py runs docs/notebooks
     "nbformat>=5.10",
     "ipykernel>=6.29",
+    "opentelemetry-sdk>=1.20",  # tests/integration/test_tracing.py collects spans
 ]
 
 
@@ -30,7 +31,7 @@ def tests(session: nox.Session) -> None:
     """Unit and integration tests; the server comes from the `server` extra, Ray (for
     tests/integration/test_ray.py) from the `ray` one."""
     # The server extra pins numpy 1; pyarrow from 20 and pandas from 3 need numpy 2.
-    session.install(".[server,ray]", "pyarrow<20", "pandas<3", *TEST_REQUIREMENTS)
+    session.install(".[server,ray,otel]", "pyarrow<20", "pandas<3", *TEST_REQUIREMENTS)
     session.run("pytest", *session.posargs)
 
 
@@ -94,5 +95,5 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and on the usage examples in tests/typing."""
-    session.install(".", "mypy==2.4.1")
+    session.install(".[otel]", "mypy==2.4.1")  # triton_sdk.otel imports opentelemetry
     session.run("mypy", "--strict", "triton_sdk", "tests/typing")

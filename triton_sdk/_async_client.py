@@ -261,6 +261,7 @@ class AsyncClient:
         )
         self._shared_memory = check_mode(shared_memory)
         self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
+        self._url = str(self._settings.endpoint)
         if self._many and self._shared_memory == "system":
             raise InvalidInputError(_ONE_SERVER_SHM)
         self._output_views = check_outputs(shared_memory_outputs)
@@ -310,6 +311,7 @@ class AsyncClient:
         hooks = self._settings.hooks
         if not hooks:
             return await self._transport.acall(op, ctx)
+        ctx.url = self._url
         run_before_send(hooks, op, ctx)
         try:
             result = await self._transport.acall(op, ctx)
@@ -367,6 +369,7 @@ class AsyncClient:
 
     async def _responses(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         hooks = self._settings.hooks
+        ctx.url = self._url
         run_before_send(hooks, op, ctx)
         responses = self._transport.astream(op, ctx)
         try:

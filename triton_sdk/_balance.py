@@ -205,6 +205,7 @@ class Balancer(Generic[T]):
                 return error
             member.failures += 1
             if member.healthy:
+                logger.info("endpoint %s ejected: %s", member.endpoint, error)
                 member.healthy = False
                 member.ejections += 1
                 member.probe_wait = PROBE_FIRST
@@ -256,6 +257,7 @@ class Balancer(Generic[T]):
         next probe waits twice as long (up to PROBE_MAX)."""
         with self._lock:
             if ready:
+                logger.info("endpoint %s is ready again", member.endpoint)
                 member.healthy = True
                 return
             member.probe_wait = min(member.probe_wait * 2, PROBE_MAX)

@@ -27,6 +27,7 @@ from ._config import (
     resolve_addresses,
 )
 from ._errors import InvalidInputError, TritonError
+from ._logging import LogCalls, wanted
 from ._request import (
     InferRequest,
     ParameterValue,
@@ -120,6 +121,8 @@ class ClientSettings:
         for hook in checked_hooks:
             if not isinstance(hook, CallHook):
                 raise InvalidInputError(f"hooks must be ts.CallHook, got {type(hook).__name__}")
+        if wanted():  # the triton_sdk logger is at DEBUG: log this client's calls
+            checked_hooks += (LogCalls(),)
         return cls(
             endpoints=endpoints,
             dns=dns,

@@ -41,6 +41,8 @@ class CallContext:
             the wait for each response.
         deadline_at: ``time.monotonic()`` value the whole call must end by, or None.
         attempt: 1 for the first attempt, 2 for the first retry, ...
+        url: the client's URL (the first endpoint of a client over many), for hooks
+            that name the server (set for hooks only; ``""`` in a transport's own use).
     """
 
     call: str
@@ -50,6 +52,7 @@ class CallContext:
     deadline_at: float | None = None
     attempt: int = 1
     state: dict[str, Any] = attrs.field(factory=dict, repr=False)
+    url: str = ""
 
 
 class CallHook:

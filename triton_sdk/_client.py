@@ -262,6 +262,7 @@ class Client:
         )
         self._shared_memory = check_mode(shared_memory)
         self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
+        self._url = str(self._settings.endpoint)
         if self._many and self._shared_memory == "system":
             raise InvalidInputError(_ONE_SERVER_SHM)
         self._output_views = check_outputs(shared_memory_outputs)
@@ -311,6 +312,7 @@ class Client:
         hooks = self._settings.hooks
         if not hooks:
             return self._transport.call(op, ctx)
+        ctx.url = self._url
         run_before_send(hooks, op, ctx)
         try:
             result = self._transport.call(op, ctx)
@@ -368,6 +370,7 @@ class Client:
 
     def _responses(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         hooks = self._settings.hooks
+        ctx.url = self._url
         run_before_send(hooks, op, ctx)
         responses = self._transport.stream(op, ctx)
         try:

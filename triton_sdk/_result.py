@@ -35,6 +35,10 @@ class Undecoded(NamedTuple):
         return np.frombuffer(self.buffer, self.dtype).reshape(self.shape)
 
 
+def _size(buffer: bytes | memoryview) -> int:
+    return buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+
+
 class InferResult(Displayable, Mapping[str, Array]):
     """The outputs of one inference, as numpy arrays, with the response's metadata.
 
@@ -113,6 +117,14 @@ class InferResult(Displayable, Mapping[str, Array]):
             for name, array in self._outputs.items()  # an Undecoded has a shape too
         )
         return f"<InferResult {self.model_name!r} v{self.model_version} {{{shown}}}>"
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the outputs' data (without reading outputs not read yet)."""
+        return sum(
+            _size(output.buffer) if isinstance(output, Undecoded) else output.nbytes
+            for output in self._outputs.values()
+        )
 
     def _table(self) -> Table:
         rows = [

@@ -31,7 +31,7 @@ MODES = ["sync", "async"]
 # The session server hands request headers named x-... to the models as request
 # parameters (tritonserver matches the pattern case-insensitively, anywhere in the name,
 # hence the ^). The echo_headers models send them back: see test_headers.py.
-HEADER_FORWARD_PATTERN = "^x-"
+HEADER_FORWARD_PATTERN = "^(x-|traceparent$)"  # x-... headers, and the W3C trace context
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

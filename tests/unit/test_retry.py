@@ -523,3 +523,29 @@ def test_retry_budget_is_checked() -> None:
         ts.Client("grpc://test", retry_budget=0.1)  # type: ignore[arg-type]
     with pytest.raises(ts.InvalidInputError):
         ts.RetryBudget(ratio=-1)
+
+
+# Calls logged at DEBUG
+
+
+def test_a_client_made_at_debug_logs_its_calls_without_header_values(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="triton_sdk")
+    mock = MockTransport(lambda op, ctx: {"name": "triton"})
+    headers = {"authorization": "Bearer s3cret"}
+    with ts.Client("grpc://test", transport=mock, headers=headers) as client:
+        client.server_metadata()
+    messages = [record.getMessage() for record in caplog.records]
+    assert (
+        "sending server_metadata to grpc://test:8001 (attempt 1, timeout 60.0, "
+        "headers ['authorization'])" in messages
+    )
+    assert any(message.startswith("server_metadata answered in ") for message in messages)
+    assert "s3cret" not in caplog.text
+
+
+def test_a_client_made_without_debug_has_no_logging_hook() -> None:
+    logging.getLogger("triton_sdk").setLevel(logging.WARNING)
+    with ts.Client("grpc://test", transport=MockTransport()) as client:
+        assert client._settings.hooks == ()

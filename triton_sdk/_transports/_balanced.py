@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .._balance import Balancer, Discovery, EndpointState, Member
 from .._call import CallContext
@@ -89,6 +89,7 @@ class BalancedTransport:
                 if failure is not error:
                     raise failure from error
                 if balancer.reroute(route, op, error, self._allowed):
+                    _log_failover(op, error, route.member.endpoint)
                     continue
                 raise
             except BaseException:  # interrupted: nothing to say about the endpoint
@@ -233,6 +234,7 @@ class AsyncBalancedTransport:
                 if failure is not error:
                     raise failure from error
                 if balancer.reroute(route, op, error, self._allowed):
+                    _log_failover(op, error, route.member.endpoint)
                     continue
                 raise
             except BaseException:  # cancelled: nothing to say about the endpoint
@@ -326,6 +328,10 @@ class AsyncBalancedTransport:
         for member in due:
             balancer.probed(member, await _aready(member.transport, ctx))
         return wait
+
+
+def _log_failover(op: Op[Any], error: TritonError, endpoint: Endpoint) -> None:
+    logger.debug("sending %s to %s instead, after: %s", op.call, endpoint, error)
 
 
 def _always() -> bool:

@@ -1,0 +1,72 @@
+"""OpenTelemetry: a span per attempt on all four transports, and the trace context that
+reaches the model (the session server forwards ``traceparent`` to it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import triton_sdk as ts
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import StatusCode
+
+from triton_sdk.otel import Tracing
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+def test_an_infer_is_a_span_whose_context_reaches_the_model(
+    make_client: Any, spans: tuple[TracerProvider, InMemorySpanExporter], protocol: str
+) -> None:
+    provider, exporter = spans
+    client = make_client(hooks=[Tracing(provider)])
+    model = client.model("echo_headers")
+    exporter.clear()
+    result = model.infer(INPUT=[[1], [2]])
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "triton_sdk infer"
+    attributes = dict(span.attributes or {})
+    assert attributes["rpc.system"] == protocol
+    assert attributes["rpc.method"] == "infer"
+    assert attributes["server.address"] == "127.0.0.1"
+    assert attributes["triton.model"] == "echo_headers"
+    assert attributes["triton.batch_size"] == 2
+    assert attributes["triton.request.bytes"] == 8
+    assert int(attributes["triton.response.bytes"]) > 0
+    assert span.status.status_code is StatusCode.OK
+    parameters = json.loads(result.as_strings("HEADERS").reshape(-1)[0])
+    seen = {name.lower(): value for name, value in parameters.items()}
+    version, trace_id, parent_id, _ = seen["traceparent"].split("-")
+    assert version == "00"
+    assert int(trace_id, 16) == span.context.trace_id
+    assert int(parent_id, 16) == span.context.span_id
+
+
+def test_a_failed_call_is_an_error_span(
+    make_client: Any, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = spans
+    client = make_client(hooks=[Tracing(provider)])
+    with pytest.raises(ts.ModelNotFoundError):
+        client.model_spec("no_such_model")
+    failed = [span for span in exporter.get_finished_spans() if span.name.endswith("metadata")]
+    assert failed
+    assert failed[0].status.status_code is StatusCode.ERROR
+    assert dict(failed[0].attributes or {})["error.type"] == "ModelNotFoundError"

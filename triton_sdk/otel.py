@@ -1,0 +1,109 @@
+"""OpenTelemetry for triton_sdk: a span for each attempt of each call, and the W3C trace
+context sent to Triton so that its own traces join yours.
+
+    import triton_sdk.otel
+    client = ts.Client(url, hooks=[triton_sdk.otel.Tracing()])
+
+Needs ``opentelemetry-api`` (``pip install "triton-sdk-py[otel]"``) and, to export the
+spans, an SDK and exporter configured as usual. Works on all four transports: the hook
+sees every attempt in the caller's thread or task, and puts ``traceparent`` (and any
+other field of the configured propagator) in the request's headers.
+
+Span names are ``triton_sdk <call>`` (``triton_sdk infer``); attributes follow the RPC
+semantic conventions (``rpc.system``, ``rpc.service``, ``rpc.method``,
+``server.address``, ``server.port``) plus ``triton.model``, ``triton.attempt``,
+``triton.batch_size`` and ``triton.request.bytes`` / ``triton.response.bytes`` for
+inference, and the error's class and status on failure. A stream's span ends with its
+first response (or its failure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+
+from . import __version__
+from ._call import AnyOp, CallContext, CallHook
+from ._errors import TritonError
+from ._request import InferRequest
+from ._result import InferResult
+
+__all__ = ["Tracing"]
+
+_SPAN = "triton_sdk.span"
+
+
+class Tracing(CallHook):
+    """A :class:`~triton_sdk.CallHook` that traces calls with OpenTelemetry.
+
+    Args:
+        tracer_provider: where spans go; the global one by default.
+        propagate_context: put the trace context in the requests' headers (W3C
+            ``traceparent``, by the configured propagator) so that Triton's traces
+            (``--trace-config``) continue yours.
+    """
+
+    def __init__(
+        self, tracer_provider: TracerProvider | None = None, *, propagate_context: bool = True
+    ) -> None:
+        self._tracer: Tracer = trace.get_tracer("triton_sdk", __version__, tracer_provider)
+        self._propagate = propagate_context
+
+    def before_send(self, op: AnyOp, ctx: CallContext) -> None:
+        span = self._tracer.start_span(
+            f"triton_sdk {ctx.call}", kind=SpanKind.CLIENT, attributes=_attributes(op, ctx)
+        )
+        ctx.state[_SPAN] = span
+        if self._propagate:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, context=trace.set_span_in_context(span))
+            if carrier:
+                ctx.headers = {**ctx.headers, **carrier}
+
+    def after_receive(self, op: AnyOp, ctx: CallContext, result: object) -> None:
+        span: Span | None = ctx.state.pop(_SPAN, None)
+        if span is None:
+            return  # a stream's later responses
+        if isinstance(result, InferResult):
+            span.set_attribute("triton.response.bytes", result.nbytes)
+        span.set_status(Status(StatusCode.OK))
+        span.end()
+
+    def on_error(self, op: AnyOp, ctx: CallContext, error: TritonError) -> None:
+        span: Span | None = ctx.state.pop(_SPAN, None)
+        if span is None:
+            return
+        span.record_exception(error)
+        span.set_attribute("error.type", type(error).__name__)
+        if error.status is not None:
+            span.set_attribute("triton.status", str(error.status))
+        span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.end()
+
+
+def _attributes(op: AnyOp, ctx: CallContext) -> Mapping[str, Any]:
+    parts = urlsplit(ctx.url) if ctx.url else None
+    grpc = parts is not None and parts.scheme.startswith("grpc")
+    attributes: dict[str, Any] = {
+        "rpc.system": "grpc" if grpc else "http",
+        "rpc.service": "inference.GRPCInferenceService" if grpc else "triton.v2",
+        "rpc.method": ctx.call,
+        "triton.attempt": ctx.attempt,
+    }
+    if parts is not None and parts.hostname:
+        attributes["server.address"] = parts.hostname
+        if parts.port is not None:
+            attributes["server.port"] = parts.port
+    if ctx.model is not None:
+        attributes["triton.model"] = ctx.model
+    if isinstance(op, InferRequest):
+        if op.version:
+            attributes["triton.model.version"] = op.version
+        if op.inputs and op.inputs[0].array.ndim:
+            attributes["triton.batch_size"] = int(op.inputs[0].array.shape[0])
+        attributes["triton.request.bytes"] = sum(tensor.array.nbytes for tensor in op.inputs)
+    return attributes
