@@ -95,5 +95,6 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and on the usage examples in tests/typing."""
-    session.install(".[otel]", "mypy==2.4.1")  # triton_sdk.otel imports opentelemetry
+    # triton_sdk.otel imports opentelemetry, triton_sdk.pytest_plugin pytest.
+    session.install(".[otel]", "mypy==2.4.1", "pytest>=8")
     session.run("mypy", "--strict", "triton_sdk", "tests/typing")
