@@ -149,17 +149,30 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
             model=model,
         )
     else:
-        try:
-            array = np.asarray(value)
-        except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError) as exc:
-            raise InvalidInputError(
-                f"input {spec.name!r}: cannot make an array of the value given ({exc})",
-                model=model,
-            ) from exc
+        array = _foreign_array(value, spec, model)
     _check_size(array, target, spec, model)
     if array.dtype == target:
         return array
     return _cast(array, target, spec, model)
+
+
+def _foreign_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:
+    """An array from anything else: lists, scalars, torch tensors (``__array__``), DLPack
+    producers, pandas and pyarrow columns; a column whose rows are arrays is stacked."""
+    try:
+        if hasattr(value, "__dlpack__") and not hasattr(value, "__array__"):
+            array: np.ndarray[Any, Any] = np.from_dlpack(value)
+        else:
+            array = np.asarray(value)
+        if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
+            array = np.stack(list(array))  # one array per row, as in a DataFrame column
+    except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError, BufferError) as exc:
+        hint = " (call .detach() on a tensor that requires grad)" if "grad" in str(exc) else ""
+        raise InvalidInputError(
+            f"input {spec.name!r}: cannot make an array of the value given ({exc}){hint}",
+            model=model,
+        ) from exc
+    return array
 
 
 _LARGEST: Final[dict[np.dtype[Any], float]] = {

@@ -113,7 +113,9 @@ async def test_success_on_first_try_creates_no_retries(
     attempt = FakeAttempt([])
     assert await run(mode, attempt) == "ok"
     assert attempt.timeouts == [5.0]
-    assert not [record for record in caplog.records if record.name == "triton_sdk"]
+    logged = [record.getMessage() for record in caplog.records if record.name == "triton_sdk"]
+    assert [message.split(" ")[0] for message in logged] == ["sending", "server_metadata"]
+    assert not [message for message in logged if "retry" in message or "resend" in message]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -370,7 +372,8 @@ async def test_no_retry_log_for_errors_that_are_not_retried(
     attempt = FakeAttempt([ts.InferenceError("model failed")])
     with pytest.raises(ts.InferenceError):
         await run(mode, attempt)
-    assert not [record for record in caplog.records if record.name == "triton_sdk"]
+    logged = [record.getMessage() for record in caplog.records if record.name == "triton_sdk"]
+    assert logged[1:] == ["server_metadata failed: InferenceError: model failed"]  # no retry
 
 
 # The pure helpers
