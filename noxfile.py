@@ -40,20 +40,15 @@ def tests_numpy2(session: nox.Session) -> None:
     """The same tests with numpy 2 on the client side.
 
     The server's Python models need numpy 1 (the backend utilities shipped with the
-    server mis-decode BYTES tensors under numpy 2), so they run in a small environment
-    of their own, handed to LocalServer through TRITON_SDK_PYTHON_ENV.
+    server mis-decode BYTES tensors under numpy 2): LocalServer makes them an environment
+    of their own, here in this session's folder (TRITON_SDK_CACHE), as it would for a user.
     """
-    model_env = Path(session.virtualenv.location) / "model-env"
-    if not (model_env / "bin" / "python").exists():
-        session.run("python", "-m", "venv", str(model_env))
-    session.run(
-        str(model_env / "bin" / "python"), "-m", "pip", "install", "-q", "numpy<2", external=True
-    )
     session.install(".", "numpy>=2", *TEST_REQUIREMENTS)
     # Only the server binary is needed from this package; its own pins would pull numpy 1.
     session.install("--no-deps", "nvidia-pytriton")
     session.run("python", "-c", "import numpy; assert numpy.__version__.startswith('2.')")
-    session.run("pytest", *session.posargs, env={"TRITON_SDK_PYTHON_ENV": str(model_env)})
+    cache = Path(session.virtualenv.location) / "triton_sdk-cache"
+    session.run("pytest", *session.posargs, env={"TRITON_SDK_CACHE": str(cache)})
 
 
 @nox.session

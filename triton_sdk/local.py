@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import http.client
 import importlib.util
 import os
@@ -132,6 +133,63 @@ def _backend_directory(installation: TritonInstallation, into: Path) -> Path:
     python = target / "python"
     python.mkdir(exist_ok=True)
     (python / installation.python_stub.name).symlink_to(installation.python_stub)
+    return target
+
+
+def models_environment(python_env: Path | None) -> Path | None:
+    """Where Python-backend models run: ``python_env`` when given; else the running
+    environment when its numpy is 1.x; else (numpy 2 here) a small environment of its
+    own with numpy 1, made once and kept (see :func:`numpy1_environment`)."""
+    if python_env is not None:
+        return python_env
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major = int(version("numpy").split(".")[0])
+    except PackageNotFoundError:
+        return None
+    return None if major < 2 else numpy1_environment()
+
+
+def numpy1_environment() -> Path:
+    """A virtual environment with numpy 1 for the server's Python backend, which is built
+    against numpy 1 (under numpy 2 its models fail). It also sees the running
+    environment's packages, after its own numpy. Made on first use with pip (a registry
+    must be reachable) in ``$TRITON_SDK_CACHE`` or ``~/.cache/triton_sdk``, then reused."""
+    root = Path(os.environ.get("TRITON_SDK_CACHE") or Path.home() / ".cache" / "triton_sdk")
+    target = root / f"models-py{sys.version_info.major}.{sys.version_info.minor}-numpy1"
+    ready = target / ".ready"
+    if ready.is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process makes it; the others wait
+        if ready.is_file():
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        python = target / "bin" / "python"
+        steps = [
+            [sys.executable, "-m", "venv", str(target)],
+            [str(python), "-m", "pip", "install", "--quiet", "numpy>=1.21,<2"],
+        ]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise ServerStartError(
+                    "the server's Python models need numpy 1, and this environment has "
+                    f"numpy 2; making an environment for them failed ({' '.join(step)}): "
+                    f"{done.stderr.strip()[-500:]}. Make one with numpy<2 and set "
+                    "TRITON_SDK_PYTHON_ENV (or LocalServer(python_env=...)) to it"
+                )
+        site = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        ours = [path for path in sys.path if path.endswith("site-packages")]
+        Path(site, "triton_sdk_running_env.pth").write_text("\n".join(ours) + "\n")
+        ready.touch()
     return target
 
 
@@ -353,7 +411,7 @@ class LocalServer:
         if self._log_path is None:
             self._log_path = self._workdir / "tritonserver.log"
         backends = _backend_directory(installation, self._workdir)
-        env = _server_environment(installation, self.python_env)
+        env = _server_environment(installation, models_environment(self.python_env))
         keep_ports = self._ports
         for attempt in range(_PORT_ATTEMPTS):
             ports = keep_ports or tuple(_free_ports(3, self.host))

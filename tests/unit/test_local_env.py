@@ -1,0 +1,48 @@
+"""Where the server's Python models run: the decision, and a failure to make their
+numpy-1 environment. (Making it for real is what the numpy 2 test session does.)"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from triton_sdk import local
+from triton_sdk.local import ServerStartError, models_environment
+
+
+def test_a_given_environment_is_used(tmp_path: Path) -> None:
+    assert models_environment(tmp_path) == tmp_path
+
+
+def test_numpy_1_here_means_the_running_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "1.26.4")
+    assert models_environment(None) is None
+
+
+def test_numpy_2_here_means_an_environment_of_their_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "2.1.0")
+    made = tmp_path / "made"
+    monkeypatch.setattr(local, "numpy1_environment", lambda: made)
+    assert models_environment(None) == made
+
+
+def test_a_failure_to_make_it_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TRITON_SDK_CACHE", str(tmp_path))
+
+    def fail(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(command, 1, "", "no registry reachable")
+
+    monkeypatch.setattr(subprocess, "run", fail)
+    with pytest.raises(ServerStartError) as info:
+        local.numpy1_environment()
+    assert "need numpy 1" in str(info.value)
+    assert "no registry reachable" in str(info.value)
+    assert "TRITON_SDK_PYTHON_ENV" in str(info.value)
+    assert not (tmp_path / "models-py3.11-numpy1" / ".ready").exists()
