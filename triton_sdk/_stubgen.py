@@ -81,34 +81,21 @@ def _describe(tensor: TensorSpec, batched: bool) -> str:
     return f"{tensor.datatype} {list(tensor.shape)} per sample{axis}{optional}"
 
 
-def _options(stream: bool) -> list[str]:
-    lines = [
-        "outputs: Iterable[str] | None = None,",
-        "timeout: float | None | NotGiven = NOT_GIVEN,",
-        "parameters: Mapping[str, ParameterValue] | None = None,",
-    ]
-    if not stream:
-        lines.append("priority: int = 0,")
-    lines.append('request_id: str = "",')
-    if not stream:
-        lines.append("retry: RetryPolicy | NotGiven = NOT_GIVEN,")
-    lines.append("headers: Mapping[str, str] | None = None,")
-    if not stream:
-        lines.append("shared_memory: str | NotGiven = NOT_GIVEN,")
-    return lines
+# The call's own options, after the inputs: name, declaration, and whether stream takes it.
+_CALL_OPTIONS = (
+    ("outputs", "Iterable[str] | None = None", True),
+    ("timeout", "float | None | NotGiven = NOT_GIVEN", True),
+    ("parameters", "Mapping[str, ParameterValue] | None = None", True),
+    ("priority", "int = 0", False),
+    ("request_id", 'str = ""', True),
+    ("retry", "RetryPolicy | NotGiven = NOT_GIVEN", False),
+    ("headers", "Mapping[str, str] | None = None", True),
+    ("shared_memory", "str | NotGiven = NOT_GIVEN", False),
+)
 
 
-def _passed(stream: bool) -> list[str]:
-    names = ["outputs", "timeout", "parameters"]
-    if not stream:
-        names.append("priority")
-    names.append("request_id")
-    if not stream:
-        names.append("retry")
-    names.append("headers")
-    if not stream:
-        names.append("shared_memory")
-    return names
+def _options(stream: bool) -> list[tuple[str, str]]:
+    return [(name, declared) for name, declared, streams in _CALL_OPTIONS if streams or not stream]
 
 
 def _method(spec: ModelSpec, method: str, result: str, asynchronous: bool) -> list[str]:
@@ -122,7 +109,7 @@ def _method(spec: ModelSpec, method: str, result: str, asynchronous: bool) -> li
     for name, tensor in spec.inputs.items():
         default = " | None = None" if tensor.optional else ""
         lines.append(f"        {params[name]}: InputValue{default},")
-    lines += [f"        {option}" for option in _options(stream)]
+    lines += [f"        {name}: {declared}," for name, declared in _options(stream)]
     lines.append(f"    ) -> {returns}:")
     what = {
         "infer": f"Run a batch through {spec.name!r} (see Model.infer).",
@@ -147,7 +134,7 @@ def _method(spec: ModelSpec, method: str, result: str, asynchronous: bool) -> li
         lines += ["            given(", f"{indent}{{", *entries, f"{indent}}}", "            ),"]
     else:
         lines += [f"{indent}{{", *entries, f"{indent}}},"]
-    lines += [f"            {name}={name}," for name in _passed(stream)]
+    lines += [f"            {name}={name}," for name, _ in _options(stream)]
     lines.append("        )")
     if stream:
         loop = "async for" if asynchronous else "for"
