@@ -30,8 +30,11 @@ TEST_REQUIREMENTS = [
 def tests(session: nox.Session) -> None:
     """Unit and integration tests; the server comes from the `server` extra, Ray (for
     tests/integration/test_ray.py) from the `ray` one."""
-    # The server extra pins numpy 1; pyarrow from 20 and pandas from 3 need numpy 2.
-    session.install(".[server,ray,otel]", "pyarrow<20", "pandas<3", *TEST_REQUIREMENTS)
+    # numpy 1 on the client side here (tests_numpy2 has 2); pyarrow from 20 and pandas
+    # from 3 need numpy 2.
+    requirements = ["numpy>=1.26,<2", "pyarrow<20", "pandas<3", *TEST_REQUIREMENTS]
+    session.install(".[server,ray,otel]", *requirements)
+    session.run("python", "-m", "triton_sdk", "install-server")
     session.run("pytest", *session.posargs)
 
 
@@ -43,12 +46,11 @@ def tests_numpy2(session: nox.Session) -> None:
     server mis-decode BYTES tensors under numpy 2): LocalServer makes them an environment
     of their own, here in this session's folder (TRITON_SDK_CACHE), as it would for a user.
     """
-    session.install(".", "numpy>=2", *TEST_REQUIREMENTS)
-    # Only the server binary is needed from this package; its own pins would pull numpy 1.
-    session.install("--no-deps", "nvidia-pytriton")
+    session.install(".[server]", "numpy>=2", *TEST_REQUIREMENTS)
     session.run("python", "-c", "import numpy; assert numpy.__version__.startswith('2.')")
-    cache = Path(session.virtualenv.location) / "triton_sdk-cache"
-    session.run("pytest", *session.posargs, env={"TRITON_SDK_CACHE": str(cache)})
+    cache = {"TRITON_SDK_CACHE": str(Path(session.virtualenv.location) / "triton_sdk-cache")}
+    session.run("python", "-m", "triton_sdk", "install-server", env=cache)
+    session.run("pytest", *session.posargs, env=cache)
 
 
 @nox.session

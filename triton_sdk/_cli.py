@@ -27,6 +27,7 @@ from ._client import Client
 from ._errors import TritonError
 from ._shaping import InputValue
 from ._spec import ModelSpec
+from .local import ServerStartError
 
 EXAMPLE_MODELS = Path(__file__).resolve().parent / "examples" / "models"
 
@@ -191,6 +192,18 @@ def bench(
         f"{len(latencies) / elapsed:.1f} calls/s, latency p50 {quantiles[49] * 1e3:.2f} ms, "
         f"p99 {quantiles[98] * 1e3:.2f} ms"
     )
+    return 0
+
+
+def install_server_command() -> int:
+    """Install the server (and, under numpy 2, its models' environment) ahead of time."""
+    from .local import find_tritonserver, models_environment
+
+    installation = find_tritonserver()
+    print(f"tritonserver: {installation.binary}")
+    environment = models_environment(None)
+    where = "this environment" if environment is None else str(environment)
+    print(f"Python-backend models run in: {where}")
     return 0
 
 
@@ -378,6 +391,7 @@ def parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("repository", type=Path, nargs="?", default=EXAMPLE_MODELS)
     for port in ("http", "grpc", "metrics"):
         serve_parser.add_argument(f"--{port}-port", type=int, help="free ports by default")
+    command("install-server", "install the local server now (else on first use)", url=False)
     demo_parser = command("demo", "start a server on the example models and use them", url=False)
     demo_parser.add_argument("--repository", type=Path, default=EXAMPLE_MODELS)
     stub_parser = command("stubgen", "write typed per-model classes for models of a server")
@@ -409,10 +423,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "unload": lambda: unload(args.url, args.model),
         "serve": lambda: serve(args.repository, _ports(args)),
         "demo": lambda: demo(args.repository),
+        "install-server": install_server_command,
         "stubgen": lambda: stubgen(args.url, args.models, args.output, args.check),
     }
     try:
         return runs[args.command]()
-    except (TritonError, UsageError) as error:
+    except (TritonError, UsageError, ServerStartError) as error:
         print(f"{_program()} {args.command}: {error}", file=sys.stderr)
         return 2

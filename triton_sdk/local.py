@@ -4,12 +4,13 @@
 >>> with LocalServer("model_repository") as server:            # doctest: +SKIP
 ...     client = ts.Client(server.grpc_url)
 
-The server is the ``tritonserver`` binary shipped in the ``nvidia-pytriton`` wheel
-(``pip install "triton-sdk-py[server]"``), or the binary ``TRITONSERVER_PATH`` names. It
-listens on free loopback ports only. Python-backend models run in the environment of
-the running interpreter unless ``python_env`` (or ``TRITON_SDK_PYTHON_ENV``) names
-another; that environment needs numpy 1.x, because the backend utilities shipped with
-the server mis-decode BYTES tensors under numpy 2.
+The server is the binary ``TRITONSERVER_PATH`` names, or the ``tritonserver`` shipped in
+the ``nvidia-pytriton`` wheel: installed here, or else installed apart on first use
+(:func:`install_server`). It listens on free loopback ports only. Python-backend models
+run in the environment of the running interpreter unless ``python_env`` (or
+``TRITON_SDK_PYTHON_ENV``) names another; that environment needs numpy 1.x, because the
+backend utilities shipped with the server mis-decode BYTES tensors under numpy 2, so under
+numpy 2 they get one of their own (:func:`models_environment`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import sysconfig
 import tempfile
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -73,7 +74,8 @@ class TritonInstallation:
 
 
 def find_tritonserver() -> TritonInstallation:
-    """Locate the server: ``TRITONSERVER_PATH``, else the nvidia-pytriton wheel."""
+    """Locate the server: ``TRITONSERVER_PATH``, else the nvidia-pytriton wheel installed
+    here, else a private copy of it (installed now if needed)."""
     explicit = os.environ.get("TRITONSERVER_PATH")
     if explicit:
         binary = Path(explicit)
@@ -83,12 +85,10 @@ def find_tritonserver() -> TritonInstallation:
             raise ServerStartError(f"TRITONSERVER_PATH names no tritonserver binary: {explicit}")
         return TritonInstallation(binary=binary, backends=binary.parent.parent / "backends")
     spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise ServerStartError(
-            "no tritonserver found: install the server extra "
-            '(pip install "triton-sdk-py[server]") or set TRITONSERVER_PATH'
-        )
-    package = Path(next(iter(spec.submodule_search_locations)))
+    if spec is not None and spec.submodule_search_locations:
+        package = Path(next(iter(spec.submodule_search_locations)))
+    else:
+        package = install_server() / "pytriton"
     root = package / "tritonserver"
     binary = root / "bin" / "tritonserver"
     if not binary.is_file():
@@ -136,6 +136,55 @@ def _backend_directory(installation: TritonInstallation, into: Path) -> Path:
     return target
 
 
+SERVER_PACKAGE: Final = "nvidia-pytriton>=0.5"
+"""Where the server binary comes from: a wheel that bundles tritonserver and its Python
+backend. Its own metadata pins numpy<2, so it is installed apart (``--no-deps``) rather
+than into the user's environment."""
+
+
+def cache_root() -> Path:
+    """Where LocalServer keeps what it installs: ``$TRITON_SDK_CACHE`` or
+    ``~/.cache/triton_sdk``."""
+    return Path(os.environ.get("TRITON_SDK_CACHE") or Path.home() / ".cache" / "triton_sdk")
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """One process at a time installs into ``root``; the others wait, then reuse it."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _run_step(step: list[str], why: str) -> None:
+    done = subprocess.run(step, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ServerStartError(f"{why} ({' '.join(step)}): {done.stderr.strip()[-500:]}")
+
+
+def install_server() -> Path:
+    """The folder of a private copy of the server's wheel, installed there with pip on
+    first use (a package registry must be reachable) and reused after. Returns the
+    folder that holds the ``pytriton`` package."""
+    target = cache_root() / "server"
+    ready = target / ".ready"
+    if ready.is_file():
+        return target
+    with _locked(cache_root()):
+        if ready.is_file():
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
+        _run_step(
+            [*pip, "--target", str(target), SERVER_PACKAGE],
+            "no tritonserver found, and installing one failed: set TRITONSERVER_PATH to a "
+            "tritonserver binary, or make a package registry reachable",
+        )
+        ready.touch()
+    return target
+
+
 def models_environment(python_env: Path | None) -> Path | None:
     """Where Python-backend models run: ``python_env`` when given; else the running
     environment when its numpy is 1.x; else (numpy 2 here) a small environment of its
@@ -156,31 +205,23 @@ def numpy1_environment() -> Path:
     against numpy 1 (under numpy 2 its models fail). It also sees the running
     environment's packages, after its own numpy. Made on first use with pip (a registry
     must be reachable) in ``$TRITON_SDK_CACHE`` or ``~/.cache/triton_sdk``, then reused."""
-    root = Path(os.environ.get("TRITON_SDK_CACHE") or Path.home() / ".cache" / "triton_sdk")
-    target = root / f"models-py{sys.version_info.major}.{sys.version_info.minor}-numpy1"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    target = cache_root() / f"models-py{version}-numpy1"
     ready = target / ".ready"
     if ready.is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one process makes it; the others wait
+    with _locked(cache_root()):
         if ready.is_file():
             return target
         shutil.rmtree(target, ignore_errors=True)
         python = target / "bin" / "python"
-        steps = [
-            [sys.executable, "-m", "venv", str(target)],
-            [str(python), "-m", "pip", "install", "--quiet", "numpy>=1.21,<2"],
-        ]
-        for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise ServerStartError(
-                    "the server's Python models need numpy 1, and this environment has "
-                    f"numpy 2; making an environment for them failed ({' '.join(step)}): "
-                    f"{done.stderr.strip()[-500:]}. Make one with numpy<2 and set "
-                    "TRITON_SDK_PYTHON_ENV (or LocalServer(python_env=...)) to it"
-                )
+        why = (
+            "the server's Python models need numpy 1, and this environment has numpy 2; "
+            "making an environment for them failed. Make one with numpy<2 and set "
+            "TRITON_SDK_PYTHON_ENV (or LocalServer(python_env=...)) to it"
+        )
+        _run_step([sys.executable, "-m", "venv", str(target)], why)
+        _run_step([str(python), "-m", "pip", "install", "--quiet", "numpy>=1.21,<2"], why)
         site = subprocess.run(
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             capture_output=True,

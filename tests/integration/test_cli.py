@@ -159,3 +159,12 @@ def test_serve_on_chosen_ports_until_sigterm(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 128 + signal.SIGTERM
+
+
+def test_install_server_says_where_the_server_and_the_models_run(capsys: Capture) -> None:
+    code, out, _ = run(capsys, "install-server")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("tritonserver: ")
+    assert lines[0].endswith("/bin/tritonserver")
+    assert lines[1].startswith("Python-backend models run in: ")

@@ -3,6 +3,7 @@ numpy-1 environment. (Making it for real is what the numpy 2 test session does.)
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,3 +47,36 @@ def test_a_failure_to_make_it_says_what_to_do(
     assert "no registry reachable" in str(info.value)
     assert "TRITON_SDK_PYTHON_ENV" in str(info.value)
     assert not (tmp_path / "models-py3.11-numpy1" / ".ready").exists()
+
+
+def test_without_the_wheel_here_the_private_copy_is_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TRITONSERVER_PATH", raising=False)
+    private = tmp_path / "server"
+    binary = private / "pytriton" / "tritonserver" / "bin" / "tritonserver"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "pytriton" else real_find_spec(name, *args),
+    )
+    monkeypatch.setattr(local, "install_server", lambda: private)
+    assert local.find_tritonserver().binary == binary
+
+
+def test_a_failure_to_install_the_server_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TRITON_SDK_CACHE", str(tmp_path))
+
+    def fail(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert "--no-deps" in command  # its numpy<2 pin must not reach this environment
+        return subprocess.CompletedProcess(command, 1, "", "no registry reachable")
+
+    monkeypatch.setattr(subprocess, "run", fail)
+    with pytest.raises(ServerStartError, match="TRITONSERVER_PATH") as info:
+        local.install_server()
+    assert "no registry reachable" in str(info.value)
