@@ -41,8 +41,8 @@ def test_describe_shows_inputs_and_outputs(url: str, capsys: Capture) -> None:
     code, out, _ = run(capsys, "describe", url, "text_embed")
     assert code == 0
     assert out.startswith("text_embed  (python, max_batch_size 8")
-    assert "input   TEXT     BYTES  [1]" in out
-    assert "output  OUTPUT   FP32   [768]" in out
+    assert "input   TEXT    BYTES     [1]" in out
+    assert "output  OUTPUT  FP32      [768]" in out
 
 
 def test_health_of_the_server_and_a_model(url: str, capsys: Capture) -> None:

@@ -113,8 +113,8 @@ def test_demo_runs_against_a_real_server() -> None:
     assert completed.returncode == 0, completed.stderr
     output = completed.stdout
     assert "is ready at grpc://127.0.0.1:" in output
-    assert "input   TEXT     BYTES  [1]" in output
-    assert "output  OUTPUT   FP32   [768]" in output
+    assert "input   TEXT    BYTES     [1]" in output
+    assert "output  OUTPUT  FP32      [768]" in output
     for label in ("gRPC", "HTTP", "gRPC asyncio", "HTTP asyncio"):
         assert f"[{label:<12}] text_embed" in output
         assert f"[{label:<12}] add_sub" in output
