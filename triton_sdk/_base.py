@@ -277,9 +277,9 @@ class ModelCore:
     __slots__ = ("_checked_outputs", "_placement", "name", "spec", "version")
 
     def __init__(self, spec: ModelSpec, version: str | None) -> None:
-        self.name = spec.name
-        self.version = version
-        self.spec = spec
+        self.name: str = spec.name
+        self.version: str | None = version
+        self.spec: ModelSpec = spec
         self._checked_outputs: dict[tuple[tuple[str, ...], int], tuple[RequestedOutput, ...]] = {}
         self._placement = PlacementPlan(spec)
 

@@ -177,13 +177,13 @@ class _ModelOp:
 @attrs.frozen
 class IsServerLive(Op[bool]):
     call = "is_live"
-    route = Route("/v2/health/live", "ServerLive", "ok", "live")
+    route: ClassVar[Route] = Route("/v2/health/live", "ServerLive", "ok", "live")
 
 
 @attrs.frozen
 class IsServerReady(Op[bool]):
     call = "is_ready"
-    route = Route("/v2/health/ready", "ServerReady", "ok", "ready")
+    route: ClassVar[Route] = Route("/v2/health/ready", "ServerReady", "ok", "ready")
 
 
 @attrs.frozen
@@ -191,13 +191,13 @@ class IsModelReady(_ModelOp, Op[bool]):
     name: str = _name_field()
     version: str | None = _version_field()
     call = "is_model_ready"
-    route = Route("/v2/models/{model}/ready", "ModelReady", "ok", "ready")
+    route: ClassVar[Route] = Route("/v2/models/{model}/ready", "ModelReady", "ok", "ready")
 
 
 @attrs.frozen
 class GetServerMetadata(Op[JSON]):
     call = "server_metadata"
-    route = Route("/v2", "ServerMetadata")
+    route: ClassVar[Route] = Route("/v2", "ServerMetadata")
 
 
 # Models and the repository
@@ -208,7 +208,7 @@ class GetModelMetadata(_ModelOp, Op[JSON]):
     name: str = _name_field()
     version: str | None = _version_field()
     call = "model_metadata"
-    route = Route("/v2/models/{model}", "ModelMetadata")
+    route: ClassVar[Route] = Route("/v2/models/{model}", "ModelMetadata")
 
 
 @attrs.frozen
@@ -216,7 +216,7 @@ class GetModelConfig(_ModelOp, Op[JSON]):
     name: str = _name_field()
     version: str | None = _version_field()
     call = "model_config"
-    route = Route("/v2/models/{model}/config", "ModelConfig", field="config")
+    route: ClassVar[Route] = Route("/v2/models/{model}/config", "ModelConfig", field="config")
 
 
 @attrs.frozen

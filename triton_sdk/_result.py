@@ -44,7 +44,8 @@ class InferResult(Displayable, Mapping[str, Array]):
 
     ``result["NAME"]`` and ``result.as_numpy("NAME")`` give the same array; an output the
     result does not hold raises :class:`UnknownOutputError`. Numeric outputs of a single
-    response are read-only views of its bytes: copy one before changing it.
+    response are read-only views of its bytes: ``as_numpy(name, writable=True)`` gives one
+    you may change, or hand to ``torch.from_dlpack``.
 
     Attributes:
         model_name: the model that answered.
@@ -67,9 +68,9 @@ class InferResult(Displayable, Mapping[str, Array]):
     ) -> None:
         self._outputs: dict[str, Array | Undecoded] = dict(outputs)
         self._datatypes = dict(datatypes)
-        self.model_name = model_name
-        self.model_version = model_version
-        self.id = id
+        self.model_name: str = model_name
+        self.model_version: str = model_version
+        self.id: str = id
         self.parameters: Mapping[str, ResultParameter] = dict(parameters or {})
 
     @classmethod
@@ -146,9 +147,18 @@ class InferResult(Displayable, Mapping[str, Array]):
             dict(self.parameters),
         )
 
-    def as_numpy(self, name: str) -> Array:
-        """The output as a numpy array, batch axis first (``result[name]``)."""
-        return self[name]
+    def as_numpy(self, name: str, *, writable: bool = False) -> Array:
+        """The output as a numpy array, batch axis first (``result[name]``).
+
+        ``writable=True`` gives an array the caller may change, copying a read-only view
+        once (the copy then replaces it in the result). DLPack consumers such as
+        ``torch.from_dlpack`` need one: DLPack before 1.0 cannot mark memory read-only,
+        so numpy refuses to export a read-only array to them.
+        """
+        array = self[name]
+        if writable and not array.flags.writeable:
+            array = self._outputs[name] = array.copy()
+        return array
 
     def as_strings(self, name: str, encoding: str = "utf-8") -> npt.NDArray[np.object_]:
         """A BYTES output decoded to ``str``: an object array of ``str``, same shape."""

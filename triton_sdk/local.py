@@ -350,16 +350,16 @@ class LocalServer:
     ) -> None:
         if not host.startswith("127."):
             raise ServerStartError(f"a LocalServer listens on loopback only, got host {host!r}")
-        self.repository = Path(repository).resolve()
-        self.host = host
-        self.model_control = model_control
-        self.startup_timeout = startup_timeout
+        self.repository: Path = Path(repository).resolve()
+        self.host: str = host
+        self.model_control: Literal["explicit", "none", "poll"] = model_control
+        self.startup_timeout: float = startup_timeout
         self._log_path = Path(log_path) if log_path is not None else None
         env_default = os.environ.get("TRITON_SDK_PYTHON_ENV")
         chosen = python_env if python_env is not None else env_default or None
-        self.python_env = Path(chosen) if chosen else None
-        self.log_verbose = log_verbose
-        self.extra_args = tuple(extra_args)
+        self.python_env: Path | None = Path(chosen) if chosen else None
+        self.log_verbose: int = log_verbose
+        self.extra_args: tuple[str, ...] = tuple(extra_args)
         self._process: subprocess.Popen[bytes] | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ._client import Client
+from ._client import Client, Model
 from ._errors import InvalidInputError
 from ._result import Array
 
@@ -64,13 +64,17 @@ class TritonPredictor:
         version: str = "",
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.client = Client(url, **dict(client_options or {}))
-        self.model = self.client.model(model, version)
+        self.client: Client = Client(url, **dict(client_options or {}))
+        self.model: Model = self.client.model(model, version)
         if inputs is None:
             inputs = list(self.model.spec.inputs)
-        self.inputs = dict(inputs) if isinstance(inputs, Mapping) else {n: n for n in inputs}
-        self.outputs = list(self.model.spec.outputs) if outputs is None else list(outputs)
-        self.keep = list(keep)
+        self.inputs: dict[str, str] = (
+            dict(inputs) if isinstance(inputs, Mapping) else {n: n for n in inputs}
+        )
+        self.outputs: list[str] = (
+            list(self.model.spec.outputs) if outputs is None else list(outputs)
+        )
+        self.keep: list[str] = list(keep)
 
     def __call__(self, batch: Batch) -> dict[str, Array]:
         """The outputs (and the kept columns) of one batch, as numpy columns."""

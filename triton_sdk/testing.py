@@ -91,9 +91,9 @@ class MockTransport:
 
     def __init__(self, handler: Handler | None = None, *, models: Iterable[ModelSpec] = ()) -> None:
         self.handler = handler
-        self.models = {spec.name: spec for spec in models}
+        self.models: dict[str, ModelSpec] = {spec.name: spec for spec in models}
         self.calls: list[RecordedCall] = []
-        self.closed = False
+        self.closed: bool = False
 
     # What both kinds of client call
 

@@ -243,6 +243,22 @@ def test_result_helpers(client: Any) -> None:
         result.as_strings("OUTPUT0")
 
 
+def test_a_writable_output_goes_through_dlpack(client: Any) -> None:
+    result = client.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    view = result["OUTPUT0"]
+    assert not view.flags.writeable
+    with pytest.raises(BufferError, match="readonly"):
+        view.__dlpack__()  # what a consumer of DLPack before 1.0 (older torch) calls
+
+    writable = result.as_numpy("OUTPUT0", writable=True)
+    assert writable.flags.writeable
+    assert result.as_numpy("OUTPUT0", writable=True) is writable  # copied once
+    assert result["OUTPUT0"] is writable
+    shared = np.from_dlpack(writable)
+    assert np.array_equal(shared, [2, 3, 4, 5])
+    assert np.shares_memory(shared, writable)  # the consumer shares the copy, no second one
+
+
 def test_parameters_reach_the_model_and_come_back(client: Any) -> None:
     model = client.model("all_dtypes")
     parameters = {"temperature": 0.5, "top_k": 3, "greedy": True, "mode": "fast"}
