@@ -6,11 +6,19 @@
 (2, 768)
 """
 
-from ._async_client import AsyncClient, AsyncModel, AsyncModelSequence
+from ._async_client import (
+    AsyncChat,
+    AsyncChatCompletions,
+    AsyncClient,
+    AsyncCompletions,
+    AsyncModel,
+    AsyncModelSequence,
+)
 from ._balance import EndpointState
 from ._call import CallContext, CallHook
+from ._chat_template import ChatTemplateError
 from ._classify import Classification
-from ._client import Client, Model, ModelSequence
+from ._client import Chat, ChatCompletions, Client, Completions, Model, ModelSequence
 from ._config import NOT_GIVEN, NotGiven, RetryBudget, RetryPolicy, TLSConfig
 from ._errors import (
     InferenceError,
@@ -23,8 +31,21 @@ from ._errors import (
     TritonError,
     TritonTimeoutError,
     UnknownOutputError,
+    UnsupportedError,
 )
 from ._generate import JSONValue
+from ._llm_types import (
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatMessage,
+    ChoiceDelta,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    Usage,
+)
 from ._operations import (
     BatchStatistics,
     DurationStatistics,
@@ -48,7 +69,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "NOT_GIVEN",
+    "AsyncChat",
+    "AsyncChatCompletions",
     "AsyncClient",
+    "AsyncCompletions",
     "AsyncModel",
     "AsyncModelSequence",
     "AsyncResponseStream",
@@ -56,8 +80,21 @@ __all__ = [
     "BatchStatistics",
     "CallContext",
     "CallHook",
+    "Chat",
+    "ChatChoice",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletions",
+    "ChatMessage",
+    "ChatTemplateError",
+    "ChoiceDelta",
+    "ChunkChoice",
     "Classification",
     "Client",
+    "Completion",
+    "CompletionChoice",
+    "CompletionChunk",
+    "Completions",
     "DurationStatistics",
     "EndpointState",
     "InferResult",
@@ -94,5 +131,7 @@ __all__ = [
     "TritonError",
     "TritonTimeoutError",
     "UnknownOutputError",
+    "UnsupportedError",
+    "Usage",
     "__version__",
 ]

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
@@ -30,6 +31,7 @@ from ._base import (
     with_suggestions,
 )
 from ._call import CallContext, CallHook, CallOptions, run_before_send
+from ._chat_template import Message
 from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
 from ._compression import Compression
@@ -57,9 +59,13 @@ from ._errors import (
     ModelNotFoundError,
     TritonError,
     TritonTimeoutError,
+    UnsupportedError,
 )
 from ._generate import JSONValue
+from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler
+from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
+from ._openai_route import Route, chat_body, check_route, completion_body
 from ._operations import (
     LogSettings,
     ModelStatistics,
@@ -114,11 +120,20 @@ from ._spec import ModelSpec
 from ._status import ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import AsyncResponseStream
 from ._transports._balanced import AsyncBalancedTransport
+from ._transports._openai import OpenAICall, apost_events, apost_json
 from ._transports._protocol import AsyncTransport
 
-__all__ = ["AsyncClient", "AsyncModel", "AsyncModelSequence"]
+__all__ = [
+    "AsyncChat",
+    "AsyncChatCompletions",
+    "AsyncClient",
+    "AsyncCompletions",
+    "AsyncModel",
+    "AsyncModelSequence",
+]
 
 T = TypeVar("T")
+Chunk = TypeVar("Chunk", ChatCompletionChunk, CompletionChunk)
 
 Headers = Mapping[str, str] | None
 
@@ -225,6 +240,12 @@ class AsyncClient:
             long-lived client's calls; ``None`` (the default) keeps connections while
             they work. (gRPC keeps one connection per endpoint: balance over the pods
             with a ``dns:///`` URL instead.)
+        openai_url: the base URL (``http://host:9000/v1``) of Triton's OpenAI-compatible
+            frontend, for :attr:`chat` and :attr:`completions` calls routed there.
+        route: where :attr:`chat` and :attr:`completions` calls go: ``"native"`` (Triton's
+            own endpoints, through :meth:`AsyncModel.chat`), ``"openai"`` (the frontend
+            at ``openai_url``), or ``"auto"`` (the default): the frontend for requests
+            with ``tools`` when ``openai_url`` is set, the native endpoints otherwise.
     """
 
     def __init__(
@@ -245,6 +266,8 @@ class AsyncClient:
         resolver: Resolver | None = None,
         resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
         max_connection_age: float | None = None,
+        openai_url: str | None = None,
+        route: Route = "auto",
     ) -> None:
         self._settings = ClientSettings.create(
             url,
@@ -279,6 +302,9 @@ class AsyncClient:
         # client over many endpoints go to any of them: sockets only.
         self._server_reads_our_memory: bool | None = False if self._many else None
         self._closed = False
+        self._openai_url = openai_url.rstrip("/") if openai_url else None
+        self._route = check_route(route)
+        self._llm_models: dict[str, AsyncModel] = {}
 
     def __repr__(self) -> str:
         return client_repr("AsyncClient", self._settings)
@@ -296,6 +322,44 @@ class AsyncClient:
         if isinstance(transport, AsyncBalancedTransport):
             return transport.endpoints()
         return [EndpointState(self.url, True, 0, 0, 0, 0)]
+
+    @property
+    def chat(self) -> AsyncChat:
+        """OpenAI's call shape: ``client.chat.completions.create(model=..., messages=...)``."""
+        return AsyncChat(self)
+
+    @property
+    def completions(self) -> AsyncCompletions:
+        """OpenAI's call shape: ``await client.completions.create(model=..., prompt=...)``."""
+        return AsyncCompletions(self)
+
+    def _openai_target(
+        self,
+        route: Route | None,
+        tools: object,
+        timeout: Timeout,
+        headers: Headers,
+        path: str,
+    ) -> tuple[str, CallOptions] | None:
+        """The frontend's URL and the call's options when the call goes there, else None."""
+        chosen = self._route if route is None else check_route(route)
+        if chosen == "auto":
+            chosen = "openai" if tools is not None and self._openai_url else "native"
+        if chosen == "native":
+            return None
+        if self._openai_url is None:
+            raise InvalidInputError(
+                'route="openai" needs the frontend\'s URL: Client(..., openai_url="http://host:9000/v1")'
+            )
+        return f"{self._openai_url}/{path}", self._options(timeout, headers)
+
+    async def _llm_model(self, name: str, timeout: Timeout, headers: Headers) -> AsyncModel:
+        model = self._llm_models.get(name)
+        if model is None:
+            model = self._llm_models[name] = await self.model(
+                name, timeout=timeout, headers=headers
+            )
+        return model
 
     # The call path: every server call goes through _run (unary) or _stream.
 
@@ -958,6 +1022,110 @@ class AsyncModel(ModelCore):
             self._client._stream(op, self._client._options(timeout, headers))
         )
 
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        adapter: Adapter | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ChatCompletion:
+        """Answer a conversation: the messages rendered by the chat template, generated
+        by the model, returned as an OpenAI-shaped :class:`ChatCompletion`.
+
+        Args:
+            messages: OpenAI-style messages (``{"role": ..., "content": ...}``, tool calls
+                included), handed to the template unchanged.
+            chat_template: a Jinja chat template, or the path of a tokenizer_config.json
+                or .jinja file; by default the ``chat_template`` parameter of the model's
+                config. Without either, :class:`ChatTemplateError`.
+            chat_template_kwargs: more variables for the template.
+            tools: tool definitions for the template (OpenAI's JSON schema form).
+            adapter: ``triton_sdk.llm.custom(...)`` for a text model of your own; by
+                default the adapter is chosen from the model's inputs and outputs (vLLM,
+                TensorRT-LLM, TensorRT-LLM LLM API).
+            options: sampling options (``max_tokens``, ``temperature``, ``top_p``,
+                ``stop``, ``n``, ``seed``, ...); one the model cannot take is refused
+                before anything is sent, naming those it can.
+        """
+        call = self._chat_call(
+            messages, chat_template, chat_template_kwargs, tools, adapter, options, False
+        )
+        return call.chat_completion(await self._generated(call, timeout, headers))
+
+    def chat_stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        adapter: Adapter | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> AsyncResponseStream[ChatCompletionChunk]:
+        """Like :meth:`chat`, yielding :class:`ChatCompletionChunk` pieces as they come.
+
+        The first chunk carries the role, each choice's finish reason comes on one chunk,
+        and the last chunk carries the usage. Leaving the loop early cancels the request
+        on the server; an error the server sends mid-stream is raised there.
+        """
+        call = self._chat_call(
+            messages, chat_template, chat_template_kwargs, tools, adapter, options, True
+        )
+        return self._chunks(call, call.chat_chunks(), timeout, headers)
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        adapter: Adapter | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> Completion:
+        """Continue a prompt, sent as it is: an OpenAI-shaped :class:`Completion` whose
+        text never repeats the prompt. Options as in :meth:`chat`."""
+        call = self._completion_call(prompt, adapter, options, False)
+        return call.completion(await self._generated(call, timeout, headers))
+
+    def complete_stream(
+        self,
+        prompt: str,
+        *,
+        adapter: Adapter | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> AsyncResponseStream[CompletionChunk]:
+        """Like :meth:`complete`, yielding :class:`CompletionChunk` pieces (the stream
+        rules of :meth:`chat_stream`, without the role chunk)."""
+        call = self._completion_call(prompt, adapter, options, True)
+        return self._chunks(call, call.completion_chunks(), timeout, headers)
+
+    async def _generated(
+        self, call: LLMCall, timeout: Timeout, headers: Headers
+    ) -> list[dict[str, JSONValue]]:
+        """Every response to a non-streaming call: a decoupled model may send several
+        (TensorRT-LLM one per sequence, a model of the user's one per piece)."""
+        if not self.spec.decoupled:
+            return [await self.generate(call.fields, timeout=timeout, headers=headers)]
+        events: list[dict[str, JSONValue]] = []
+        async for event in self.generate_stream(call.fields, timeout=timeout, headers=headers):
+            events.append(event)
+        return events
+
+    def _chunks(
+        self, call: LLMCall, assembler: StreamAssembler[Chunk], timeout: Timeout, headers: Headers
+    ) -> AsyncResponseStream[Chunk]:
+        events = self.generate_stream(call.fields, timeout=timeout, headers=headers)
+        return AsyncResponseStream(_assembled(events, assembler))
+
     def sequence(self, sequence_id: int | str | None = None) -> AsyncModelSequence:
         """A sequence of requests to a stateful model: ``async with model.sequence() as seq:``.
 
@@ -1028,6 +1196,20 @@ class AsyncModel(ModelCore):
         plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
         runner = _AsyncMapRunner(self, plan, timeout, retry, headers, shared_memory)
         return runner.run(samples, progress)
+
+
+async def _assembled(
+    events: AsyncResponseStream[dict[str, JSONValue]], assembler: StreamAssembler[Chunk]
+) -> AsyncIterator[Chunk]:
+    """The chunks of a chat or completion stream; closing them closes the request."""
+    try:
+        async for event in events:
+            for chunk in assembler.feed(event):
+                yield chunk
+    finally:
+        await events.aclose()
+    for chunk in assembler.finish():
+        yield chunk
 
 
 class AsyncModelSequence:
@@ -1239,3 +1421,172 @@ class _AsyncMapRunner:
             await window.aclose()
             if bar is not None:
                 bar.close()
+
+
+class AsyncChat:
+    """``client.chat``: holds :attr:`completions`, as OpenAI's client does."""
+
+    __slots__ = ("completions",)
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.completions = AsyncChatCompletions(client)
+
+
+class AsyncChatCompletions:
+    """``client.chat.completions.create(...)``: OpenAI's call, over Triton's own endpoints
+    or its OpenAI-compatible frontend (see the client's ``route``), with the same return
+    types and errors either way."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    @overload
+    async def create(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Message],
+        stream: Literal[False] = False,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ChatCompletion: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Message],
+        stream: Literal[True],
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> AsyncResponseStream[ChatCompletionChunk]: ...
+
+    async def create(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Message],
+        stream: bool = False,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ChatCompletion | AsyncResponseStream[ChatCompletionChunk]:
+        """A chat completion (``stream=True``: its chunks); arguments as in
+        :meth:`AsyncModel.chat`, ``route`` overriding the client's for this call."""
+        client = self._client
+        target = client._openai_target(route, tools, timeout, headers, "chat/completions")
+        if target is not None:
+            if chat_template is not None or chat_template_kwargs is not None:
+                raise UnsupportedError(
+                    "the OpenAI-compatible frontend renders with the template of the "
+                    "tokenizer it serves: chat_template applies to the native route"
+                )
+            url, options_ = target
+            body = chat_body(model, messages, options, stream=stream, tools=tools)
+            if stream:
+                events = apost_events(url, body, **_openai_call(options_, model))
+                return AsyncResponseStream(_parsed(events, ChatCompletionChunk.from_openai_dict))
+            answer = await apost_json(url, body, **_openai_call(options_, model))
+            return ChatCompletion.from_openai_dict(answer)
+        handle = await client._llm_model(model, timeout, headers)
+        call = handle._chat_call(
+            messages, chat_template, chat_template_kwargs, tools, None, options, stream
+        )
+        if stream:
+            return handle._chunks(call, call.chat_chunks(), timeout, headers)
+        return call.chat_completion(await handle._generated(call, timeout, headers))
+
+
+class AsyncCompletions:
+    """``client.completions.create(...)``: OpenAI's legacy completions call, routed as
+    :class:`AsyncChatCompletions` is (a completion has no tools: ``"auto"`` is native)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    @overload
+    async def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        stream: Literal[False] = False,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> Completion: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        stream: Literal[True],
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> AsyncResponseStream[CompletionChunk]: ...
+
+    async def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        stream: bool = False,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> Completion | AsyncResponseStream[CompletionChunk]:
+        """A completion of ``prompt`` (``stream=True``: its chunks)."""
+        client = self._client
+        target = client._openai_target(route, None, timeout, headers, "completions")
+        if target is not None:
+            url, options_ = target
+            body = completion_body(model, prompt, options, stream=stream)
+            if stream:
+                events = apost_events(url, body, **_openai_call(options_, model))
+                return AsyncResponseStream(_parsed(events, CompletionChunk.from_openai_dict))
+            answer = await apost_json(url, body, **_openai_call(options_, model))
+            return Completion.from_openai_dict(answer)
+        handle = await client._llm_model(model, timeout, headers)
+        call = handle._completion_call(prompt, None, options, stream)
+        if stream:
+            return handle._chunks(call, call.completion_chunks(), timeout, headers)
+        return call.completion(await handle._generated(call, timeout, headers))
+
+
+def _openai_call(options: CallOptions, model: str) -> OpenAICall:
+    return {"timeout": options.timeout, "headers": options.headers, "model": model}
+
+
+async def _parsed(
+    events: AsyncIterator[dict[str, object]], parse: Callable[[dict[str, object]], T]
+) -> AsyncIterator[T]:
+    try:
+        async for event in events:
+            yield parse(event)
+    finally:
+        await aclose_iterator(events)

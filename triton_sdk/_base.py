@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -12,6 +13,7 @@ from typing import NamedTuple
 import attrs
 
 from ._call import CallHook, CallOptions
+from ._chat_template import ChatTemplate, ChatTemplateError, Message, load_chat_template
 from ._checks import check_headers, check_int, check_text, check_timeout
 from ._compression import Compression, check_compression
 from ._config import (
@@ -27,6 +29,7 @@ from ._config import (
     resolve_addresses,
 )
 from ._errors import InvalidInputError, TritonError
+from ._llm import Adapter, LLMAdapter, LLMCall, SamplingValue, adapter_for
 from ._logging import LogCalls, wanted
 from ._request import (
     InferRequest,
@@ -274,7 +277,7 @@ def merge_inputs(
 class ModelCore:
     """The half of a model handle that does no I/O: it turns a call into requests."""
 
-    __slots__ = ("_checked_outputs", "_placement", "name", "spec", "version")
+    __slots__ = ("_adapter", "_checked_outputs", "_placement", "name", "spec", "version")
 
     def __init__(self, spec: ModelSpec, version: str | None) -> None:
         self.name: str = spec.name
@@ -282,6 +285,59 @@ class ModelCore:
         self.spec: ModelSpec = spec
         self._checked_outputs: dict[tuple[tuple[str, ...], int], tuple[RequestedOutput, ...]] = {}
         self._placement = PlacementPlan(spec)
+        self._adapter: LLMAdapter | None = None
+
+    # Chat and completions: everything decided before sending
+
+    def _llm(self, given: Adapter | None) -> LLMAdapter:
+        if given is not None:
+            return adapter_for(self.spec, given)
+        if self._adapter is None:
+            self._adapter = adapter_for(self.spec)
+        return self._adapter
+
+    def _chat_template(self, given: str | os.PathLike[str] | None) -> ChatTemplate:
+        if given is not None:
+            return load_chat_template(given)
+        source = self.spec.parameters.get("chat_template")
+        if source:
+            return load_chat_template(source, origin=f"the config of model {self.name!r}")
+        raise ChatTemplateError(
+            f"model {self.name!r} has no chat template, and chat never joins messages by "
+            "guesswork: pass chat_template= (a Jinja template, or the path of a "
+            "tokenizer_config.json or .jinja file), give the model one in its config.pbtxt "
+            '(parameters { key: "chat_template" value: { string_value: "..." } }), or '
+            "send a prompt you made with complete()",
+            model=self.name,
+        )
+
+    def _chat_call(
+        self,
+        messages: Sequence[Message],
+        chat_template: str | os.PathLike[str] | None,
+        chat_template_kwargs: Mapping[str, object] | None,
+        tools: Sequence[Mapping[str, object]] | None,
+        adapter: Adapter | None,
+        options: Mapping[str, SamplingValue],
+        stream: bool,
+    ) -> LLMCall:
+        llm = self._llm(adapter)
+        template = self._chat_template(chat_template)
+        prompt = template.render(messages, tools=tools, variables=chat_template_kwargs)
+        return LLMCall.plan(llm, prompt, options, stream=stream, prefix="chatcmpl")
+
+    def _completion_call(
+        self,
+        prompt: str,
+        adapter: Adapter | None,
+        options: Mapping[str, SamplingValue],
+        stream: bool,
+    ) -> LLMCall:
+        if not isinstance(prompt, str):
+            raise InvalidInputError(
+                f"the prompt must be a str, got {type(prompt).__name__}", model=self.name
+            )
+        return LLMCall.plan(self._llm(adapter), prompt, options, stream=stream, prefix="cmpl")
 
     def _outputs(
         self, outputs: Iterable[str] | None, class_count: int

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
@@ -31,6 +32,7 @@ from ._base import (
     with_suggestions,
 )
 from ._call import CallContext, CallHook, CallOptions, run_before_send
+from ._chat_template import Message
 from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
 from ._compression import Compression
@@ -58,9 +60,13 @@ from ._errors import (
     ModelNotFoundError,
     TritonError,
     TritonTimeoutError,
+    UnsupportedError,
 )
 from ._generate import JSONValue
+from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler
+from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
+from ._openai_route import Route, chat_body, check_route, completion_body
 from ._operations import (
     LogSettings,
     ModelStatistics,
@@ -115,11 +121,20 @@ from ._spec import ModelSpec
 from ._status import ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import ResponseStream
 from ._transports._balanced import BalancedTransport
+from ._transports._openai import OpenAICall, post_events, post_json
 from ._transports._protocol import Transport
 
-__all__ = ["Client", "Model", "ModelSequence"]
+__all__ = [
+    "Chat",
+    "ChatCompletions",
+    "Client",
+    "Completions",
+    "Model",
+    "ModelSequence",
+]
 
 T = TypeVar("T")
+Chunk = TypeVar("Chunk", ChatCompletionChunk, CompletionChunk)
 
 Headers = Mapping[str, str] | None
 
@@ -226,6 +241,12 @@ class Client:
             long-lived client's calls; ``None`` (the default) keeps connections while
             they work. (gRPC keeps one connection per endpoint: balance over the pods
             with a ``dns:///`` URL instead.)
+        openai_url: the base URL (``http://host:9000/v1``) of Triton's OpenAI-compatible
+            frontend, for :attr:`chat` and :attr:`completions` calls routed there.
+        route: where :attr:`chat` and :attr:`completions` calls go: ``"native"`` (Triton's
+            own endpoints, through :meth:`Model.chat`), ``"openai"`` (the frontend
+            at ``openai_url``), or ``"auto"`` (the default): the frontend for requests
+            with ``tools`` when ``openai_url`` is set, the native endpoints otherwise.
     """
 
     def __init__(
@@ -246,6 +267,8 @@ class Client:
         resolver: Resolver | None = None,
         resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
         max_connection_age: float | None = None,
+        openai_url: str | None = None,
+        route: Route = "auto",
     ) -> None:
         self._settings = ClientSettings.create(
             url,
@@ -280,6 +303,9 @@ class Client:
         # client over many endpoints go to any of them: sockets only.
         self._server_reads_our_memory: bool | None = False if self._many else None
         self._closed = False
+        self._openai_url = openai_url.rstrip("/") if openai_url else None
+        self._route = check_route(route)
+        self._llm_models: dict[str, Model] = {}
 
     def __repr__(self) -> str:
         return client_repr("Client", self._settings)
@@ -297,6 +323,42 @@ class Client:
         if isinstance(transport, BalancedTransport):
             return transport.endpoints()
         return [EndpointState(self.url, True, 0, 0, 0, 0)]
+
+    @property
+    def chat(self) -> Chat:
+        """OpenAI's call shape: ``client.chat.completions.create(model=..., messages=...)``."""
+        return Chat(self)
+
+    @property
+    def completions(self) -> Completions:
+        """OpenAI's call shape: ``client.completions.create(model=..., prompt=...)``."""
+        return Completions(self)
+
+    def _openai_target(
+        self,
+        route: Route | None,
+        tools: object,
+        timeout: Timeout,
+        headers: Headers,
+        path: str,
+    ) -> tuple[str, CallOptions] | None:
+        """The frontend's URL and the call's options when the call goes there, else None."""
+        chosen = self._route if route is None else check_route(route)
+        if chosen == "auto":
+            chosen = "openai" if tools is not None and self._openai_url else "native"
+        if chosen == "native":
+            return None
+        if self._openai_url is None:
+            raise InvalidInputError(
+                'route="openai" needs the frontend\'s URL: Client(..., openai_url="http://host:9000/v1")'
+            )
+        return f"{self._openai_url}/{path}", self._options(timeout, headers)
+
+    def _llm_model(self, name: str, timeout: Timeout, headers: Headers) -> Model:
+        model = self._llm_models.get(name)
+        if model is None:
+            model = self._llm_models[name] = self.model(name, timeout=timeout, headers=headers)
+        return model
 
     # The call path: every server call goes through _run (unary) or _stream.
 
@@ -949,6 +1011,110 @@ class Model(ModelCore):
         op = GenerateStream(self.spec, self.version, merged, parameters)
         return ResponseStream(self._client._stream(op, self._client._options(timeout, headers)))
 
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        adapter: Adapter | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ChatCompletion:
+        """Answer a conversation: the messages rendered by the chat template, generated
+        by the model, returned as an OpenAI-shaped :class:`ChatCompletion`.
+
+        Args:
+            messages: OpenAI-style messages (``{"role": ..., "content": ...}``, tool calls
+                included), handed to the template unchanged.
+            chat_template: a Jinja chat template, or the path of a tokenizer_config.json
+                or .jinja file; by default the ``chat_template`` parameter of the model's
+                config. Without either, :class:`ChatTemplateError`.
+            chat_template_kwargs: more variables for the template.
+            tools: tool definitions for the template (OpenAI's JSON schema form).
+            adapter: ``triton_sdk.llm.custom(...)`` for a text model of your own; by
+                default the adapter is chosen from the model's inputs and outputs (vLLM,
+                TensorRT-LLM, TensorRT-LLM LLM API).
+            options: sampling options (``max_tokens``, ``temperature``, ``top_p``,
+                ``stop``, ``n``, ``seed``, ...); one the model cannot take is refused
+                before anything is sent, naming those it can.
+        """
+        call = self._chat_call(
+            messages, chat_template, chat_template_kwargs, tools, adapter, options, False
+        )
+        return call.chat_completion(self._generated(call, timeout, headers))
+
+    def chat_stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        adapter: Adapter | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ResponseStream[ChatCompletionChunk]:
+        """Like :meth:`chat`, yielding :class:`ChatCompletionChunk` pieces as they come.
+
+        The first chunk carries the role, each choice's finish reason comes on one chunk,
+        and the last chunk carries the usage. Leaving the loop early cancels the request
+        on the server; an error the server sends mid-stream is raised there.
+        """
+        call = self._chat_call(
+            messages, chat_template, chat_template_kwargs, tools, adapter, options, True
+        )
+        return self._chunks(call, call.chat_chunks(), timeout, headers)
+
+    def complete(
+        self,
+        prompt: str,
+        *,
+        adapter: Adapter | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> Completion:
+        """Continue a prompt, sent as it is: an OpenAI-shaped :class:`Completion` whose
+        text never repeats the prompt. Options as in :meth:`chat`."""
+        call = self._completion_call(prompt, adapter, options, False)
+        return call.completion(self._generated(call, timeout, headers))
+
+    def complete_stream(
+        self,
+        prompt: str,
+        *,
+        adapter: Adapter | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ResponseStream[CompletionChunk]:
+        """Like :meth:`complete`, yielding :class:`CompletionChunk` pieces (the stream
+        rules of :meth:`chat_stream`, without the role chunk)."""
+        call = self._completion_call(prompt, adapter, options, True)
+        return self._chunks(call, call.completion_chunks(), timeout, headers)
+
+    def _generated(
+        self, call: LLMCall, timeout: Timeout, headers: Headers
+    ) -> list[dict[str, JSONValue]]:
+        """Every response to a non-streaming call: a decoupled model may send several
+        (TensorRT-LLM one per sequence, a model of the user's one per piece)."""
+        if not self.spec.decoupled:
+            return [self.generate(call.fields, timeout=timeout, headers=headers)]
+        events: list[dict[str, JSONValue]] = []
+        for event in self.generate_stream(call.fields, timeout=timeout, headers=headers):
+            events.append(event)
+        return events
+
+    def _chunks(
+        self, call: LLMCall, assembler: StreamAssembler[Chunk], timeout: Timeout, headers: Headers
+    ) -> ResponseStream[Chunk]:
+        events = self.generate_stream(call.fields, timeout=timeout, headers=headers)
+        return ResponseStream(_assembled(events, assembler))
+
     def sequence(self, sequence_id: int | str | None = None) -> ModelSequence:
         """A sequence of requests to a stateful model: ``with model.sequence() as seq:``.
 
@@ -1019,6 +1185,20 @@ class Model(ModelCore):
         plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
         runner = _MapRunner(self, plan, timeout, retry, headers, shared_memory)
         return runner.run(samples, progress)
+
+
+def _assembled(
+    events: ResponseStream[dict[str, JSONValue]], assembler: StreamAssembler[Chunk]
+) -> Iterator[Chunk]:
+    """The chunks of a chat or completion stream; closing them closes the request."""
+    try:
+        for event in events:
+            for chunk in assembler.feed(event):
+                yield chunk
+    finally:
+        events.close()
+    for chunk in assembler.finish():
+        yield chunk
 
 
 class ModelSequence:
@@ -1224,3 +1404,172 @@ class _MapRunner:
             window.close()
             if bar is not None:
                 bar.close()
+
+
+class Chat:
+    """``client.chat``: holds :attr:`completions`, as OpenAI's client does."""
+
+    __slots__ = ("completions",)
+
+    def __init__(self, client: Client) -> None:
+        self.completions = ChatCompletions(client)
+
+
+class ChatCompletions:
+    """``client.chat.completions.create(...)``: OpenAI's call, over Triton's own endpoints
+    or its OpenAI-compatible frontend (see the client's ``route``), with the same return
+    types and errors either way."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @overload
+    def create(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Message],
+        stream: Literal[False] = False,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ChatCompletion: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Message],
+        stream: Literal[True],
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ResponseStream[ChatCompletionChunk]: ...
+
+    def create(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Message],
+        stream: bool = False,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ChatCompletion | ResponseStream[ChatCompletionChunk]:
+        """A chat completion (``stream=True``: its chunks); arguments as in
+        :meth:`Model.chat`, ``route`` overriding the client's for this call."""
+        client = self._client
+        target = client._openai_target(route, tools, timeout, headers, "chat/completions")
+        if target is not None:
+            if chat_template is not None or chat_template_kwargs is not None:
+                raise UnsupportedError(
+                    "the OpenAI-compatible frontend renders with the template of the "
+                    "tokenizer it serves: chat_template applies to the native route"
+                )
+            url, options_ = target
+            body = chat_body(model, messages, options, stream=stream, tools=tools)
+            if stream:
+                events = post_events(url, body, **_openai_call(options_, model))
+                return ResponseStream(_parsed(events, ChatCompletionChunk.from_openai_dict))
+            answer = post_json(url, body, **_openai_call(options_, model))
+            return ChatCompletion.from_openai_dict(answer)
+        handle = client._llm_model(model, timeout, headers)
+        call = handle._chat_call(
+            messages, chat_template, chat_template_kwargs, tools, None, options, stream
+        )
+        if stream:
+            return handle._chunks(call, call.chat_chunks(), timeout, headers)
+        return call.chat_completion(handle._generated(call, timeout, headers))
+
+
+class Completions:
+    """``client.completions.create(...)``: OpenAI's legacy completions call, routed as
+    :class:`ChatCompletions` is (a completion has no tools: ``"auto"`` is native)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @overload
+    def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        stream: Literal[False] = False,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> Completion: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        stream: Literal[True],
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ResponseStream[CompletionChunk]: ...
+
+    def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        stream: bool = False,
+        route: Route | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> Completion | ResponseStream[CompletionChunk]:
+        """A completion of ``prompt`` (``stream=True``: its chunks)."""
+        client = self._client
+        target = client._openai_target(route, None, timeout, headers, "completions")
+        if target is not None:
+            url, options_ = target
+            body = completion_body(model, prompt, options, stream=stream)
+            if stream:
+                events = post_events(url, body, **_openai_call(options_, model))
+                return ResponseStream(_parsed(events, CompletionChunk.from_openai_dict))
+            answer = post_json(url, body, **_openai_call(options_, model))
+            return Completion.from_openai_dict(answer)
+        handle = client._llm_model(model, timeout, headers)
+        call = handle._completion_call(prompt, None, options, stream)
+        if stream:
+            return handle._chunks(call, call.completion_chunks(), timeout, headers)
+        return call.completion(handle._generated(call, timeout, headers))
+
+
+def _openai_call(options: CallOptions, model: str) -> OpenAICall:
+    return {"timeout": options.timeout, "headers": options.headers, "model": model}
+
+
+def _parsed(
+    events: Iterator[dict[str, object]], parse: Callable[[dict[str, object]], T]
+) -> Iterator[T]:
+    try:
+        for event in events:
+            yield parse(event)
+    finally:
+        close_iterator(events)

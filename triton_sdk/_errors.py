@@ -36,6 +36,7 @@ __all__ = [
     "TritonError",
     "TritonTimeoutError",
     "UnknownOutputError",
+    "UnsupportedError",
 ]
 
 Status = str | int
@@ -122,6 +123,12 @@ class ServerOverloadedError(InferenceError):
     """The server turned the request away unrun: the model's queue was full ("Exceeds
     maximum queue size") or the request waited in it past its queue timeout. Retryable;
     a client over many endpoints tries another one at once."""
+
+
+class UnsupportedError(TritonError):
+    """The server or the model does not do what was asked (an endpoint it lacks, an
+    option its backend cannot take); the message names the operation. Nothing was sent
+    when the client could tell beforehand."""
 
 
 class SequenceLostError(TritonConnectionError):

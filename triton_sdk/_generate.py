@@ -94,7 +94,13 @@ def generate_request(
 ) -> InferRequest:
     """An inference request for generate over gRPC, built the way the HTTP extension does:
     fields named like inputs are one sample of that input, other fields are parameters."""
-    inputs = {name: value for name, value in fields.items() if name in spec.inputs}
+    # A JSON scalar is a one-element tensor, as the HTTP extension reads it (so that a
+    # prompt fits a [-1] input too).
+    inputs = {
+        name: [value] if _scalar(value) and len(spec.inputs[name].shape) == 1 else value
+        for name, value in fields.items()
+        if name in spec.inputs
+    }
     extra = {name: value for name, value in fields.items() if name not in spec.inputs}
     merged: dict[str, Any] = {**extra, **(parameters or {})}
     prepared = prepare_inputs(spec, inputs, sample=True)
@@ -104,6 +110,10 @@ def generate_request(
         inputs=prepared.tensors,
         parameters=check_parameters(merged, spec.name),
     )
+
+
+def _scalar(value: object) -> bool:
+    return isinstance(value, str | bytes | int | float | bool | np.generic)
 
 
 def single_response(results: list[InferResult], model: str) -> InferResult:

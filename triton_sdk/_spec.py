@@ -47,6 +47,10 @@ def _freeze(specs: Mapping[str, TensorSpec]) -> Mapping[str, TensorSpec]:
     return MappingProxyType({spec.name: spec for spec in specs.values()})
 
 
+def _frozen_parameters(parameters: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(parameters))
+
+
 def _same_specs(left: Mapping[str, TensorSpec], right: Mapping[str, TensorSpec]) -> bool:
     return dict(left) == dict(right)
 
@@ -72,6 +76,8 @@ class ModelSpec(Displayable):
             takes either.
         dynamic_batching: the server gathers requests into batches.
         preferred_batch_sizes: the batch sizes the dynamic batcher prefers.
+        parameters: the ``parameters`` of the model's config, key -> string value (e.g.
+            a ``chat_template`` for :meth:`~triton_sdk.Model.chat`).
     """
 
     name: str
@@ -91,6 +97,9 @@ class ModelSpec(Displayable):
     integer_sequence_ids: bool = False
     dynamic_batching: bool = False
     preferred_batch_sizes: tuple[int, ...] = ()
+    parameters: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_frozen_parameters, hash=False
+    )
 
     def describe(self) -> str:
         """A few lines showing what the model takes and returns."""
@@ -159,6 +168,10 @@ class ModelSpec(Displayable):
             preferred_batch_sizes=tuple(
                 json_int(size) for size in (dynamic or {}).get("preferred_batch_size", ())
             ),
+            parameters={
+                str(key): str((value or {}).get("string_value", ""))
+                for key, value in (config.get("parameters") or {}).items()
+            },
         )
 
 

@@ -44,8 +44,12 @@ class Blocking:
         return self._target
 
     def _wrap(self, value: Any) -> Any:
-        if isinstance(value, ts.AsyncModel):
+        if isinstance(
+            value, ts.AsyncModel | ts.AsyncChat | ts.AsyncChatCompletions | ts.AsyncCompletions
+        ):
             return Blocking(value, self._loop)
+        if hasattr(value, "__anext__"):
+            return self._iterate(value)
         return value
 
     def _iterate(self, iterator: AsyncIterator[Any]) -> Iterator[Any]:
@@ -55,16 +59,21 @@ class Blocking:
             except StopAsyncIteration:
                 return False, None
 
-        while True:
-            more, item = self._loop.run(next_item())
-            if not more:
-                return
-            yield self._wrap(item)
+        try:
+            while True:
+                more, item = self._loop.run(next_item())
+                if not more:
+                    return
+                yield self._wrap(item)
+        finally:  # leaving the loop early closes the stream, as it does on a Client
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                self._loop.run(aclose())
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._target, name)
         if not callable(attribute):
-            return attribute
+            return self._wrap(attribute)
 
         def call(*args: Any, **kwargs: Any) -> Any:
             result = attribute(*args, **kwargs)

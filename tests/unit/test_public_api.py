@@ -61,6 +61,24 @@ EXPORTED = [
     "TritonError",
     "TritonTimeoutError",
     "UnknownOutputError",
+    "AsyncChat",
+    "AsyncChatCompletions",
+    "AsyncCompletions",
+    "Chat",
+    "ChatCompletions",
+    "Completions",
+    "ChatChoice",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatMessage",
+    "ChatTemplateError",
+    "ChoiceDelta",
+    "ChunkChoice",
+    "Completion",
+    "CompletionChoice",
+    "CompletionChunk",
+    "Usage",
+    "UnsupportedError",
     "__version__",
 ]
 
@@ -141,7 +159,7 @@ IDS = ["Client", "Model", "ModelSequence"]
 
 # Methods of the asyncio classes that are used with `async for` / `async with` rather
 # than awaited: they return an asynchronous iterator or context manager at once.
-NOT_AWAITED = {"stream", "generate_stream", "map", "sequence"}
+NOT_AWAITED = {"stream", "generate_stream", "chat_stream", "complete_stream", "map", "sequence"}
 NO_NETWORK = {"endpoints"}  # reports what the client holds; sends nothing
 
 

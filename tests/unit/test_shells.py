@@ -48,7 +48,13 @@ def spec(name: str, **options: Any) -> ts.ModelSpec:
 DOUBLE = spec("double")
 TALKER = spec("talker", decoupled=True)
 COUNTER = spec("counter", sequence=True)
-MODELS = (DOUBLE, TALKER, COUNTER)
+WRITER = ts.ModelSpec(  # a text model: chat and complete find its prompt and text
+    name="writer",
+    inputs={"PROMPT": ts.TensorSpec(name="PROMPT", datatype="BYTES", shape=(1,))},
+    outputs={"TEXT": ts.TensorSpec(name="TEXT", datatype="BYTES", shape=(1,))},
+)
+MODELS = (DOUBLE, TALKER, COUNTER, WRITER)
+TEMPLATE = "{{ messages[0].content }}"
 
 CANNED: dict[type[Any], object] = {
     ops.GetServerMetadata: {"name": "triton", "version": "2.50.0", "extensions": []},
@@ -143,14 +149,15 @@ class Shell(NamedTuple):
     double: Any
     talker: Any
     counter: Any
+    writer: Any
 
 
 @pytest.fixture
 async def shell(connect: Connect) -> Shell:
     client, mock = connect(headers=CLIENT_HEADERS)
-    double, talker, counter = [await resolve(client.model(spec.name)) for spec in MODELS]
+    handles = [await resolve(client.model(spec.name)) for spec in MODELS]
     mock.calls.clear()
-    return Shell(client, mock, double, talker, counter)
+    return Shell(client, mock, *handles)
 
 
 def headers_seen(mock: MockTransport) -> list[dict[str, str]]:
@@ -202,6 +209,14 @@ CALLS: dict[str, Callable[[Shell, Headers], object]] = {
     "generate": lambda s, h: s.double.generate(X=1.0, headers=h),
     "generate_stream": lambda s, h: s.talker.generate_stream(X=1.0, headers=h),
     "map": lambda s, h: s.double.map([{"X": [1.0]}] * 5, batch_size=2, headers=h),
+    "chat": lambda s, h: s.writer.chat(
+        [{"role": "user", "content": "hi"}], chat_template=TEMPLATE, headers=h
+    ),
+    "chat_stream": lambda s, h: s.writer.chat_stream(
+        [{"role": "user", "content": "hi"}], chat_template=TEMPLATE, headers=h
+    ),
+    "complete": lambda s, h: s.writer.complete("hi", headers=h),
+    "complete_stream": lambda s, h: s.writer.complete_stream("hi", headers=h),
     "sequence_infer": lambda s, h: s.counter.sequence().infer(X=[[1.0]], end=True, headers=h),
     "sequence_infer_sample": lambda s, h: s.counter.sequence().infer_sample(
         X=[1.0], end=True, headers=h

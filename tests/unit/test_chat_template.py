@@ -1,0 +1,175 @@
+"""Chat templates render exactly as transformers' apply_chat_template(tokenize=False,
+add_generation_prompt=True) does, byte for byte, from the same tokenizer directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from triton_sdk.llm import ChatTemplateError, load_chat_template
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+TEMPLATES = Path(__file__).parent / "chat_templates"
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city, in °C",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "e.g. 서울 or <Paris>"}},
+            "required": ["city"],
+        },
+    },
+}
+
+CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
+    "system_and_user": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "안녕하세요 & <hello>"},
+    ],
+    "several_turns": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "  Hello!  "},
+        {"role": "user", "content": "Tell me a story\nin two lines"},
+    ],
+    "tool_round_trip": [
+        {"role": "user", "content": "Weather in Seoul?"},
+        {
+            "role": "assistant",
+            "content": None,  # dropped, as transformers drops None values
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "서울"}},
+                }
+            ],
+        },
+        {"role": "tool", "content": '{"celsius": 21}'},
+        {"role": "user", "content": "Thanks"},
+    ],
+    "reasoning": [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4", "reasoning": "two and two"},
+        {"role": "user", "content": "and 3+3?"},
+    ],
+}
+
+CASES = [
+    ("chatml_tools.jinja", "system_and_user", None),
+    ("chatml_tools.jinja", "tool_round_trip", [WEATHER_TOOL]),
+    ("chatml_tools.jinja", "several_turns", None),
+    ("alternating.jinja", "several_turns", None),
+    ("headers.jinja", "system_and_user", None),
+    ("headers.jinja", "reasoning", None),
+    ("headers.jinja", "several_turns", None),
+]
+
+
+def tokenizer_directory(target: Path, template: str, *, bos_as_object: bool) -> Path:
+    """A Hugging Face tokenizer directory: tokenizer.json and tokenizer_config.json."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    model = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    model.save(str(target / "tokenizer.json"))
+    bos: Any = {"__type": "AddedToken", "content": "<s>", "normalized": False}
+    bos = bos if bos_as_object else "<s>"
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": bos,
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "chat_template": template,
+    }
+    (target / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return target
+
+
+@pytest.mark.parametrize(("template", "conversation", "tools"), CASES)
+def test_rendering_equals_transformers(
+    tmp_path: Path, template: str, conversation: str, tools: list[dict[str, Any]] | None
+) -> None:
+    source = (TEMPLATES / template).read_text(encoding="utf-8")
+    directory = tokenizer_directory(tmp_path, source, bos_as_object=template == "headers.jinja")
+    messages = CONVERSATIONS[conversation]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+    expected = tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, add_generation_prompt=True
+    )
+    for given in (directory / "tokenizer_config.json", directory):
+        rendered = load_chat_template(given).render(messages, tools=tools)
+        assert rendered == expected
+    assert "<s>" in expected or template == "chatml_tools.jinja"  # bos_token reached the template
+
+
+def test_extra_variables_override_and_reach_the_template(tmp_path: Path) -> None:
+    source = (TEMPLATES / "headers.jinja").read_text(encoding="utf-8")
+    directory = tokenizer_directory(tmp_path, source, bos_as_object=False)
+    messages = CONVERSATIONS["system_and_user"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+    variables = {"date_string": "24 Nov 2026", "bos_token": "<BOS>"}
+    expected = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **variables
+    )
+    rendered = load_chat_template(directory).render(messages, variables=variables)
+    assert rendered == expected
+    assert "Today: 24 Nov 2026" in rendered
+    assert rendered.startswith("<BOS>")
+
+
+def test_a_template_string_and_a_jinja_file(tmp_path: Path) -> None:
+    source = (TEMPLATES / "chatml_tools.jinja").read_text(encoding="utf-8")
+    (tmp_path / "chat.jinja").write_text(source, encoding="utf-8")
+    messages = CONVERSATIONS["system_and_user"]
+    from_string = load_chat_template(source).render(messages)
+    assert load_chat_template(tmp_path / "chat.jinja").render(messages) == from_string
+    assert from_string.endswith("<|im_start|>assistant\n")
+
+
+def test_named_templates_pick_tool_use_when_tools_are_given(tmp_path: Path) -> None:
+    config = {
+        "chat_template": [
+            {"name": "default", "template": "plain:{{ messages[0].content }}"},
+            {"name": "tool_use", "template": "tools:{{ tools | length }}"},
+        ]
+    }
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    template = load_chat_template(tmp_path / "tokenizer_config.json")
+    messages = [{"role": "user", "content": "hi"}]
+    assert template.render(messages) == "plain:hi"
+    assert template.render(messages, tools=[WEATHER_TOOL]) == "tools:1"
+
+
+def test_raise_exception_is_a_typed_error() -> None:
+    source = (TEMPLATES / "alternating.jinja").read_text(encoding="utf-8")
+    messages = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    with pytest.raises(ChatTemplateError, match="roles must alternate"):
+        load_chat_template(source).render(messages)
+
+
+def test_the_sandbox_holds() -> None:
+    escape = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(ChatTemplateError, match="failed"):
+        load_chat_template(escape).render([{"role": "user", "content": "x"}])
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("no-such-file.json", "neither a Jinja template"),
+        ("{{ unclosed", "does not parse"),
+    ],
+)
+def test_bad_templates_say_why(value: str, message: str) -> None:
+    with pytest.raises(ChatTemplateError, match=message):
+        load_chat_template(value).render([{"role": "user", "content": "x"}])
+
+
+def test_no_messages_is_refused() -> None:
+    with pytest.raises(ChatTemplateError, match="at least one message"):
+        load_chat_template("{{ messages }}").render([])

@@ -1,0 +1,713 @@
+"""Chat and completions over Triton's own endpoints: the schema adapters of the LLM
+backends, and the assembly of their responses into OpenAI-shaped results.
+
+An adapter is chosen from the model's inputs and outputs (never from its backend string):
+it turns a prompt and OpenAI-style options into the fields of a generate request, and
+each response into a :class:`Step`. The rest (choices, finish reasons, usage, stream
+chunks) is the same for every backend and lives here, free of I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+import attrs
+
+from ._errors import InvalidInputError, UnsupportedError
+from ._llm_types import (
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatMessage,
+    ChoiceDelta,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    Usage,
+)
+from ._ops import JSONValue
+from ._spec import ModelSpec
+
+__all__ = [
+    "VLLM",
+    "LLMAdapter",
+    "LLMCall",
+    "SamplingValue",
+    "StreamAssembler",
+    "TensorRTLLM",
+    "TensorRTLLMAPI",
+    "adapter_for",
+    "custom",
+]
+
+SamplingValue = bool | int | float | str | Sequence[str]
+"""The value of a sampling option: ``max_tokens=64``, ``temperature=0.2``, ``stop=["\\n"]``."""
+
+Event = Mapping[str, JSONValue]
+
+
+@attrs.frozen
+class Step:
+    """What one response says, per choice: its text (all of it, or in a stream the new
+    part), its finish reason if it ended, and the token counts the model reported."""
+
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str | None, ...] = ()
+    prompt_tokens: int | None = None
+    completion_tokens: tuple[int, ...] | None = None
+    first_choice: int = 0  # texts[i] belongs to choice first_choice + i
+
+    def choices(self) -> Iterator[tuple[int, str, str | None, int | None]]:
+        """(choice, text, finish reason, completion tokens) for each choice it holds."""
+        counts = self.completion_tokens
+        for i, text in enumerate(self.texts):
+            finish = self.finish_reasons[i] if i < len(self.finish_reasons) else None
+            tokens = counts[i] if counts is not None and i < len(counts) else None
+            yield self.first_choice + i, text, finish, tokens
+
+
+def _items(value: JSONValue | None) -> list[JSONValue]:
+    """A generate field as a flat list (one element arrives as a plain value)."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [item for element in value for item in _items(element)]
+    return [value]
+
+
+def _texts(value: JSONValue | None) -> tuple[str, ...]:
+    return tuple("" if item is None else str(item) for item in _items(value))
+
+
+def _reasons(value: JSONValue | None) -> tuple[str | None, ...]:
+    return tuple(
+        None if item in (None, "", "None", "null") else str(item) for item in _items(value)
+    )
+
+
+def _count(value: JSONValue | None) -> int | None:
+    items = _items(value)
+    return int(items[0]) if items else None  # type: ignore[arg-type]
+
+
+class LLMAdapter(ABC):
+    """How one family of LLM models is asked: which fields carry the prompt and the
+    options, and where the text, finish reason and token counts come back.
+
+    Attributes:
+        spec: the model's spec.
+        options: the sampling options it accepts (OpenAI names and the backend's own).
+    """
+
+    family: ClassVar[str]
+    allows_n: ClassVar[bool] = False
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+
+    @property
+    @abstractmethod
+    def options(self) -> frozenset[str]: ...
+
+    @abstractmethod
+    def fields(
+        self, prompt: str, options: Mapping[str, SamplingValue], stream: bool
+    ) -> dict[str, object]:
+        """The generate fields (inputs, or parameters for names that are not inputs)."""
+
+    @abstractmethod
+    def step(self, event: Event) -> Step:
+        """The texts, finish reasons and counts of one response."""
+
+    def inferred_finish(self, tokens: int | None, options: Mapping[str, SamplingValue]) -> str:
+        """The finish reason of a choice the model did not give one for: ``"length"``
+        when it produced ``max_tokens`` tokens, ``"stop"`` otherwise."""
+        limit = options.get("max_tokens")
+        if tokens is not None and isinstance(limit, int) and tokens >= limit:
+            return "length"
+        return "stop"
+
+    def echoes(self, stream: bool) -> bool:
+        """Whether the text starts with the prompt (it is then cut off)."""
+        return False
+
+    def check(self, options: Mapping[str, SamplingValue]) -> None:
+        """Refuse, before anything is sent, options the model cannot take."""
+        unknown = sorted(set(options) - self.options)
+        if unknown:
+            raise InvalidInputError(
+                f"model {self.spec.name!r} ({self.family}) does not take "
+                f"{', '.join(map(repr, unknown))}; it takes {', '.join(sorted(self.options))}",
+                model=self.spec.name,
+            )
+        n = options.get("n", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InvalidInputError(
+                f"n must be a positive integer, got {n!r}", model=self.spec.name
+            )
+        if n > 1 and not self.allows_n:
+            raise UnsupportedError(
+                f"model {self.spec.name!r} ({self.family}) gives one choice per request: "
+                f"n={n} is not supported",
+                model=self.spec.name,
+            )
+
+    def _has(self, name: str) -> bool:
+        return name in self.spec.inputs
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.spec.name!r}>"
+
+
+def _stop_list(value: SamplingValue | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(item) for item in value]  # type: ignore[union-attr]
+
+
+OPENAI_OPTIONS = frozenset(
+    {
+        "max_tokens",
+        "stop",
+        "n",
+        "temperature",
+        "top_p",
+        "top_k",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "min_tokens",
+    }
+)
+
+VLLM_ONLY = frozenset(
+    {
+        "min_p",
+        "ignore_eos",
+        "stop_token_ids",
+        "include_stop_str_in_output",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "length_penalty",
+        "best_of",
+        "logprobs",
+    }
+)
+
+
+class VLLM(LLMAdapter):
+    """Triton's vLLM backend: ``text_input``, ``stream``, the sampling options as
+    ``sampling_parameters`` JSON (stop lists included), ``exclude_input_in_output``, and
+    ``return_finish_reason`` / ``return_num_input_tokens`` / ``return_num_output_tokens``
+    where the model has them."""
+
+    family = "vLLM"
+    allows_n = True
+    _flags = (
+        "exclude_input_in_output",
+        "return_finish_reason",
+        "return_num_input_tokens",
+        "return_num_output_tokens",
+    )
+
+    @property
+    def options(self) -> frozenset[str]:
+        return OPENAI_OPTIONS | VLLM_ONLY
+
+    def fields(
+        self, prompt: str, options: Mapping[str, SamplingValue], stream: bool
+    ) -> dict[str, object]:
+        sampling = {key: value for key, value in options.items() if key != "stop"}
+        if "stop" in options:
+            sampling["stop"] = _stop_list(options["stop"])
+        fields: dict[str, object] = {"text_input": prompt, "stream": stream}
+        if sampling:
+            fields["sampling_parameters"] = json.dumps(sampling)
+        fields.update((flag, True) for flag in self._flags if self._has(flag))
+        return fields
+
+    def step(self, event: Event) -> Step:
+        counts = _items(event.get("num_output_tokens"))
+        return Step(
+            texts=_texts(event.get("text_output")),
+            finish_reasons=_reasons(event.get("finish_reason")),
+            prompt_tokens=_count(event.get("num_input_tokens")),
+            completion_tokens=tuple(int(c) for c in counts) if counts else None,  # type: ignore[arg-type]
+        )
+
+    def echoes(self, stream: bool) -> bool:
+        # Without the flag (an old backend) vLLM puts the prompt before a whole answer.
+        return not stream and not self._has("exclude_input_in_output")
+
+
+class TensorRTLLM(LLMAdapter):
+    """TensorRT-LLM's ensemble or BLS model: ``text_input``, ``max_tokens`` (required),
+    ``stop_words``/``bad_words`` lists, one input per sampling option, and
+    ``num_input_tokens``/``num_output_tokens`` where the model has them.
+
+    It reports no finish reason: a choice that used up ``max_tokens`` finished for
+    ``"length"``, any other for ``"stop"``. A model without the token-count outputs (before
+    TensorRT-LLM 0.17) is asked for ``return_log_probs`` and its generated tokens are
+    counted by their log-probabilities; its prompt's tokens are not counted (0).
+    """
+
+    family = "TensorRT-LLM"
+    _fixed = frozenset(
+        {
+            "text_input",
+            "stream",
+            "exclude_input_in_output",
+            "return_log_probs",
+            "return_num_input_tokens",
+            "return_num_output_tokens",
+            "num_return_sequences",
+        }
+    )
+
+    def _input(self, option: str) -> str:
+        """The model's input for an option (OpenAI's name, or older TensorRT-LLM names)."""
+        for name in {
+            "stop": ("stop_words",),
+            "seed": ("seed", "random_seed"),
+            "min_tokens": ("min_tokens", "min_length"),
+            "n": ("num_return_sequences",),
+        }.get(option, ()):
+            if self._has(name):
+                return name
+        return option
+
+    @property
+    def allows_n(self) -> bool:  # type: ignore[override]
+        return self._has("num_return_sequences")
+
+    @property
+    def options(self) -> frozenset[str]:
+        openai = {name for name in OPENAI_OPTIONS if self._has(self._input(name))}
+        own = {name for name in self.spec.inputs if name not in self._fixed}
+        return frozenset(openai | own | {"n"})
+
+    def check(self, options: Mapping[str, SamplingValue]) -> None:
+        super().check(options)
+        if "max_tokens" not in options:
+            raise InvalidInputError(
+                f"model {self.spec.name!r} ({self.family}) needs max_tokens", model=self.spec.name
+            )
+
+    def fields(
+        self, prompt: str, options: Mapping[str, SamplingValue], stream: bool
+    ) -> dict[str, object]:
+        fields: dict[str, object] = {"text_input": prompt}
+        for name, value in options.items():
+            if name == "n" and value == 1 and not self.allows_n:
+                continue
+            target = self._input(name)
+            fields[target] = _stop_list(value) if target in ("stop_words", "bad_words") else value
+        counts = "num_output_tokens" in self.spec.outputs
+        flags = {
+            "stream": stream,
+            "exclude_input_in_output": True,
+            "return_num_input_tokens": True,
+            "return_num_output_tokens": True,
+            "return_log_probs": not counts,
+        }
+        fields.update((flag, value) for flag, value in flags.items() if self._has(flag) and value)
+        if self._has("stream"):
+            fields["stream"] = stream
+        return fields
+
+    def step(self, event: Event) -> Step:
+        texts = _texts(event.get("text_output"))
+        counts = _items(event.get("num_output_tokens"))
+        if counts:
+            completion: tuple[int, ...] | None = tuple(int(c) for c in counts)  # type: ignore[arg-type]
+        elif event.get("output_log_probs") is not None and len(texts) == 1:
+            completion = (len(_items(event.get("output_log_probs"))),)
+        else:
+            completion = None
+        prompt = _count(event.get("num_input_tokens"))
+        # With num_return_sequences > 1 each sequence comes in responses of its own.
+        choice = _count(event.get("sequence_index")) or 0
+        return Step(texts, (), prompt or 0, completion, choice)
+
+    def echoes(self, stream: bool) -> bool:
+        return not stream and not self._has("exclude_input_in_output")
+
+
+class TensorRTLLMAPI(LLMAdapter):
+    """TensorRT-LLM's LLM-API model: ``text_input``, ``streaming``, one
+    ``sampling_param_<name>`` input per option, ``return_finish_reason``. It reports no
+    token counts (no usage)."""
+
+    family = "TensorRT-LLM LLM API"
+    prefix = "sampling_param_"
+    _fixed = frozenset({"exclude_input_from_output", "return_perf_metrics"})
+
+    @property
+    def allows_n(self) -> bool:  # type: ignore[override]
+        return self._has(self.prefix + "n")
+
+    @property
+    def options(self) -> frozenset[str]:
+        own = {
+            name.removeprefix(self.prefix)
+            for name in self.spec.inputs
+            if name.startswith(self.prefix)
+        }
+        return frozenset((own - self._fixed) | {"n"})
+
+    def fields(
+        self, prompt: str, options: Mapping[str, SamplingValue], stream: bool
+    ) -> dict[str, object]:
+        fields: dict[str, object] = {"text_input": prompt}
+        for name, value in options.items():
+            if name == "n" and value == 1 and not self.allows_n:
+                continue
+            fields[self.prefix + name] = _stop_list(value) if name == "stop" else value
+        for flag, value in (
+            ("streaming", stream),
+            (self.prefix + "exclude_input_from_output", True),
+            ("return_finish_reason", True),
+        ):
+            if self._has(flag):
+                fields[flag] = value
+        return fields
+
+    def step(self, event: Event) -> Step:
+        return Step(
+            texts=_texts(event.get("text_output")),
+            finish_reasons=_reasons(event.get("finish_reason")),
+        )
+
+    def echoes(self, stream: bool) -> bool:
+        return not stream and not self._has(self.prefix + "exclude_input_from_output")
+
+
+@attrs.frozen
+class CustomSchema:
+    """Where a user's own text model takes its prompt and gives its text (see :func:`custom`)."""
+
+    prompt: str
+    text: str
+    stream: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: str | None = None
+    completion_tokens: str | None = None
+    parameters: frozenset[str] = frozenset()
+    echoes_prompt: bool = False
+
+
+class Custom(LLMAdapter):
+    """A model of the user's own: a text input, a text output, options as inputs of the
+    same name or as request parameters."""
+
+    family = "custom"
+
+    def __init__(self, spec: ModelSpec, schema: CustomSchema) -> None:
+        super().__init__(spec)
+        self.schema = schema
+        for role, name in (("prompt", schema.prompt), ("stream", schema.stream)):
+            if name is not None and name not in spec.inputs:
+                raise InvalidInputError(
+                    f"model {spec.name!r} has no input {name!r} for the {role}; its inputs are "
+                    f"{', '.join(spec.inputs)}",
+                    model=spec.name,
+                )
+        if schema.text not in spec.outputs:
+            raise InvalidInputError(
+                f"model {spec.name!r} has no output {schema.text!r} for the text; its outputs "
+                f"are {', '.join(spec.outputs)}",
+                model=spec.name,
+            )
+
+    @property
+    def options(self) -> frozenset[str]:
+        taken = {self.schema.prompt, self.schema.stream}
+        inputs = {name for name in self.spec.inputs if name not in taken}
+        return frozenset(inputs | self.schema.parameters | {"n"})
+
+    def fields(
+        self, prompt: str, options: Mapping[str, SamplingValue], stream: bool
+    ) -> dict[str, object]:
+        fields: dict[str, object] = {self.schema.prompt: prompt}
+        for name, value in options.items():
+            if name == "n":
+                continue
+            if (
+                name in self.spec.inputs
+                or not isinstance(value, Sequence)
+                or isinstance(value, str)
+            ):
+                fields[name] = value
+            else:  # a request parameter is a scalar: lists travel as JSON text
+                fields[name] = json.dumps(list(value))
+        if self.schema.stream is not None:
+            fields[self.schema.stream] = stream
+        return fields
+
+    def step(self, event: Event) -> Step:
+        schema = self.schema
+        completion = (
+            _count(event.get(schema.completion_tokens)) if schema.completion_tokens else None
+        )
+        return Step(
+            texts=_texts(event.get(schema.text)),
+            finish_reasons=_reasons(event.get(schema.finish_reason))
+            if schema.finish_reason
+            else (),
+            prompt_tokens=_count(event.get(schema.prompt_tokens)) if schema.prompt_tokens else None,
+            completion_tokens=(completion,) if completion is not None else None,
+        )
+
+    def echoes(self, stream: bool) -> bool:
+        return self.schema.echoes_prompt
+
+
+def custom(
+    prompt: str,
+    text: str,
+    *,
+    stream: str | None = None,
+    finish_reason: str | None = None,
+    prompt_tokens: str | None = None,
+    completion_tokens: str | None = None,
+    parameters: Iterable[str] = (),
+    echoes_prompt: bool = False,
+) -> CustomSchema:
+    """The schema of a text model of your own, for ``chat``/``complete(adapter=...)``.
+
+    Args:
+        prompt: the BYTES input that takes the prompt.
+        text: the BYTES output that holds the answer (or, streaming, each new piece).
+        stream: a BOOL input that turns streaming on, if the model has one.
+        finish_reason: an output holding ``"stop"``/``"length"``, if any; otherwise a choice
+            that reached ``max_tokens`` tokens finished for ``"length"``.
+        prompt_tokens: an output with the prompt's token count, if any.
+        completion_tokens: an output with the generated token count (per response when
+            streaming), if any.
+        parameters: options sent as request parameters; options named like one of the
+            model's inputs are sent as that input.
+        echoes_prompt: the model's text starts with the prompt, which is then cut off.
+    """
+    return CustomSchema(
+        prompt,
+        text,
+        stream,
+        finish_reason,
+        prompt_tokens,
+        completion_tokens,
+        frozenset(parameters),
+        echoes_prompt,
+    )
+
+
+_TENSORRT_LLM_MARKS = ("stop_words", "bad_words", "end_id", "beam_width", "return_log_probs")
+
+Adapter = LLMAdapter | CustomSchema
+"""What ``adapter=`` takes: a :func:`custom` schema (or an adapter already built)."""
+
+
+def adapter_for(spec: ModelSpec, given: Adapter | None = None) -> LLMAdapter:
+    """The adapter for ``spec``: the one given, else the one its inputs and outputs name."""
+    if isinstance(given, CustomSchema):
+        return Custom(spec, given)
+    if given is not None:
+        return given
+    inputs, outputs = spec.inputs, spec.outputs
+    if "text_input" in inputs and "text_output" in outputs:
+        if "sampling_parameters" in inputs:
+            return VLLM(spec)
+        if any(name.startswith(TensorRTLLMAPI.prefix) for name in inputs):
+            return TensorRTLLMAPI(spec)
+        if "max_tokens" in inputs and any(name in inputs for name in _TENSORRT_LLM_MARKS):
+            return TensorRTLLM(spec)
+    texts_in = [
+        name
+        for name, tensor in inputs.items()
+        if tensor.datatype == "BYTES" and not tensor.optional
+    ]
+    texts_out = [name for name, tensor in outputs.items() if tensor.datatype == "BYTES"]
+    if len(texts_in) == 1 and len(texts_out) == 1:
+        stream = "stream" if "stream" in inputs and inputs["stream"].datatype == "BOOL" else None
+        return Custom(spec, custom(texts_in[0], texts_out[0], stream=stream))
+    raise UnsupportedError(
+        f"model {spec.name!r} is not a text model this client knows: it needs a text (BYTES) "
+        f"prompt input and a text output (inputs: {', '.join(inputs) or 'none'}; outputs: "
+        f"{', '.join(outputs) or 'none'}). For a model of your own, pass "
+        "adapter=triton_sdk.llm.custom(prompt=INPUT, text=OUTPUT)",
+        model=spec.name,
+    )
+
+
+T = TypeVar("T", ChatCompletionChunk, CompletionChunk)
+
+
+@attrs.frozen
+class LLMCall:
+    """One chat or completion call, decided before anything is sent."""
+
+    adapter: LLMAdapter
+    prompt: str
+    options: Mapping[str, SamplingValue]
+    stream: bool
+    fields: dict[str, object]
+    id: str
+    created: int
+
+    @classmethod
+    def plan(
+        cls,
+        adapter: LLMAdapter,
+        prompt: str,
+        options: Mapping[str, SamplingValue],
+        *,
+        stream: bool,
+        prefix: str,
+    ) -> LLMCall:
+        adapter.check(options)
+        return cls(
+            adapter,
+            prompt,
+            dict(options),
+            stream,
+            adapter.fields(prompt, options, stream),
+            f"{prefix}-{uuid.uuid4().hex}",
+            int(time.time()),
+        )
+
+    @property
+    def model(self) -> str:
+        return self.adapter.spec.name
+
+    @property
+    def n(self) -> int:
+        value = self.options.get("n", 1)
+        return value if isinstance(value, int) else 1
+
+    def _answers(self, events: Sequence[Event]) -> tuple[list[str], list[str], Usage | None]:
+        """The choices' texts, finish reasons and usage from all the responses of a call
+        (one, or a decoupled model's several)."""
+        texts: dict[int, str] = {}
+        reasons: dict[int, str] = {}
+        tokens: dict[int, int] = {}
+        prompt_tokens: int | None = None
+        for event in events:
+            step = self.adapter.step(event)
+            if step.prompt_tokens is not None:
+                prompt_tokens = step.prompt_tokens
+            for choice, text, finish, count in step.choices():
+                texts[choice] = texts.get(choice, "") + text
+                if finish is not None:
+                    reasons[choice] = finish
+                if count is not None:
+                    tokens[choice] = tokens.get(choice, 0) + count
+        order = sorted(texts)
+        answers = [texts[choice] for choice in order]
+        if self.adapter.echoes(stream=False):
+            answers = [text.removeprefix(self.prompt) for text in answers]
+        finishes = [
+            reasons.get(choice) or self.adapter.inferred_finish(tokens.get(choice), self.options)
+            for choice in order
+        ]
+        usage = None
+        if tokens or prompt_tokens is not None:
+            usage = Usage(prompt_tokens or 0, sum(tokens.values()))
+        return answers, finishes, usage
+
+    def chat_completion(self, events: Sequence[Event]) -> ChatCompletion:
+        texts, reasons, usage = self._answers(events)
+        choices = tuple(
+            ChatChoice(i, ChatMessage(text), reason)
+            for i, (text, reason) in enumerate(zip(texts, reasons, strict=True))
+        )
+        return ChatCompletion(self.id, self.created, self.model, choices, usage)
+
+    def completion(self, events: Sequence[Event]) -> Completion:
+        texts, reasons, usage = self._answers(events)
+        choices = tuple(
+            CompletionChoice(i, text, reason)
+            for i, (text, reason) in enumerate(zip(texts, reasons, strict=True))
+        )
+        return Completion(self.id, self.created, self.model, choices, usage)
+
+    def chat_chunks(self) -> StreamAssembler[ChatCompletionChunk]:
+        return StreamAssembler(self, chat=True)
+
+    def completion_chunks(self) -> StreamAssembler[CompletionChunk]:
+        return StreamAssembler(self, chat=False)
+
+
+class StreamAssembler(Generic[T]):
+    """Turns a stream's responses into chunks: a first chunk with the role (chat), one
+    chunk per new piece of text, one chunk per choice with its finish reason, and a last
+    chunk with the usage."""
+
+    def __init__(self, call: LLMCall, *, chat: bool) -> None:
+        self._call = call
+        self._chat = chat
+        self._finished = [False] * call.n
+        self._tokens: list[int | None] = [None] * call.n
+        self._prompt_tokens: int | None = None
+        self._echo = [call.prompt if call.adapter.echoes(stream=True) else ""] * call.n
+        self._started = False
+
+    def _chunk(
+        self, index: int, text: str | None, finish: str | None, role: str | None = None
+    ) -> Any:
+        call = self._call
+        if self._chat:
+            choice = ChunkChoice(index, ChoiceDelta(text, role), finish)
+            return ChatCompletionChunk(call.id, call.created, call.model, (choice,))
+        return CompletionChunk(
+            call.id, call.created, call.model, (CompletionChoice(index, text or "", finish),)
+        )
+
+    def _usage_chunk(self, usage: Usage) -> Any:
+        call = self._call
+        last_type = ChatCompletionChunk if self._chat else CompletionChunk
+        return last_type(call.id, call.created, call.model, (), usage)
+
+    def _start(self) -> list[T]:
+        self._started = True
+        if not self._chat:
+            return []
+        return [self._chunk(i, "", None, role="assistant") for i in range(self._call.n)]
+
+    def feed(self, event: Event) -> list[T]:
+        chunks = [] if self._started else self._start()
+        step = self._call.adapter.step(event)
+        if step.prompt_tokens is not None:
+            self._prompt_tokens = step.prompt_tokens
+        for choice, given, finish, count in step.choices():
+            if choice >= self._call.n or self._finished[choice]:
+                continue
+            text = given
+            if self._echo[choice]:
+                cut = min(len(self._echo[choice]), len(text))
+                text, self._echo[choice] = text[cut:], self._echo[choice][cut:]
+            if count is not None:
+                self._tokens[choice] = (self._tokens[choice] or 0) + count
+            if finish is not None:
+                self._finished[choice] = True
+            if text or finish is not None:
+                chunks.append(self._chunk(choice, text, finish))
+        return chunks
+
+    def finish(self) -> list[T]:
+        """The chunks after the last response: finish reasons not given yet, and usage."""
+        chunks = [] if self._started else self._start()
+        for index, done in enumerate(self._finished):
+            if not done:
+                reason = self._call.adapter.inferred_finish(self._tokens[index], self._call.options)
+                chunks.append(self._chunk(index, None if self._chat else "", reason))
+        counted = [tokens for tokens in self._tokens if tokens is not None]
+        if counted or self._prompt_tokens is not None:
+            usage = Usage(self._prompt_tokens or 0, sum(counted))
+            chunks.append(self._usage_chunk(usage))
+        return chunks

@@ -1,0 +1,96 @@
+"""Calls to an OpenAI-compatible server (Triton's OpenAI frontend): request bodies, and
+its error bodies read into the SDK's errors. The I/O is in ``_transports/_openai.py``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from ._chat_template import Message
+from ._errors import InferenceError, ModelNotFoundError, TritonError, classify_message
+from ._llm import SamplingValue
+
+__all__ = ["Route", "chat_body", "check_route", "completion_body", "error_from_body", "event_error"]
+
+Route = Literal["auto", "native", "openai"]
+"""Where ``client.chat.completions.create`` goes: Triton's own endpoints (``"native"``),
+the OpenAI-compatible frontend (``"openai"``), or the frontend for tool-calling requests
+and the native endpoints otherwise (``"auto"``)."""
+
+ROUTES = ("auto", "native", "openai")
+
+
+def check_route(route: str) -> Route:
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {', '.join(map(repr, ROUTES))}, got {route!r}")
+    return route  # type: ignore[return-value]
+
+
+def chat_body(
+    model: str,
+    messages: Sequence[Message],
+    options: Mapping[str, SamplingValue],
+    *,
+    stream: bool,
+    tools: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [dict(m) for m in messages], **options}
+    if tools is not None:
+        body["tools"] = [dict(tool) for tool in tools]
+    return _streaming(body, stream)
+
+
+def completion_body(
+    model: str, prompt: str, options: Mapping[str, SamplingValue], *, stream: bool
+) -> dict[str, Any]:
+    return _streaming({"model": model, "prompt": prompt, **options}, stream)
+
+
+def _streaming(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    body["stream"] = stream
+    if stream:  # usage on the last chunk, as the native route gives it
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _message(body: Any) -> str | None:
+    """The message of an error body: FastAPI's ``{"detail": ...}`` or OpenAI's
+    ``{"error": {"message": ...}}`` (or ``{"error": "..."}``)."""
+    if not isinstance(body, Mapping):
+        return None
+    for key in ("error", "detail", "message"):
+        value = body.get(key)
+        if isinstance(value, Mapping):
+            value = value.get("message") or value.get("msg") or json.dumps(value)
+        if isinstance(value, list):  # FastAPI's validation errors
+            value = "; ".join(
+                str(item.get("msg", item)) if isinstance(item, Mapping) else str(item)
+                for item in value
+            )
+        if value:
+            return str(value)
+    return None
+
+
+def error_from_body(status: int, raw: bytes, url: str, model: str | None) -> TritonError:
+    """The error for an HTTP error answer of the frontend."""
+    try:
+        message = _message(json.loads(raw))
+    except ValueError:
+        message = None
+    text = message or raw.decode("utf-8", "replace").strip() or f"HTTP {status}"
+    text = f"{text} (from the OpenAI-compatible frontend at {url})"
+    if status == 404:
+        return ModelNotFoundError(text, status=status, model=model)
+    error = classify_message(text, status=status, model=model)
+    if type(error) is InferenceError and "unknown model" in text.lower():
+        return ModelNotFoundError(text, status=status, model=model)
+    return error
+
+
+def event_error(event: Mapping[str, Any], model: str | None) -> TritonError | None:
+    """The error an event of a stream carries (the answer was already 200), if any."""
+    if "error" not in event and "detail" not in event:
+        return None
+    return classify_message(_message(event) or json.dumps(event), model=model)
