@@ -107,6 +107,8 @@ class LLMAdapter(ABC):
 
     family: ClassVar[str]
     allows_n: ClassVar[bool] = False
+    # Each streamed response holds the whole text so far, not the new piece.
+    cumulative: ClassVar[bool] = False
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
@@ -342,11 +344,13 @@ class TensorRTLLM(LLMAdapter):
 
 class TensorRTLLMAPI(LLMAdapter):
     """TensorRT-LLM's LLM-API model: ``text_input``, ``streaming``, one
-    ``sampling_param_<name>`` input per option, ``return_finish_reason``. It reports no
-    token counts (no usage)."""
+    ``sampling_param_<name>`` input per option, ``return_finish_reason``. Each streamed
+    response holds the text so far (made into deltas here). It reports no token counts
+    (no usage)."""
 
     family = "TensorRT-LLM LLM API"
     prefix = "sampling_param_"
+    cumulative = True  # it streams output.text, the text so far
     _fixed = frozenset({"exclude_input_from_output", "return_perf_metrics"})
 
     @property
@@ -655,6 +659,7 @@ class StreamAssembler(Generic[T]):
         self._tokens: list[int | None] = [None] * call.n
         self._prompt_tokens: int | None = None
         self._echo = [call.prompt if call.adapter.echoes(stream=True) else ""] * call.n
+        self._seen = [""] * call.n  # a cumulative stream's text so far
         self._started = False
 
     def _chunk(
@@ -688,6 +693,10 @@ class StreamAssembler(Generic[T]):
             if choice >= self._call.n or self._finished[choice]:
                 continue
             text = given
+            if self._call.adapter.cumulative:
+                seen = self._seen[choice]
+                text = given[len(seen) :] if given.startswith(seen) else given
+                self._seen[choice] = given
             if self._echo[choice]:
                 cut = min(len(self._echo[choice]), len(text))
                 text, self._echo[choice] = text[cut:], self._echo[choice][cut:]

@@ -1,0 +1,232 @@
+"""The LLM adapters and the assembly of answers, without a server: which adapter a model's
+tensors pick, what each sends, and how responses become choices, chunks and usage
+(the server-side behaviour is in tests/integration/test_llm.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import triton_sdk as ts
+from triton_sdk._llm import LLMCall
+from triton_sdk.llm import VLLM, TensorRTLLM, TensorRTLLMAPI, adapter_for, custom
+
+
+def tensor(name: str, datatype: str = "BYTES", optional: bool = True) -> ts.TensorSpec:
+    return ts.TensorSpec(name=name, datatype=datatype, shape=(1,), optional=optional)
+
+
+def model(name: str, inputs: dict[str, str], outputs: dict[str, str]) -> ts.ModelSpec:
+    return ts.ModelSpec(
+        name=name,
+        inputs={n: tensor(n, t, optional=n != "text_input") for n, t in inputs.items()},
+        outputs={n: tensor(n, t) for n, t in outputs.items()},
+    )
+
+
+VLLM_SPEC = model(
+    "vllm",
+    {
+        "text_input": "BYTES",
+        "stream": "BOOL",
+        "sampling_parameters": "BYTES",
+        "exclude_input_in_output": "BOOL",
+        "return_finish_reason": "BOOL",
+        "return_num_input_tokens": "BOOL",
+        "return_num_output_tokens": "BOOL",
+    },
+    {"text_output": "BYTES", "finish_reason": "BYTES", "num_input_tokens": "UINT32"},
+)
+OLD_VLLM = model(
+    "old_vllm",
+    {"text_input": "BYTES", "stream": "BOOL", "sampling_parameters": "BYTES"},
+    {"text_output": "BYTES"},
+)
+# TensorRT-LLM before 0.17: random_seed, min_length, no token-count outputs.
+OLD_TRTLLM = model(
+    "ensemble",
+    {
+        "text_input": "BYTES",
+        "max_tokens": "INT32",
+        "stop_words": "BYTES",
+        "random_seed": "UINT64",
+        "min_length": "INT32",
+        "return_log_probs": "BOOL",
+        "stream": "BOOL",
+        "end_id": "INT32",
+    },
+    {"text_output": "BYTES", "output_log_probs": "FP32", "cum_log_probs": "FP32"},
+)
+LLMAPI = model(
+    "llmapi",
+    {
+        "text_input": "BYTES",
+        "streaming": "BOOL",
+        "sampling_param_max_tokens": "INT32",
+        "sampling_param_stop": "BYTES",
+        "sampling_param_exclude_input_from_output": "BOOL",
+        "return_finish_reason": "BOOL",
+    },
+    {"text_output": "BYTES", "finish_reason": "BYTES"},
+)
+# The shape of the repository's generator: text_input and max_tokens, but no TensorRT-LLM.
+WORDS = model("words", {"text_input": "BYTES", "max_tokens": "INT32"}, {"text_output": "BYTES"})
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind"),
+    [(VLLM_SPEC, VLLM), (OLD_VLLM, VLLM), (OLD_TRTLLM, TensorRTLLM), (LLMAPI, TensorRTLLMAPI)],
+)
+def test_the_adapter_comes_from_the_tensors(spec: ts.ModelSpec, kind: type) -> None:
+    assert type(adapter_for(spec)) is kind
+
+
+def test_a_plain_text_model_gets_the_custom_adapter() -> None:
+    adapter = adapter_for(WORDS)
+    assert adapter.family == "custom"
+    assert adapter.fields("hi", {"max_tokens": 2}, False) == {"text_input": "hi", "max_tokens": 2}
+
+
+def test_vllm_options_travel_as_sampling_parameters() -> None:
+    fields = VLLM(VLLM_SPEC).fields("hi", {"max_tokens": 4, "stop": "\n", "n": 2}, True)
+    assert json.loads(str(fields.pop("sampling_parameters"))) == {
+        "max_tokens": 4,
+        "n": 2,
+        "stop": ["\n"],
+    }
+    assert fields == {
+        "text_input": "hi",
+        "stream": True,
+        "exclude_input_in_output": True,
+        "return_finish_reason": True,
+        "return_num_input_tokens": True,
+        "return_num_output_tokens": True,
+    }
+
+
+def test_older_tensorrt_llm_names_and_log_prob_counting() -> None:
+    adapter = TensorRTLLM(OLD_TRTLLM)
+    fields = adapter.fields("hi", {"max_tokens": 3, "seed": 7, "min_tokens": 1, "stop": "x"}, False)
+    assert fields == {
+        "text_input": "hi",
+        "max_tokens": 3,
+        "random_seed": 7,
+        "min_length": 1,
+        "stop_words": ["x"],
+        "stream": False,
+        "return_log_probs": True,
+    }
+    call = LLMCall.plan(adapter, "hi", {"max_tokens": 3}, stream=False, prefix="cmpl")
+    # 3 tokens by their log-probabilities: max_tokens used up.
+    answer = call.completion([{"text_output": "hi a b c", "output_log_probs": [-0.5] * 3}])
+    assert answer.text == " a b c"  # no exclude_input_in_output: the echo is cut off
+    assert answer.finish_reason == "length"
+    assert answer.usage == ts.Usage(0, 3)
+
+
+def test_an_old_vllm_echo_is_cut_off() -> None:
+    call = LLMCall.plan(VLLM(OLD_VLLM), "Q: hi", {}, stream=False, prefix="cmpl")
+    answer = call.completion([{"text_output": "Q: hi A: hello"}])
+    assert answer.text == " A: hello"
+    assert answer.finish_reason == "stop"
+    assert answer.usage is None  # nothing was counted
+
+
+def stream(call: LLMCall, events: list[dict[str, Any]], chat: bool = True) -> list[Any]:
+    assembler = call.chat_chunks() if chat else call.completion_chunks()
+    chunks = [chunk for event in events for chunk in assembler.feed(event)]
+    return chunks + assembler.finish()
+
+
+def test_a_cumulative_stream_becomes_deltas() -> None:
+    call = LLMCall.plan(TensorRTLLMAPI(LLMAPI), "p", {}, stream=True, prefix="chatcmpl")
+    events = [
+        {"text_output": "Hel", "finish_reason": "None"},
+        {"text_output": "Hello", "finish_reason": "None"},
+        {"text_output": "Hello!", "finish_reason": "stop"},
+    ]
+    chunks = stream(call, events)
+    assert [chunk.text for chunk in chunks] == ["", "Hel", "lo", "!"]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [chunk.finish_reason for chunk in chunks] == [None, None, None, "stop"]
+
+
+def test_a_stream_without_finish_reasons_gets_one_per_choice_and_usage_last() -> None:
+    adapter = TensorRTLLM(OLD_TRTLLM)
+    call = LLMCall.plan(adapter, "p", {"max_tokens": 2}, stream=True, prefix="cmpl")
+    events = [
+        {"text_output": "a", "output_log_probs": -0.5},
+        {"text_output": " b", "output_log_probs": -0.5},
+    ]
+    chunks = stream(call, events, chat=False)
+    assert [chunk.text for chunk in chunks] == ["a", " b", "", ""]
+    assert [chunk.finish_reason for chunk in chunks] == [None, None, "length", None]
+    assert chunks[-1].usage == ts.Usage(0, 2)
+    assert chunks[-1].choices == ()
+
+
+def test_sequences_in_responses_of_their_own_become_choices() -> None:
+    spec = model(
+        "trt",
+        {
+            "text_input": "BYTES",
+            "max_tokens": "INT32",
+            "stop_words": "BYTES",
+            "num_return_sequences": "INT32",
+        },
+        {"text_output": "BYTES", "sequence_index": "INT32", "num_output_tokens": "INT32"},
+    )
+    call = LLMCall.plan(
+        TensorRTLLM(spec), "p", {"max_tokens": 8, "n": 2}, stream=False, prefix="cmpl"
+    )
+    assert call.fields["num_return_sequences"] == 2
+    answer = call.completion(
+        [
+            {"text_output": "x y", "sequence_index": 1, "num_output_tokens": 2},
+            {"text_output": "a b c", "sequence_index": 0, "num_output_tokens": 3},
+        ]
+    )
+    assert [choice.text for choice in answer.choices] == ["a b c", "x y"]
+    assert answer.usage == ts.Usage(0, 5)
+
+
+def test_custom_refuses_n_and_unknown_options() -> None:
+    adapter = adapter_for(
+        WORDS, custom(prompt="text_input", text="text_output", parameters=["temperature"])
+    )
+    with pytest.raises(ts.UnsupportedError, match="n=3"):
+        adapter.check({"n": 3})
+    with pytest.raises(ts.InvalidInputError, match=r"'top_p'.*max_tokens, n, temperature"):
+        adapter.check({"top_p": 0.5})
+    assert adapter.fields("hi", {"temperature": 0.5, "max_tokens": 2}, False) == {
+        "text_input": "hi",
+        "temperature": 0.5,
+        "max_tokens": 2,
+    }
+
+
+def test_custom_names_what_the_model_lacks() -> None:
+    with pytest.raises(ts.InvalidInputError, match=r"no input 'PROMPT'.*text_input, max_tokens"):
+        adapter_for(WORDS, custom(prompt="PROMPT", text="text_output"))
+
+
+def test_results_round_trip_through_openai_json() -> None:
+    call = LLMCall.plan(VLLM(VLLM_SPEC), "p", {"n": 2}, stream=False, prefix="chatcmpl")
+    answer = call.chat_completion(
+        [
+            {
+                "text_output": ["one", "two"],
+                "finish_reason": ["stop", "length"],
+                "num_input_tokens": 1,
+                "num_output_tokens": [1, 1],
+            }
+        ]
+    )
+    assert ts.ChatCompletion.from_openai_dict(answer.to_openai_dict()) == answer
+    assert answer.to_openai_dict()["usage"] == {
+        "prompt_tokens": 1,
+        "completion_tokens": 2,
+        "total_tokens": 3,
+    }
