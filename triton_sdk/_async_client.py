@@ -1429,7 +1429,7 @@ class AsyncChat:
     __slots__ = ("completions",)
 
     def __init__(self, client: AsyncClient) -> None:
-        self.completions = AsyncChatCompletions(client)
+        self.completions: AsyncChatCompletions = AsyncChatCompletions(client)
 
 
 class AsyncChatCompletions:

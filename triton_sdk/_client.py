@@ -1412,7 +1412,7 @@ class Chat:
     __slots__ = ("completions",)
 
     def __init__(self, client: Client) -> None:
-        self.completions = ChatCompletions(client)
+        self.completions: ChatCompletions = ChatCompletions(client)
 
 
 class ChatCompletions:

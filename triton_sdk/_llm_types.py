@@ -8,7 +8,7 @@ OpenAI-compatible server.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 
@@ -80,6 +80,10 @@ class ChatChoice:
     message: ChatMessage
     finish_reason: str | None
 
+    @property
+    def text(self) -> str | None:
+        return self.message.content
+
     def to_openai_dict(self) -> OpenAIDict:
         return {
             "index": self.index,
@@ -88,75 +92,19 @@ class ChatChoice:
             "logprobs": None,
         }
 
-
-def _choices_text(choices: tuple[Any, ...], read: Any) -> str:
-    return (read(choices[0]) or "") if choices else ""
-
-
-@attrs.frozen
-class ChatCompletion(Displayable):
-    """The answer to :meth:`~triton_sdk.Model.chat`: OpenAI's ``ChatCompletion`` shape.
-
-    ``text`` is the first choice's content: the assistant's words, never the prompt.
-    """
-
-    id: str
-    created: int
-    model: str
-    choices: tuple[ChatChoice, ...]
-    usage: Usage | None
-
-    @property
-    def text(self) -> str:
-        return _choices_text(self.choices, lambda choice: choice.message.content)
-
-    @property
-    def finish_reason(self) -> str | None:
-        return self.choices[0].finish_reason if self.choices else None
-
-    def to_openai_dict(self) -> OpenAIDict:
-        return {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice.to_openai_dict() for choice in self.choices],
-            "usage": self.usage.to_openai_dict() if self.usage else None,
-        }
-
     @classmethod
-    def from_openai_dict(cls, data: Mapping[str, Any]) -> ChatCompletion:
+    def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> ChatChoice:
+        message = data.get("message") or {}
+        calls = message.get("tool_calls")
         return cls(
-            id=str(data.get("id", "")),
-            created=int(data.get("created") or 0),
-            model=str(data.get("model", "")),
-            choices=tuple(
-                ChatChoice(
-                    index=int(choice.get("index", i)),
-                    message=ChatMessage(
-                        content=(choice.get("message") or {}).get("content"),
-                        role=str((choice.get("message") or {}).get("role") or "assistant"),
-                        tool_calls=_tool_calls(choice.get("message") or {}),
-                    ),
-                    finish_reason=choice.get("finish_reason"),
-                )
-                for i, choice in enumerate(data.get("choices") or ())
+            int(data.get("index", index)),
+            ChatMessage(
+                message.get("content"),
+                str(message.get("role") or "assistant"),
+                tuple(calls) if calls else None,
             ),
-            usage=Usage.from_openai_dict(data.get("usage")),
+            data.get("finish_reason"),
         )
-
-    def _table(self) -> Table:
-        rows = [
-            (str(c.index), c.finish_reason or "", c.message.content or "") for c in self.choices
-        ]
-        return Table(
-            f"ChatCompletion {self.model!r} {self.usage}", ("choice", "finish", "text"), rows
-        )
-
-
-def _tool_calls(message: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...] | None:
-    calls = message.get("tool_calls")
-    return tuple(calls) if calls else None
 
 
 @attrs.frozen
@@ -175,9 +123,15 @@ class ChoiceDelta:
 
 @attrs.frozen
 class ChunkChoice:
+    """One choice's part of a streamed chat chunk."""
+
     index: int
     delta: ChoiceDelta
     finish_reason: str | None = None
+
+    @property
+    def text(self) -> str | None:
+        return self.delta.content
 
     def to_openai_dict(self) -> OpenAIDict:
         return {
@@ -187,63 +141,20 @@ class ChunkChoice:
             "logprobs": None,
         }
 
-
-@attrs.frozen
-class ChatCompletionChunk:
-    """One piece of a streamed chat: OpenAI's ``ChatCompletionChunk`` shape.
-
-    The first chunk carries the role; one chunk per choice carries its ``finish_reason``;
-    the last chunk of a stream carries ``usage`` (and no choices).
-    """
-
-    id: str
-    created: int
-    model: str
-    choices: tuple[ChunkChoice, ...]
-    usage: Usage | None = None
-
-    @property
-    def text(self) -> str:
-        """The new text of the first choice (``""`` when there is none)."""
-        return _choices_text(self.choices, lambda choice: choice.delta.content)
-
-    @property
-    def finish_reason(self) -> str | None:
-        return self.choices[0].finish_reason if self.choices else None
-
-    def to_openai_dict(self) -> OpenAIDict:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice.to_openai_dict() for choice in self.choices],
-            "usage": self.usage.to_openai_dict() if self.usage else None,
-        }
-
     @classmethod
-    def from_openai_dict(cls, data: Mapping[str, Any]) -> ChatCompletionChunk:
+    def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> ChunkChoice:
+        delta = data.get("delta") or {}
         return cls(
-            id=str(data.get("id", "")),
-            created=int(data.get("created") or 0),
-            model=str(data.get("model", "")),
-            choices=tuple(
-                ChunkChoice(
-                    index=int(choice.get("index", i)),
-                    delta=ChoiceDelta(
-                        content=(choice.get("delta") or {}).get("content"),
-                        role=(choice.get("delta") or {}).get("role"),
-                    ),
-                    finish_reason=choice.get("finish_reason"),
-                )
-                for i, choice in enumerate(data.get("choices") or ())
-            ),
-            usage=Usage.from_openai_dict(data.get("usage")),
+            int(data.get("index", index)),
+            ChoiceDelta(delta.get("content"), delta.get("role")),
+            data.get("finish_reason"),
         )
 
 
 @attrs.frozen
 class CompletionChoice:
+    """One generated continuation of a prompt (or, streaming, its new piece)."""
+
     index: int
     text: str
     finish_reason: str | None
@@ -256,97 +167,127 @@ class CompletionChoice:
             "logprobs": None,
         }
 
+    @classmethod
+    def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> CompletionChoice:
+        return cls(
+            int(data.get("index", index)),
+            str(data.get("text") or ""),
+            data.get("finish_reason"),
+        )
+
+
+C = TypeVar("C", ChatChoice, ChunkChoice, CompletionChoice)
+A = TypeVar("A", bound="_Answer[Any]")
+
+
+class _Answer(Displayable, Generic[C]):
+    """What the four answer types share: OpenAI's envelope around their choices."""
+
+    _object: ClassVar[str]
+    _choice: ClassVar[Any]
+    id: str
+    created: int
+    model: str
+    choices: tuple[C, ...]
+    usage: Usage | None
+
+    @property
+    def text(self) -> str:
+        """The first choice's text (``""`` when there is none)."""
+        return (self.choices[0].text or "") if self.choices else ""
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The first choice's finish reason (``None`` until it ends)."""
+        return self.choices[0].finish_reason if self.choices else None
+
+    def to_openai_dict(self) -> OpenAIDict:
+        """The JSON OpenAI's API would send for this answer."""
+        return {
+            "id": self.id,
+            "object": self._object,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice.to_openai_dict() for choice in self.choices],
+            "usage": self.usage.to_openai_dict() if self.usage else None,
+        }
+
+    @classmethod
+    def from_openai_dict(cls: type[A], data: Mapping[str, Any]) -> A:
+        """An answer from an OpenAI-compatible server's JSON."""
+        return cls(  # type: ignore[call-arg]
+            id=str(data.get("id", "")),
+            created=int(data.get("created") or 0),
+            model=str(data.get("model", "")),
+            choices=tuple(
+                cls._choice.from_openai_dict(choice, index)
+                for index, choice in enumerate(data.get("choices") or ())
+            ),
+            usage=Usage.from_openai_dict(data.get("usage")),
+        )
+
+    def _table(self) -> Table:
+        rows = [(str(c.index), c.finish_reason or "", c.text or "") for c in self.choices]
+        title = f"{type(self).__name__} {self.model!r} {self.usage}"
+        return Table(title, ("choice", "finish", "text"), rows)
+
 
 @attrs.frozen
-class Completion(Displayable):
+class ChatCompletion(_Answer[ChatChoice]):
+    """The answer to :meth:`~triton_sdk.Model.chat`: OpenAI's ``ChatCompletion`` shape.
+
+    ``text`` is the first choice's content: the assistant's words, never the prompt.
+    """
+
+    _object: ClassVar[str] = "chat.completion"
+    _choice: ClassVar[Any] = ChatChoice
+    id: str
+    created: int
+    model: str
+    choices: tuple[ChatChoice, ...]
+    usage: Usage | None
+
+
+@attrs.frozen
+class ChatCompletionChunk(_Answer[ChunkChoice]):
+    """One piece of a streamed chat: OpenAI's ``ChatCompletionChunk`` shape.
+
+    The first chunk carries the role; one chunk per choice carries its ``finish_reason``;
+    the last chunk of a stream carries ``usage`` (and no choices).
+    """
+
+    _object: ClassVar[str] = "chat.completion.chunk"
+    _choice: ClassVar[Any] = ChunkChoice
+    id: str
+    created: int
+    model: str
+    choices: tuple[ChunkChoice, ...]
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class Completion(_Answer[CompletionChoice]):
     """The answer to :meth:`~triton_sdk.Model.complete`: OpenAI's ``Completion`` shape;
     ``text`` is the first choice's text (the prompt is never in it)."""
 
+    _object: ClassVar[str] = "text_completion"
+    _choice: ClassVar[Any] = CompletionChoice
     id: str
     created: int
     model: str
     choices: tuple[CompletionChoice, ...]
     usage: Usage | None
 
-    @property
-    def text(self) -> str:
-        return _choices_text(self.choices, lambda choice: choice.text)
-
-    @property
-    def finish_reason(self) -> str | None:
-        return self.choices[0].finish_reason if self.choices else None
-
-    def to_openai_dict(self) -> OpenAIDict:
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice.to_openai_dict() for choice in self.choices],
-            "usage": self.usage.to_openai_dict() if self.usage else None,
-        }
-
-    @classmethod
-    def from_openai_dict(cls, data: Mapping[str, Any]) -> Completion:
-        return cls(
-            id=str(data.get("id", "")),
-            created=int(data.get("created") or 0),
-            model=str(data.get("model", "")),
-            choices=_completion_choices(data),
-            usage=Usage.from_openai_dict(data.get("usage")),
-        )
-
-    def _table(self) -> Table:
-        rows = [(str(c.index), c.finish_reason or "", c.text) for c in self.choices]
-        return Table(f"Completion {self.model!r} {self.usage}", ("choice", "finish", "text"), rows)
-
-
-def _completion_choices(data: Mapping[str, Any]) -> tuple[CompletionChoice, ...]:
-    return tuple(
-        CompletionChoice(
-            index=int(choice.get("index", i)),
-            text=str(choice.get("text") or ""),
-            finish_reason=choice.get("finish_reason"),
-        )
-        for i, choice in enumerate(data.get("choices") or ())
-    )
-
 
 @attrs.frozen
-class CompletionChunk:
+class CompletionChunk(_Answer[CompletionChoice]):
     """One piece of a streamed completion (OpenAI streams ``Completion`` objects): new
     text per choice, a ``finish_reason`` once per choice, ``usage`` on the last chunk."""
 
+    _object: ClassVar[str] = "text_completion"
+    _choice: ClassVar[Any] = CompletionChoice
     id: str
     created: int
     model: str
     choices: tuple[CompletionChoice, ...]
     usage: Usage | None = None
-
-    @property
-    def text(self) -> str:
-        return _choices_text(self.choices, lambda choice: choice.text)
-
-    @property
-    def finish_reason(self) -> str | None:
-        return self.choices[0].finish_reason if self.choices else None
-
-    def to_openai_dict(self) -> OpenAIDict:
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice.to_openai_dict() for choice in self.choices],
-            "usage": self.usage.to_openai_dict() if self.usage else None,
-        }
-
-    @classmethod
-    def from_openai_dict(cls, data: Mapping[str, Any]) -> CompletionChunk:
-        return cls(
-            id=str(data.get("id", "")),
-            created=int(data.get("created") or 0),
-            model=str(data.get("model", "")),
-            choices=_completion_choices(data),
-            usage=Usage.from_openai_dict(data.get("usage")),
-        )
