@@ -9,7 +9,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "docs", "tests", "tests_numpy2"]
+nox.options.sessions = ["lint", "typecheck", "docs", "tests", "tests_numpy2", "oip"]
 nox.options.error_on_external_run = True
 nox.options.reuse_venv = "yes"
 
@@ -53,6 +53,31 @@ def tests_numpy2(session: nox.Session) -> None:
     cache = {"TRITON_SDK_CACHE": str(Path(session.virtualenv.location) / "triton_sdk-cache")}
     session.run("python", "-m", "triton_sdk", "install-server", env=cache)
     session.run("pytest", *session.posargs, env=cache)
+
+
+# The Open Inference Protocol servers the oip session runs beside Triton's tests.
+OIP_SERVERS = {"mlserver": "mlserver==1.7.1", "kserve": "kserve==0.21.0"}
+
+
+@nox.session
+def oip(session: nox.Session) -> None:
+    """The core surface on real MLServer and KServe servers (tests/oip), gRPC and HTTP.
+
+    Each server gets an environment of its own (their pins clash with each other's and
+    with the server extra's), made once in this session's folder.
+    """
+    session.install(".", "pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.2")
+    servers = Path(session.virtualenv.location) / "servers"
+    for name, requirement in OIP_SERVERS.items():
+        python = servers / name / "bin" / "python"
+        if not python.exists():
+            session.run("python", "-m", "venv", str(servers / name))
+        session.run(str(python), "-m", "pip", "install", "--quiet", requirement, external=True)
+    env = {
+        "TRITON_SDK_MLSERVER": str(servers / "mlserver" / "bin" / "mlserver"),
+        "TRITON_SDK_KSERVE_PYTHON": str(servers / "kserve" / "bin" / "python"),
+    }
+    session.run("pytest", "tests/oip", *session.posargs, env=env)
 
 
 @nox.session

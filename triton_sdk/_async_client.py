@@ -21,6 +21,7 @@ from ._balance import Discovery, EndpointState
 from ._base import (
     DEFAULT_RESOLVE_INTERVAL,
     ClientSettings,
+    HttpBinary,
     ModelCore,
     Resolver,
     Timeout,
@@ -60,6 +61,7 @@ from ._errors import (
     TritonError,
     TritonTimeoutError,
     UnsupportedError,
+    unsupported_operation,
 )
 from ._generate import JSONValue
 from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler
@@ -188,6 +190,7 @@ def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> AsyncTranspo
         tls=settings.tls,
         compression=settings.compression,
         max_connection_age=settings.max_connection_age,
+        binary=settings.http_binary,
     )
 
 
@@ -240,6 +243,11 @@ class AsyncClient:
             long-lived client's calls; ``None`` (the default) keeps connections while
             they work. (gRPC keeps one connection per endpoint: balance over the pods
             with a ``dns:///`` URL instead.)
+        http_binary: how HTTP carries tensors: Triton's binary extension (``True``, the
+            fast path), JSON ``data`` lists (``False``, which every Open Inference Protocol
+            server reads), or ``"auto"`` (the default): binary when the server's metadata
+            names Triton, JSON otherwise (read once, before the first inference). gRPC
+            always carries raw bytes.
         openai_url: the base URL (``http://host:9000/v1``) of Triton's OpenAI-compatible
             frontend, for :attr:`chat` and :attr:`completions` calls routed there.
         route: where :attr:`chat` and :attr:`completions` calls go: ``"native"`` (Triton's
@@ -268,6 +276,7 @@ class AsyncClient:
         max_connection_age: float | None = None,
         openai_url: str | None = None,
         route: Route = "auto",
+        http_binary: HttpBinary = "auto",
     ) -> None:
         self._settings = ClientSettings.create(
             url,
@@ -281,6 +290,7 @@ class AsyncClient:
             resolver=resolver,
             resolve_interval=resolve_interval,
             max_connection_age=max_connection_age,
+            http_binary=http_binary,
         )
         self._shared_memory = check_mode(shared_memory)
         self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
@@ -305,6 +315,7 @@ class AsyncClient:
         self._openai_url = openai_url.rstrip("/") if openai_url else None
         self._route = check_route(route)
         self._llm_models: dict[str, AsyncModel] = {}
+        self._has_config = True  # False once the server showed it has no config endpoint
 
     def __repr__(self) -> str:
         return client_repr("AsyncClient", self._settings)
@@ -401,6 +412,10 @@ class AsyncClient:
             bucket.calls += 1
         try:
             return await self._send(op, options.context(op))
+        except UnsupportedError as error:
+            if error.status is None:
+                raise
+            raise unsupported_operation(error, op.call, self._url) from error
         except TritonError as error:
             if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
                 raise
@@ -655,17 +670,32 @@ class AsyncClient:
         name: str,
         version: str | None = None,
         *,
+        max_batch_size: int | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
     ) -> ModelSpec:
-        """The typed description of a model, read from its metadata and config."""
+        """The typed description of a model, read from its metadata and config.
+
+        A server without a config endpoint (MLServer, KServe) gives a spec from the
+        metadata alone (``spec.source == "metadata"``), which the client remembers.
+        ``max_batch_size`` says whether and how far the model batches when the server
+        cannot (0: no batch axis).
+        """
         options = self._options(timeout, headers)  # one retry deadline for both reads
         try:
             metadata = await self._run(GetModelMetadata(name, version), options)
         except ModelNotFoundError as error:
             raise await self._not_found(error, name, options) from None
-        config = await self._run(GetModelConfig(name, version), options)
-        return ModelSpec.from_metadata(metadata, config)
+        config: JSON | None = None
+        if self._has_config:
+            try:
+                config = await self._run(GetModelConfig(name, version), options)
+            except (UnsupportedError, ModelNotFoundError) as error:
+                # The model exists (its metadata came): the server has no config endpoint.
+                if error.status is None:
+                    raise
+                self._has_config = False
+        return ModelSpec.from_metadata(metadata, config, max_batch_size=max_batch_size)
 
     async def _not_found(
         self, error: ModelNotFoundError, name: str, options: CallOptions
@@ -689,14 +719,19 @@ class AsyncClient:
         name: str,
         version: str | None = None,
         *,
+        max_batch_size: int | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
     ) -> AsyncModel:
         """A typed handle on a model; reads its metadata and config once.
 
+        ``max_batch_size`` overrides the batch axis the spec would have (0: none), for a
+        model on a server without a config endpoint whose metadata is ambiguous.
         Raises ModelNotFoundError when the server has no such model (or version).
         """
-        spec = await self.model_spec(name, version, timeout=timeout, headers=headers)
+        spec = await self.model_spec(
+            name, version, max_batch_size=max_batch_size, timeout=timeout, headers=headers
+        )
         return AsyncModel(self, spec, version)
 
     async def _infer(
@@ -753,7 +788,8 @@ class AsyncClient:
             op = RegisterSystemSharedMemory(region.name, region.key, region.size)
             try:
                 await self._run(op, once)
-            except InferenceError as error:
+            except (InferenceError, UnsupportedError) as error:
+                # Unsupported: a server without the extension (MLServer, KServe).
                 if mode == "system" or self._server_reads_our_memory:
                     raise TritonError(
                         f"the server at {self.url} cannot use this host's shared memory "
@@ -778,7 +814,7 @@ class AsyncClient:
         """Unregister regions that processes of this host left behind when they died."""
         try:
             status = await self._run(GetSystemSharedMemoryStatus(), options)
-        except InferenceError:
+        except (InferenceError, UnsupportedError):
             return  # the registration that follows says what the server allows
         for name in stale_regions(status):
             with contextlib.suppress(ModelNotFoundError, InferenceError):

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import attrs
 
@@ -54,6 +54,10 @@ DEFAULT_RESOLVE_INTERVAL = 30.0
 Timeout = float | None | NotGiven
 """Seconds; ``None`` for no timeout; ``NOT_GIVEN`` for the client's default."""
 
+HttpBinary = bool | Literal["auto"]
+"""How HTTP carries tensors: Triton's binary extension (``True``), JSON ``data``
+(``False``), or binary for Triton and JSON for other servers (``"auto"``)."""
+
 
 @attrs.frozen(kw_only=True)
 class ClientSettings:
@@ -74,6 +78,7 @@ class ClientSettings:
     metrics_url: str
     hooks: tuple[CallHook, ...] = ()
     compression: Compression = None
+    http_binary: HttpBinary = "auto"
     _defaults: CallOptions | None = attrs.field(init=False, repr=False, eq=False)
 
     @property
@@ -104,6 +109,7 @@ class ClientSettings:
         resolver: Resolver | None = None,
         resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
         max_connection_age: float | None = None,
+        http_binary: object = "auto",
     ) -> ClientSettings:
         """Check the client's arguments (callers without type checking can pass anything)."""
         dns = parse_dns(url) if isinstance(url, str) else None
@@ -124,6 +130,10 @@ class ClientSettings:
         for hook in checked_hooks:
             if not isinstance(hook, CallHook):
                 raise InvalidInputError(f"hooks must be ts.CallHook, got {type(hook).__name__}")
+        if not (http_binary is True or http_binary is False or http_binary == "auto"):
+            raise InvalidInputError(
+                f'http_binary must be True, False or "auto", got {http_binary!r}'
+            )
         if wanted():  # the triton_sdk logger is at DEBUG: log this client's calls
             checked_hooks += (LogCalls(),)
         return cls(
@@ -138,6 +148,7 @@ class ClientSettings:
             tls=tls,
             metrics_url=metrics_url or default_metrics_url(endpoints[0]),
             hooks=checked_hooks,
+            http_binary=http_binary,
             compression=check_compression(compression),
         )
 

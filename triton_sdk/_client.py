@@ -22,6 +22,7 @@ from ._balance import Discovery, EndpointState
 from ._base import (
     DEFAULT_RESOLVE_INTERVAL,
     ClientSettings,
+    HttpBinary,
     ModelCore,
     Resolver,
     Timeout,
@@ -61,6 +62,7 @@ from ._errors import (
     TritonError,
     TritonTimeoutError,
     UnsupportedError,
+    unsupported_operation,
 )
 from ._generate import JSONValue
 from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler
@@ -189,6 +191,7 @@ def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> Transport:
         tls=settings.tls,
         compression=settings.compression,
         max_connection_age=settings.max_connection_age,
+        binary=settings.http_binary,
     )
 
 
@@ -241,6 +244,11 @@ class Client:
             long-lived client's calls; ``None`` (the default) keeps connections while
             they work. (gRPC keeps one connection per endpoint: balance over the pods
             with a ``dns:///`` URL instead.)
+        http_binary: how HTTP carries tensors: Triton's binary extension (``True``, the
+            fast path), JSON ``data`` lists (``False``, which every Open Inference Protocol
+            server reads), or ``"auto"`` (the default): binary when the server's metadata
+            names Triton, JSON otherwise (read once, before the first inference). gRPC
+            always carries raw bytes.
         openai_url: the base URL (``http://host:9000/v1``) of Triton's OpenAI-compatible
             frontend, for :attr:`chat` and :attr:`completions` calls routed there.
         route: where :attr:`chat` and :attr:`completions` calls go: ``"native"`` (Triton's
@@ -269,6 +277,7 @@ class Client:
         max_connection_age: float | None = None,
         openai_url: str | None = None,
         route: Route = "auto",
+        http_binary: HttpBinary = "auto",
     ) -> None:
         self._settings = ClientSettings.create(
             url,
@@ -282,6 +291,7 @@ class Client:
             resolver=resolver,
             resolve_interval=resolve_interval,
             max_connection_age=max_connection_age,
+            http_binary=http_binary,
         )
         self._shared_memory = check_mode(shared_memory)
         self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
@@ -306,6 +316,7 @@ class Client:
         self._openai_url = openai_url.rstrip("/") if openai_url else None
         self._route = check_route(route)
         self._llm_models: dict[str, Model] = {}
+        self._has_config = True  # False once the server showed it has no config endpoint
 
     def __repr__(self) -> str:
         return client_repr("Client", self._settings)
@@ -400,6 +411,10 @@ class Client:
             bucket.calls += 1
         try:
             return self._send(op, options.context(op))
+        except UnsupportedError as error:
+            if error.status is None:
+                raise
+            raise unsupported_operation(error, op.call, self._url) from error
         except TritonError as error:
             if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
                 raise
@@ -650,17 +665,32 @@ class Client:
         name: str,
         version: str | None = None,
         *,
+        max_batch_size: int | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
     ) -> ModelSpec:
-        """The typed description of a model, read from its metadata and config."""
+        """The typed description of a model, read from its metadata and config.
+
+        A server without a config endpoint (MLServer, KServe) gives a spec from the
+        metadata alone (``spec.source == "metadata"``), which the client remembers.
+        ``max_batch_size`` says whether and how far the model batches when the server
+        cannot (0: no batch axis).
+        """
         options = self._options(timeout, headers)  # one retry deadline for both reads
         try:
             metadata = self._run(GetModelMetadata(name, version), options)
         except ModelNotFoundError as error:
             raise self._not_found(error, name, options) from None
-        config = self._run(GetModelConfig(name, version), options)
-        return ModelSpec.from_metadata(metadata, config)
+        config: JSON | None = None
+        if self._has_config:
+            try:
+                config = self._run(GetModelConfig(name, version), options)
+            except (UnsupportedError, ModelNotFoundError) as error:
+                # The model exists (its metadata came): the server has no config endpoint.
+                if error.status is None:
+                    raise
+                self._has_config = False
+        return ModelSpec.from_metadata(metadata, config, max_batch_size=max_batch_size)
 
     def _not_found(
         self, error: ModelNotFoundError, name: str, options: CallOptions
@@ -684,14 +714,19 @@ class Client:
         name: str,
         version: str | None = None,
         *,
+        max_batch_size: int | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
     ) -> Model:
         """A typed handle on a model; reads its metadata and config once.
 
+        ``max_batch_size`` overrides the batch axis the spec would have (0: none), for a
+        model on a server without a config endpoint whose metadata is ambiguous.
         Raises ModelNotFoundError when the server has no such model (or version).
         """
-        spec = self.model_spec(name, version, timeout=timeout, headers=headers)
+        spec = self.model_spec(
+            name, version, max_batch_size=max_batch_size, timeout=timeout, headers=headers
+        )
         return Model(self, spec, version)
 
     def _infer(
@@ -746,7 +781,8 @@ class Client:
             op = RegisterSystemSharedMemory(region.name, region.key, region.size)
             try:
                 self._run(op, once)
-            except InferenceError as error:
+            except (InferenceError, UnsupportedError) as error:
+                # Unsupported: a server without the extension (MLServer, KServe).
                 if mode == "system" or self._server_reads_our_memory:
                     raise TritonError(
                         f"the server at {self.url} cannot use this host's shared memory "
@@ -771,7 +807,7 @@ class Client:
         """Unregister regions that processes of this host left behind when they died."""
         try:
             status = self._run(GetSystemSharedMemoryStatus(), options)
-        except InferenceError:
+        except (InferenceError, UnsupportedError):
             return  # the registration that follows says what the server allows
         for name in stale_regions(status):
             with contextlib.suppress(ModelNotFoundError, InferenceError):

@@ -140,7 +140,15 @@ class SequenceLostError(TritonConnectionError):
 # (UNAVAILABLE is "server down", "queue full", "TLS failed" and "restricted endpoint"),
 # so the message decides.
 _NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready")
-_NOT_FOUND_HINTS = ("unknown model", "is not found", "is not available")
+_NOT_FOUND_HINTS = (
+    "unknown model",
+    "is not found",
+    "is not available",
+    # MLServer: "Model iris with version 2 not found"; KServe: "Model with name iris does
+    # not exist." (both with "model" in the message, which the callers check).
+    " not found",
+    "does not exist",
+)
 _QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
 # gRPC's own phrases: a bare "tls" or "ssl" could be part of a host name.
 _TLS_HINTS = (
@@ -187,10 +195,12 @@ def classify_status(
 def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool]:
     grpc_code = status if isinstance(status, str) else None
     http_status = status if isinstance(status, int) else None
+    if grpc_code == "UNIMPLEMENTED":
+        return UnsupportedError, False
     if grpc_code == "NOT_FOUND" or http_status == 404:
         if _has(lowered, _NOT_READY_HINTS):
             return ModelNotReadyError, False
-        if _has(lowered, _NOT_FOUND_HINTS):
+        if "model" in lowered and _has(lowered, _NOT_FOUND_HINTS):
             return ModelNotFoundError, False
         return InferenceError, False
     # Statistics and trace settings answer an unknown model with INVALID_ARGUMENT / 400.
@@ -212,6 +222,16 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
     if _has(lowered, _QUEUE_HINTS):
         return ServerOverloadedError, True
     return InferenceError, http_status in _RETRYABLE_HTTP
+
+
+def unsupported_operation(error: TritonError, operation: str, url: str) -> UnsupportedError:
+    """The error of a server that has no endpoint for ``operation`` (gRPC UNIMPLEMENTED, an
+    HTTP 404 for the path itself), naming the operation and the server."""
+    return UnsupportedError(
+        f"the server at {url} does not support {operation} ({error.status}: {error.message})",
+        status=error.status,
+        model=error.model,
+    )
 
 
 def classify_message(

@@ -15,7 +15,14 @@ from urllib.parse import quote
 
 import attrs
 
-from ._errors import InferenceError, TritonError, classify_message, classify_status
+from ._errors import (
+    InferenceError,
+    InvalidInputError,
+    TritonError,
+    UnsupportedError,
+    classify_message,
+    classify_status,
+)
 from ._generate import (
     JSONValue,
     ServerSentEvents,
@@ -64,7 +71,9 @@ __all__ = [
     "HttpStream",
     "decode_infer",
     "encode_infer",
+    "encode_infer_json",
     "error_from_response",
+    "is_triton",
 ]
 
 T = TypeVar("T")
@@ -194,6 +203,55 @@ def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
     return parts, len(header)
 
 
+def is_triton(server_metadata: Any) -> bool:
+    """Whether a server's metadata names Triton (which reads binary tensors over HTTP)."""
+    return isinstance(server_metadata, dict) and server_metadata.get("name") == "triton"
+
+
+def encode_infer_json(request: InferRequest) -> bytes:
+    """An infer request with its tensors as JSON ``data`` lists, as every Open Inference
+    Protocol server reads them (no binary extension)."""
+    if request.shared_memory is not None:
+        raise InvalidInputError("shared memory needs Triton's binary HTTP (http_binary=True)")
+    body: dict[str, Any] = {
+        "inputs": [
+            {
+                "name": tensor.name,
+                "shape": list(tensor.array.shape),
+                "datatype": tensor.datatype,
+                "data": _json_data(tensor.name, tensor.datatype, tensor.array),
+            }
+            for tensor in request.inputs
+        ]
+    }
+    if request.request_id:
+        body["id"] = request.request_id
+    if request.outputs is not None:
+        body["outputs"] = [
+            {"name": output.name, "parameters": {"classification": output.class_count}}
+            if output.class_count
+            else {"name": output.name}
+            for output in request.outputs
+        ]
+    parameters = _parameters(request)
+    if parameters:
+        body["parameters"] = parameters
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _json_data(name: str, datatype: str, array: Any) -> list[Any]:
+    flat = array.reshape(-1)
+    if datatype != "BYTES":
+        return flat.astype(float).tolist() if datatype == "BF16" else flat.tolist()  # type: ignore[no-any-return]
+    try:
+        return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in flat]
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"input {name!r}: bytes that are not UTF-8 cannot travel as JSON; use a gRPC "
+            "client or http_binary=True"
+        ) from exc
+
+
 def decode_json(body: bytes, what: str) -> Any:
     try:
         return json.loads(body)
@@ -258,9 +316,29 @@ def error_from_response(
         decoded = json.loads(message)
     except ValueError:
         decoded = None
-    if isinstance(decoded, dict) and "error" in decoded:
-        message = str(decoded["error"])
+    if status == 404 and decoded == {"detail": "Not Found"}:
+        # FastAPI's answer for a path it has no route for (MLServer, KServe).
+        return UnsupportedError("Not Found", status=404, model=model, request_id=request_id)
+    if isinstance(decoded, dict):
+        message = _error_text(decoded, message)
     return classify_status(status, message or f"HTTP {status}", model=model, request_id=request_id)
+
+
+def _error_text(body: dict[str, Any], raw: str) -> str:
+    """The message of an error body: Triton's ``{"error": ...}``, or FastAPI's ``{"detail":
+    ...}`` (MLServer, KServe): a text, or a list of validation errors."""
+    for key in ("error", "detail"):
+        value = body.get(key)
+        if isinstance(value, list):
+            return "; ".join(
+                f"{'.'.join(map(str, item.get('loc', ())))}: {item.get('msg', item)}"
+                if isinstance(item, dict)
+                else str(item)
+                for item in value
+            )
+        if value is not None:
+            return str(value)
+    return raw
 
 
 def load_body(config: str | None, files: Mapping[str, bytes] | None) -> bytes:
@@ -424,8 +502,11 @@ def _stream_results(spec: ModelSpec, request: InferRequest) -> Callable[[str], I
 class HttpCodec:
     """The calls of the HTTP protocol for a server under ``base`` (a path prefix or "")."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, binary: bool | None = True) -> None:
         self.base = base
+        # Tensors in Triton's binary extension, or as JSON data (other servers); None:
+        # not decided yet (the transport asks the server's metadata first).
+        self.binary = binary
         self._infer_paths: dict[tuple[str, str], str] = {}
         self._encoders: dict[type[Any], Callable[[Any], HttpCall[Any]]] = {
             InferRequest: self._infer,
@@ -582,8 +663,15 @@ class HttpCodec:
         return HttpCall("POST", path, [body], _JSON_HEADERS, _reader(generated, spec.name))
 
     def _infer(self, request: InferRequest) -> HttpCall[InferResult]:
-        parts, json_length = encode_infer(request)
-        headers = {HEADER_LENGTH: str(json_length), "Content-Type": "application/octet-stream"}
+        if self.binary is False:
+            parts: list[bytes | memoryview] = [encode_infer_json(request)]
+            headers = _JSON_HEADERS
+        else:
+            parts, json_length = encode_infer(request)
+            headers = {
+                HEADER_LENGTH: str(json_length),
+                "Content-Type": "application/octet-stream",
+            }
         key = (request.model, request.version)
         path = self._infer_paths.get(key)
         if path is None:

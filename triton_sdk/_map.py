@@ -37,10 +37,17 @@ class PreparedSample(NamedTuple):
         return tuple((t.name, t.array.shape[1:]) for t in self.tensors or ())
 
 
+UNKNOWN_LIMIT_BATCH = 64
+"""map's batch size for a model with a batch axis and no known limit (a spec from metadata)."""
+
+
 def default_batch_size(spec: ModelSpec) -> int:
-    """The largest preferred batch size of the dynamic batcher, else ``max_batch_size``."""
+    """The largest preferred batch size of the dynamic batcher, else ``max_batch_size``
+    (64 when the limit is not known)."""
     if not spec.batched:
         return 1
+    if not spec.batch_limit_known:
+        return UNKNOWN_LIMIT_BATCH
     preferred = [size for size in spec.preferred_batch_sizes if size <= spec.max_batch_size]
     return max(preferred) if preferred else spec.max_batch_size
 

@@ -195,11 +195,12 @@ class InferResult(Displayable, Mapping[str, Array]):
 
     def without_batch_axis(self) -> InferResult:
         """The result of a one-sample batch, with axis 0 removed from every output."""
-        return self._map_arrays(lambda array: array[0])
+        # array[0, ...] keeps a 0-d array where array[0] of a 1-D object array is bare bytes
+        return self._map_arrays(lambda array: array[0, ...])
 
     def split_rows(self, count: int) -> list[InferResult]:
         """One result per sample of a batch of ``count``, axis 0 removed."""
-        return [self._map_arrays(operator.itemgetter(index)) for index in range(count)]
+        return [self._map_arrays(operator.itemgetter((index, ...))) for index in range(count)]
 
     @classmethod
     def concatenate(cls, parts: Sequence[InferResult]) -> InferResult:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final, Literal
 
 import attrs
 import numpy as np
 
 from ._display import Displayable, Table
 from ._dtypes import config_type_to_datatype, numpy_dtype
+from ._errors import InvalidInputError
 
-__all__ = ["ModelSpec", "TensorSpec", "json_int"]
+__all__ = ["NO_KNOWN_LIMIT", "ModelSpec", "SpecSource", "TensorSpec", "json_int"]
 
 JSON = Mapping[str, Any]
 """A decoded JSON object, as the server sends metadata and config (or gRPC's equivalent)."""
@@ -47,6 +48,13 @@ def _freeze(specs: Mapping[str, TensorSpec]) -> Mapping[str, TensorSpec]:
     return MappingProxyType({spec.name: spec for spec in specs.values()})
 
 
+SpecSource = Literal["config", "metadata", "override"]
+
+NO_KNOWN_LIMIT: Final = 2**31 - 1
+"""``max_batch_size`` of a model with a batch axis and no known limit (a spec read from
+metadata alone): batches are never split."""
+
+
 def _frozen_parameters(parameters: Mapping[str, str]) -> Mapping[str, str]:
     return MappingProxyType(dict(parameters))
 
@@ -78,6 +86,11 @@ class ModelSpec(Displayable):
         preferred_batch_sizes: the batch sizes the dynamic batcher prefers.
         parameters: the ``parameters`` of the model's config, key -> string value (e.g.
             a ``chat_template`` for :meth:`~triton_sdk.Model.chat`).
+        source: where the spec came from: ``"config"`` (the model's metadata and config),
+            ``"metadata"`` (metadata alone: the server has no config endpoint, as MLServer
+            and KServe have none; a leading -1 on every input and output means batched
+            with no known limit, :data:`NO_KNOWN_LIMIT`), or ``"override"`` (the
+            ``max_batch_size`` given to ``client.model``).
     """
 
     name: str
@@ -100,6 +113,7 @@ class ModelSpec(Displayable):
     parameters: Mapping[str, str] = attrs.field(
         factory=dict, converter=_frozen_parameters, hash=False
     )
+    source: SpecSource = "config"
 
     def describe(self) -> str:
         """A few lines showing what the model takes and returns."""
@@ -107,7 +121,14 @@ class ModelSpec(Displayable):
 
     def _table(self) -> Table:
         kind = self.backend or self.platform or "model"
-        traits = [f"max_batch_size {self.max_batch_size}" if self.batched else "no batch axis"]
+        if not self.batched:
+            traits = ["no batch axis"]
+        elif self.batch_limit_known:
+            traits = [f"max_batch_size {self.max_batch_size}"]
+        else:
+            traits = ["batched, no known limit"]
+        if self.source != "config":
+            traits.append(f"from {self.source}")
         traits += [
             trait
             for trait, present in (
@@ -131,30 +152,47 @@ class ModelSpec(Displayable):
         """The model takes a batch axis (``max_batch_size > 0``)."""
         return self.max_batch_size > 0
 
+    @property
+    def batch_limit_known(self) -> bool:
+        """Whether ``max_batch_size`` is the model's real limit (not :data:`NO_KNOWN_LIMIT`)."""
+        return self.max_batch_size != NO_KNOWN_LIMIT
+
     @classmethod
-    def from_metadata(cls, metadata: JSON, config: JSON) -> ModelSpec:
+    def from_metadata(
+        cls, metadata: JSON, config: JSON | None, *, max_batch_size: int | None = None
+    ) -> ModelSpec:
         """Build a spec from the server's model metadata and model config.
 
         Shapes and datatypes come from the metadata (what the server checks requests
-        against), with the batch axis removed; the rest comes from the config.
+        against), with the batch axis removed; the rest comes from the config. Without a
+        config (``None``), a leading -1 on every input and output means a batch axis with
+        no known limit. ``max_batch_size`` overrides both (0: no batch axis).
         """
-        max_batch_size = json_int(config.get("max_batch_size", 0))
+        source: SpecSource = "config" if config is not None else "metadata"
+        config = config or {}
+        if max_batch_size is not None:
+            source = "override"
+            _check_batch_axis(metadata, max_batch_size)
+        elif source == "metadata":
+            max_batch_size = NO_KNOWN_LIMIT if _leading_batch_axis(metadata) else 0
+        else:
+            max_batch_size = json_int(config.get("max_batch_size", 0))
         input_configs = {item["name"]: item for item in config.get("input", ())}
         output_configs = {item["name"]: item for item in config.get("output", ())}
         inputs = [
             _tensor_spec(item, input_configs.get(item["name"], {}), max_batch_size)
-            for item in metadata.get("inputs", ())
+            for item in metadata.get("inputs") or ()
         ]
         outputs = [
             _tensor_spec(item, output_configs.get(item["name"], {}), max_batch_size)
-            for item in metadata.get("outputs", ())
+            for item in metadata.get("outputs") or ()
         ]
         dynamic = config.get("dynamic_batching")
         policy = config.get("model_transaction_policy") or {}
         backend = str(config.get("backend") or "") or None
         return cls(
             name=str(metadata.get("name") or config.get("name") or ""),
-            versions=tuple(str(version) for version in metadata.get("versions", ())),
+            versions=tuple(str(version) for version in metadata.get("versions") or ()),
             platform=str(config.get("platform") or metadata.get("platform") or backend or ""),
             backend=backend,
             max_batch_size=max_batch_size,
@@ -172,7 +210,36 @@ class ModelSpec(Displayable):
                 str(key): str((value or {}).get("string_value", ""))
                 for key, value in (config.get("parameters") or {}).items()
             },
+            source=source,
         )
+
+
+def _shapes(metadata: JSON) -> list[tuple[str, list[Any]]]:
+    tensors = [*(metadata.get("inputs") or ()), *(metadata.get("outputs") or ())]
+    return [(str(item.get("name")), list(item.get("shape") or ())) for item in tensors]
+
+
+def _leading_batch_axis(metadata: JSON) -> bool:
+    shapes = _shapes(metadata)
+    return bool(shapes) and all(shape and json_int(shape[0]) == -1 for _, shape in shapes)
+
+
+def _check_batch_axis(metadata: JSON, max_batch_size: object) -> None:
+    if (
+        not isinstance(max_batch_size, int)
+        or isinstance(max_batch_size, bool)
+        or max_batch_size < 0
+    ):
+        raise InvalidInputError(f"max_batch_size must be 0 or more, got {max_batch_size!r}")
+    if max_batch_size == 0:
+        return
+    for name, shape in _shapes(metadata):
+        if not shape or json_int(shape[0]) != -1:
+            raise InvalidInputError(
+                f"max_batch_size={max_batch_size} needs a leading -1 (the batch axis) on every "
+                f"tensor; {name!r} has shape {shape}: use max_batch_size=0",
+                model=str(metadata.get("name") or "") or None,
+            )
 
 
 def _corrid_type(config: JSON) -> str | None:

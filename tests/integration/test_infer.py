@@ -259,6 +259,20 @@ def test_a_writable_output_goes_through_dlpack(client: Any) -> None:
     assert np.shares_memory(shared, writable)  # the consumer shares the copy, no second one
 
 
+def test_a_one_dimensional_bytes_output_splits_into_rows_as_arrays(client: Any) -> None:
+    # "upper" has no batch axis in its config; the override makes its leading -1 one, so
+    # each sample's output is a 0-d slice of a 1-D BYTES array (it was bare bytes).
+    model = client.model("upper", max_batch_size=8)
+    assert model.spec.source == "override"
+    assert model.spec.inputs["TEXT"].shape == ()
+    one = model.infer_sample(TEXT="ab")
+    assert one["UPPER"].shape == ()
+    assert one.as_strings("UPPER") == "AB"
+    rows = list(model.map([{"TEXT": "x"}, {"TEXT": "안녕"}], batch_size=2))
+    assert [str(row.as_strings("UPPER")) for row in rows] == ["X", "안녕"]
+    assert client.model("upper").spec.source == "config"
+
+
 def test_parameters_reach_the_model_and_come_back(client: Any) -> None:
     model = client.model("all_dtypes")
     parameters = {"temperature": 0.5, "top_k": 3, "greedy": True, "mode": "fast"}

@@ -15,15 +15,16 @@ import io
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import aiohttp
 
 from .._call import CallContext
 from .._compression import Compression, compress, decompress
 from .._config import Endpoint, TLSConfig
-from .._http_codec import HEADER_LENGTH, HttpCall, HttpCodec, HttpStream
-from .._ops import FetchMetrics, Op, StreamOp
+from .._http_codec import HEADER_LENGTH, HttpCall, HttpCodec, HttpStream, is_triton
+from .._ops import FetchMetrics, GetServerMetadata, Op, StreamOp
+from .._request import InferRequest
 from ._errors import closed_error, http_error
 from ._http_pool import (
     AnswerLost,
@@ -75,17 +76,20 @@ class HttpTransport:
         tls: TLSConfig | None,
         compression: Compression = None,
         max_connection_age: float | None = None,
+        binary: bool | Literal["auto"] = "auto",
     ) -> None:
         self.endpoint = endpoint
         self._url = str(endpoint)
         self._tls = tls
         self._compression = compression
-        self._codec = HttpCodec(endpoint.base_path)
+        self._codec = HttpCodec(endpoint.base_path, None if binary == "auto" else binary)
         self._pool = ConnectionPool(endpoint, tls, max_age=max_connection_age)
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, FetchMetrics):
             return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
+        if self._codec.binary is None and isinstance(op, InferRequest):
+            self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
         call = self._codec.encode(op)
         body, size = body_of(call.body)
         headers = {**ctx.headers, **call.headers}
@@ -152,6 +156,7 @@ class AsyncHttpTransport:
         tls: TLSConfig | None,
         compression: Compression = None,
         max_connection_age: float | None = None,
+        binary: bool | Literal["auto"] = "auto",
     ) -> None:
         self.endpoint = endpoint
         self._url = str(endpoint)
@@ -162,7 +167,7 @@ class AsyncHttpTransport:
         self._retired: set[aiohttp.ClientSession] = set()
         self._busy: dict[aiohttp.ClientSession, int] = {}
         self._closing: set[asyncio.Task[None]] = set()
-        self._codec = HttpCodec(endpoint.base_path)
+        self._codec = HttpCodec(endpoint.base_path, None if binary == "auto" else binary)
         self._tls = tls
         self._compression = compression
         self._origin = f"{'https' if endpoint.tls else 'http'}://{endpoint.authority}"
@@ -248,6 +253,8 @@ class AsyncHttpTransport:
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, FetchMetrics):
             return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
+        if self._codec.binary is None and isinstance(op, InferRequest):
+            self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
         call = self._codec.encode(op)
         timeout = aiohttp.ClientTimeout(total=ctx.timeout)
         try:

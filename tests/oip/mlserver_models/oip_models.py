@@ -1,0 +1,49 @@
+"""Small MLServer models for the Open Inference Protocol tests (run inside MLServer).
+
+add_sub: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (FP32, a batch of rows of 4);
+upper: TEXT upper-cased (BYTES, a batch of strings); vector: Y = 2 * X for one fixed
+vector of 3 (no batch axis).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mlserver import MLModel
+from mlserver.codecs import NumpyCodec, StringCodec
+from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
+
+
+def _inputs(payload: InferenceRequest) -> dict[str, np.ndarray]:
+    return {item.name: NumpyCodec.decode_input(item) for item in payload.inputs}
+
+
+def _output(name: str, array: np.ndarray) -> ResponseOutput:
+    """An output of exactly the array's shape (MLServer's codecs add a trailing axis)."""
+    if array.dtype == np.object_:
+        data = [item.decode() if isinstance(item, bytes) else str(item) for item in array.flat]
+        return ResponseOutput(name=name, shape=list(array.shape), datatype="BYTES", data=data)
+    return ResponseOutput(
+        name=name, shape=list(array.shape), datatype="FP32", data=array.flatten().tolist()
+    )
+
+
+class AddSub(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        given = _inputs(payload)
+        first, second = given["INPUT0"], given["INPUT1"]
+        outputs = [_output("OUTPUT0", first + second), _output("OUTPUT1", first - second)]
+        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=outputs)
+
+
+class Upper(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        upper = [text.upper() for text in StringCodec.decode_input(payload.inputs[0])]
+        output = _output("UPPER", np.array(upper, dtype=np.object_))
+        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
+
+
+class Vector(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        x = _inputs(payload)["X"].astype(np.float32).reshape(-1)
+        output = _output("Y", 2 * x)
+        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])

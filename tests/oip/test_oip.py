@@ -1,0 +1,122 @@
+"""The core surface on Open Inference Protocol servers other than Triton: real MLServer
+and KServe servers, gRPC and HTTP, blocking and asyncio (see conftest.py).
+
+The models (mlserver_models/oip_models.py, kserve_server.py): add_sub (FP32 rows of 4,
+two inputs, two outputs), upper (BYTES), vector (a fixed [3]: no batch axis).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+
+from .conftest import OIPServer
+
+
+def test_health_and_server_metadata(client: Any, server: OIPServer) -> None:
+    assert client.is_live()
+    assert client.is_ready()
+    assert client.is_model_ready("add_sub")
+    assert client.server_metadata().name == server.name
+
+
+def test_a_model_handle_from_metadata_alone(client: Any) -> None:
+    spec = client.model("add_sub").spec
+    assert spec.source == "metadata"
+    assert spec.batched
+    assert not spec.batch_limit_known  # a leading -1 everywhere: batched, no known limit
+    assert spec.inputs["INPUT0"].shape == (4,)
+    assert set(spec.outputs) == {"OUTPUT0", "OUTPUT1"}
+    vector = client.model("vector").spec
+    assert not vector.batched  # a fixed shape: no batch axis
+    assert vector.inputs["X"].shape == (3,)
+
+
+def test_infer_two_inputs_two_outputs(client: Any) -> None:
+    first = np.arange(8, dtype=np.float32).reshape(2, 4)
+    result = client.model("add_sub").infer(INPUT0=first, INPUT1=np.ones((2, 4), np.float32))
+    assert np.array_equal(result["OUTPUT0"], first + 1)
+    assert np.array_equal(result["OUTPUT1"], first - 1)
+    assert result["OUTPUT0"].dtype == np.float32
+
+
+def test_infer_sample_adds_and_removes_the_batch_axis(client: Any) -> None:
+    result = client.model("add_sub").infer_sample(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    assert result["OUTPUT0"].tolist() == [2, 3, 4, 5]
+
+
+def test_bytes_and_as_strings(client: Any) -> None:
+    model = client.model("upper")
+    assert model.infer(TEXT=["abc", "안녕"]).as_strings("UPPER").tolist() == ["ABC", "안녕"]
+    one = model.infer_sample(TEXT="hello")
+    assert one.as_strings("UPPER") == "HELLO"  # a 0-d array, not bare bytes
+
+
+def test_map_batches_and_keeps_order(client: Any) -> None:
+    samples = [{"TEXT": f"s{i}"} for i in range(10)]
+    results = list(client.model("upper").map(samples, batch_size=4))
+    assert [str(result.as_strings("UPPER")) for result in results] == [f"S{i}" for i in range(10)]
+
+
+def test_a_model_without_a_batch_axis(client: Any) -> None:
+    assert client.model("vector").infer(X=[1, 2, 3])["Y"].tolist() == [2, 4, 6]
+
+
+def test_max_batch_size_overrides_the_spec(client: Any) -> None:
+    unbatched = client.model("add_sub", max_batch_size=0)
+    assert unbatched.spec.source == "override"
+    assert not unbatched.spec.batched
+    assert unbatched.spec.inputs["INPUT0"].shape == (-1, 4)
+    limited = client.model("upper", max_batch_size=2)
+    assert limited.spec.max_batch_size == 2
+    result = limited.infer(TEXT=["a", "b", "c", "d", "e"])  # split into 2 + 2 + 1, joined
+    assert result.as_strings("UPPER").tolist() == ["A", "B", "C", "D", "E"]
+    with pytest.raises(ts.InvalidInputError, match="leading -1"):
+        client.model("vector", max_batch_size=4)
+
+
+def test_an_unknown_model_is_model_not_found(client: Any) -> None:
+    with pytest.raises(ts.ModelNotFoundError):
+        client.model("no_such_model")
+    assert not client.is_model_ready("no_such_model")
+
+
+def test_bad_input_is_refused_before_sending(client: Any) -> None:
+    with pytest.raises(ts.InvalidInputError, match="INPUT0"):
+        client.model("add_sub").infer(INPUT0=np.ones((2, 3), np.float32), INPUT1=[[1] * 4] * 2)
+
+
+def test_what_the_server_lacks_is_unsupported(client: Any, server: OIPServer) -> None:
+    with pytest.raises(ts.UnsupportedError, match="does not support model_statistics") as caught:
+        client.model_statistics("add_sub")
+    assert client.url in str(caught.value)  # the server is named
+    with pytest.raises(ts.UnsupportedError, match="does not support trace_settings"):
+        client.trace_settings()
+    if server.name == "kserve":
+        with pytest.raises(ts.UnsupportedError, match="does not support models"):
+            client.models()
+    else:  # MLServer has the repository index
+        assert "add_sub" in {status.name for status in client.models()}
+
+
+def test_large_tensors_go_over_sockets(client: Any) -> None:
+    # shared_memory="auto" finds the server cannot map this host's memory: sockets.
+    rows = np.random.default_rng(0).random((40_000, 4), dtype=np.float32)  # 640 KiB each
+    result = client.model("add_sub").infer(INPUT0=rows, INPUT1=rows)
+    assert np.allclose(result["OUTPUT0"], 2 * rows)
+
+
+@pytest.mark.parametrize("protocol", ["http"])  # gRPC always carries raw bytes
+def test_http_tensor_encoding_is_a_choice(make_client: Any, server: OIPServer) -> None:
+    json_client = make_client(http_binary=False)
+    result = json_client.model("add_sub").infer_sample(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 0])
+    assert result["OUTPUT0"].tolist() == [1, 2, 3, 4]
+    if server.name == "mlserver":  # MLServer reads no binary tensors: the choice matters
+        with pytest.raises(ts.TritonError):
+            make_client(http_binary=True).model("add_sub").infer_sample(
+                INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 0]
+            )

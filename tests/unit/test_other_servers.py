@@ -1,0 +1,134 @@
+"""What lets the client work with Open Inference Protocol servers other than Triton,
+without a server: specs from metadata alone, their error bodies, JSON tensors over HTTP.
+The real servers are in tests/oip."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import triton_sdk as ts
+from triton_sdk import ops
+from triton_sdk._http_codec import encode_infer_json, error_from_response, is_triton
+from triton_sdk._shaping import Tensor
+from triton_sdk._spec import NO_KNOWN_LIMIT
+
+ROWS = {
+    "name": "add_sub",
+    "versions": None,  # KServe's answer
+    "platform": "",
+    "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]}],
+    "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 4]}],
+}
+FIXED = {
+    "name": "vector",
+    "versions": [],
+    "inputs": [{"name": "X", "datatype": "FP32", "shape": [3]}],
+    "outputs": [{"name": "Y", "datatype": "FP32", "shape": [-1]}],
+}
+
+
+def test_a_spec_from_metadata_alone() -> None:
+    spec = ts.ModelSpec.from_metadata(ROWS, None)
+    assert spec.versions == ()  # "versions": null is no versions
+    assert spec.source == "metadata"
+    assert spec.max_batch_size == NO_KNOWN_LIMIT
+    assert not spec.batch_limit_known
+    assert spec.inputs["INPUT0"].shape == (4,)
+    assert "batched, no known limit" in spec.describe()
+    fixed = ts.ModelSpec.from_metadata(FIXED, None)
+    assert not fixed.batched  # one tensor without a leading -1: no batch axis
+    assert fixed.outputs["Y"].shape == (-1,)
+
+
+def test_max_batch_size_overrides() -> None:
+    spec = ts.ModelSpec.from_metadata(ROWS, None, max_batch_size=8)
+    assert (spec.source, spec.max_batch_size, spec.inputs["INPUT0"].shape) == ("override", 8, (4,))
+    flat = ts.ModelSpec.from_metadata(ROWS, None, max_batch_size=0)
+    assert not flat.batched
+    assert flat.inputs["INPUT0"].shape == (-1, 4)
+    with pytest.raises(ts.InvalidInputError, match=r"'X' has shape \[3\]"):
+        ts.ModelSpec.from_metadata(FIXED, None, max_batch_size=2)
+    with pytest.raises(ts.InvalidInputError, match="0 or more"):
+        ts.ModelSpec.from_metadata(ROWS, None, max_batch_size=-1)
+
+
+def test_a_split_row_of_a_one_dimensional_bytes_output_is_an_array() -> None:
+    result = ts.InferResult(
+        {"S": np.array([b"a", b"b"], dtype=object)},
+        datatypes={"S": "BYTES"},
+        model_name="m",
+        model_version="1",
+    )
+    rows = result.split_rows(2)
+    assert [row.as_strings("S") for row in rows] == ["a", "b"]
+    assert rows[0]["S"].shape == ()
+    assert result.without_batch_axis().as_strings("S") == "a"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind", "message"),
+    [
+        (404, {"error": "Model iris with version 2 not found"}, ts.ModelNotFoundError, "iris"),
+        (404, {"error": "Model with name iris does not exist."}, ts.ModelNotFoundError, "iris"),
+        (404, {"detail": "Not Found"}, ts.UnsupportedError, "Not Found"),
+        (400, {"detail": "Unknown model: x"}, ts.ModelNotFoundError, "Unknown model: x"),
+        (
+            422,
+            {"detail": [{"loc": ["body", "inputs", 0, "data"], "msg": "Field required"}]},
+            ts.InferenceError,
+            "body.inputs.0.data: Field required",
+        ),
+    ],
+)
+def test_error_bodies_of_other_servers(
+    status: int, body: object, kind: type[ts.TritonError], message: str
+) -> None:
+    error = error_from_response(status, json.dumps(body).encode())
+    assert type(error) is kind
+    assert message in str(error)
+    assert "detail" not in str(error)  # unwrapped, not shown raw
+
+
+def request(*tensors: Tensor, **fields: object) -> ops.InferRequest:
+    return ops.InferRequest(model="m", version="", inputs=list(tensors), **fields)  # type: ignore[arg-type]
+
+
+def test_tensors_as_json_data() -> None:
+    body = json.loads(
+        encode_infer_json(
+            request(
+                Tensor("T", "BYTES", np.array([[b"a"], ["안녕".encode()]], dtype=object)),
+                Tensor("X", "FP32", np.array([[1.5, 2.0]], dtype=np.float32)),
+                Tensor("B", "BOOL", np.array([True, False])),
+                request_id="r1",
+            )
+        )
+    )
+    assert body == {
+        "id": "r1",
+        "inputs": [
+            {"name": "T", "shape": [2, 1], "datatype": "BYTES", "data": ["a", "안녕"]},
+            {"name": "X", "shape": [1, 2], "datatype": "FP32", "data": [1.5, 2.0]},
+            {"name": "B", "shape": [2], "datatype": "BOOL", "data": [True, False]},
+        ],
+    }
+
+
+def test_bytes_that_are_not_utf8_cannot_travel_as_json() -> None:
+    with pytest.raises(ts.InvalidInputError, match="http_binary=True"):
+        encode_infer_json(request(Tensor("T", "BYTES", np.array([b"\xff"], dtype=object))))
+
+
+def test_only_triton_is_sent_binary_tensors() -> None:
+    assert is_triton({"name": "triton", "version": "2.51.0"})
+    assert not is_triton({"name": "mlserver", "version": "1.7.1"})
+    assert not is_triton({"name": "kserve"})
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_http_binary_takes_three_values(value: object) -> None:
+    with pytest.raises(ts.InvalidInputError, match="http_binary"):
+        ts.Client("http://localhost:8000", http_binary=value)  # type: ignore[arg-type]
