@@ -1537,7 +1537,7 @@ class AsyncChatCompletions:
             url, options_ = target
             body = chat_body(model, messages, options, stream=stream, tools=tools)
             if stream:
-                events = apost_events(url, body, **_openai_call(options_, model))
+                events = await apost_events(url, body, **_openai_call(options_, model))
                 return AsyncResponseStream(_parsed(events, ChatCompletionChunk.from_openai_dict))
             answer = await apost_json(url, body, **_openai_call(options_, model))
             return ChatCompletion.from_openai_dict(answer)
@@ -1603,7 +1603,7 @@ class AsyncCompletions:
             url, options_ = target
             body = completion_body(model, prompt, options, stream=stream)
             if stream:
-                events = apost_events(url, body, **_openai_call(options_, model))
+                events = await apost_events(url, body, **_openai_call(options_, model))
                 return AsyncResponseStream(_parsed(events, CompletionChunk.from_openai_dict))
             answer = await apost_json(url, body, **_openai_call(options_, model))
             return Completion.from_openai_dict(answer)

@@ -311,8 +311,8 @@ class ModelCore:
         if given is not None:
             return load_chat_template(given)
         source = self.spec.parameters.get("chat_template")
-        if source:
-            return load_chat_template(source, origin=f"the config of model {self.name!r}")
+        if source:  # Jinja source: a path in the config would name the server's files
+            return ChatTemplate({"default": source}, {}, f"the config of model {self.name!r}")
         raise ChatTemplateError(
             f"model {self.name!r} has no chat template, and chat never joins messages by "
             "guesswork: pass chat_template= (a Jinja template, or the path of a "

@@ -135,8 +135,9 @@ def load_chat_template(value: str | os.PathLike[str], origin: str | None = None)
         if (token := config.get(name)) is not None
     }
     source = config.get("chat_template")
-    if source is None and (path.parent / "chat_template.jinja").is_file():
-        source = (path.parent / "chat_template.jinja").read_text(encoding="utf-8")
+    beside = path.parent / "chat_template.jinja"
+    if beside.is_file():  # as transformers loads it: the file wins over the config's
+        source = beside.read_text(encoding="utf-8")
     if source is None:
         raise ChatTemplateError(
             f"{path} has no chat_template (nor a chat_template.jinja beside it)"

@@ -200,6 +200,14 @@ VLLM_ONLY = frozenset(
         "length_penalty",
         "best_of",
         "logprobs",
+        "prompt_logprobs",
+        "logit_bias",
+        "bad_words",
+        "allowed_token_ids",
+        "truncate_prompt_tokens",
+        "guided_decoding",
+        "structured_outputs",
+        "lora_name",  # Triton's vLLM backend reads it to pick a LoRA adapter
     }
 )
 
@@ -297,6 +305,13 @@ class TensorRTLLM(LLMAdapter):
 
     def check(self, options: Mapping[str, SamplingValue]) -> None:
         super().check(options)
+        beams = options.get("beam_width", 1)
+        if isinstance(beams, int) and beams > 1:
+            raise UnsupportedError(
+                f"model {self.spec.name!r}: beam_width={beams} returns every beam; chat and "
+                "complete take one (use model.generate for beams)",
+                model=self.spec.name,
+            )
         if "max_tokens" not in options:
             raise InvalidInputError(
                 f"model {self.spec.name!r} ({self.family}) needs max_tokens", model=self.spec.name
@@ -490,8 +505,9 @@ def custom(
         prompt: the BYTES input that takes the prompt.
         text: the BYTES output that holds the answer (or, streaming, each new piece).
         stream: a BOOL input that turns streaming on, if the model has one.
-        finish_reason: an output holding ``"stop"``/``"length"``, if any; otherwise a choice
-            that reached ``max_tokens`` tokens finished for ``"length"``.
+        finish_reason: an output holding ``"stop"``/``"length"``, if any. Without it, a
+            choice finished for ``"length"`` when ``completion_tokens`` shows it reached
+            ``max_tokens``, and for ``"stop"`` otherwise.
         prompt_tokens: an output with the prompt's token count, if any.
         completion_tokens: an output with the generated token count (per response when
             streaming), if any.
@@ -694,12 +710,14 @@ class StreamAssembler(Generic[T]):
                 continue
             text = given
             if self._call.adapter.cumulative:
-                seen = self._seen[choice]
-                text = given[len(seen) :] if given.startswith(seen) else given
-                self._seen[choice] = given
+                text = self._new_text(choice, given, final=finish is not None)
             if self._echo[choice]:
-                cut = min(len(self._echo[choice]), len(text))
-                text, self._echo[choice] = text[cut:], self._echo[choice][cut:]
+                echo = self._echo[choice]
+                cut = min(len(echo), len(text))
+                if text[:cut] == echo[:cut]:
+                    text, self._echo[choice] = text[cut:], echo[cut:]
+                else:  # not the prompt after all: nothing more to cut
+                    self._echo[choice] = ""
             if count is not None:
                 self._tokens[choice] = (self._tokens[choice] or 0) + count
             if finish is not None:
@@ -707,6 +725,18 @@ class StreamAssembler(Generic[T]):
             if text or finish is not None:
                 chunks.append(self._chunk(choice, text, finish))
         return chunks
+
+    def _new_text(self, choice: int, whole: str, *, final: bool) -> str:
+        """The part of a cumulative text not sent yet. A detokenizer may rewrite its last
+        characters (a half-decoded character is U+FFFD until its bytes are complete), so
+        what is sent stops before a trailing U+FFFD, and text that changed is not resent."""
+        if not final:
+            whole = whole.rstrip("\ufffd")
+        sent = self._seen[choice]
+        if not whole.startswith(sent):
+            return ""  # rewritten behind what was sent: nothing new to add yet
+        self._seen[choice] = whole
+        return whole[len(sent) :]
 
     def finish(self) -> list[T]:
         """The chunks after the last response: finish reasons not given yet, and usage."""

@@ -8,7 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ._chat_template import Message
-from ._errors import InferenceError, ModelNotFoundError, TritonError, classify_message
+from ._errors import (
+    InferenceError,
+    InvalidInputError,
+    ModelNotFoundError,
+    TritonError,
+    classify_message,
+)
 from ._llm import SamplingValue
 
 __all__ = ["Route", "chat_body", "check_route", "completion_body", "error_from_body", "event_error"]
@@ -23,7 +29,9 @@ ROUTES = ("auto", "native", "openai")
 
 def check_route(route: str) -> Route:
     if route not in ROUTES:
-        raise ValueError(f"route must be one of {', '.join(map(repr, ROUTES))}, got {route!r}")
+        raise InvalidInputError(
+            f"route must be one of {', '.join(map(repr, ROUTES))}, got {route!r}"
+        )
     return route  # type: ignore[return-value]
 
 

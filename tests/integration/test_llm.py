@@ -10,6 +10,7 @@ serves the shapes of Triton's OpenAI-compatible frontend over the same server.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Iterator
@@ -188,6 +189,33 @@ def test_breaking_out_of_a_stream_cancels_the_request(client: Any, protocol: str
     assert time.monotonic() - started < 5
 
 
+def test_a_plain_break_cancels_the_request(url: str) -> None:
+    # No close(): the loop drops the stream, and with it the request.
+    with ts.Client(url) as client:
+        model = client.model("llm_vllm")
+        for chunk in model.chat_stream(MESSAGES, max_tokens=2000, chat_template="{{ 'forever' }}"):
+            if chunk.text:
+                break
+        started = time.monotonic()
+        assert model.complete(STORY, max_tokens=2, timeout=5).finish_reason == "length"
+        assert time.monotonic() - started < 5
+
+
+def test_leaving_async_with_cancels_the_request(url: str) -> None:
+    async def main() -> float:
+        async with ts.AsyncClient(url) as client:
+            model = await client.model("llm_vllm")
+            async with model.complete_stream("forever", max_tokens=2000) as stream:
+                async for chunk in stream:
+                    if chunk.text:
+                        break
+            started = time.monotonic()
+            await model.complete(STORY, max_tokens=2, timeout=5)
+            return time.monotonic() - started
+
+    assert asyncio.run(main()) < 5
+
+
 def test_an_error_mid_stream_is_raised_during_the_iteration(client: Any) -> None:
     stream = client.model("llm_vllm").complete_stream("please explode", max_tokens=16)
     assert next(stream).text.startswith("P")  # the text before the failure came
@@ -336,6 +364,8 @@ def test_the_openai_route_raises_the_same_errors(make_client: Any, standin: Open
     client = make_client(openai_url=standin.url, route="openai")
     with pytest.raises(ts.ModelNotFoundError, match="Unknown model: nope"):
         client.chat.completions.create(model="nope", messages=MESSAGES)
+    with pytest.raises(ts.ModelNotFoundError):  # a stream's refusal comes at once too
+        client.chat.completions.create(model="nope", messages=MESSAGES, stream=True)
     with pytest.raises(ts.InferenceError, match=r"n=1\) is currently supported") as caught:
         client.chat.completions.create(model="llm_vllm", messages=MESSAGES, n=2)
     assert caught.value.status == 400

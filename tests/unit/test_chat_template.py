@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tokenizers
+import transformers
 
 from triton_sdk.llm import ChatTemplateError, load_chat_template
-
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 
@@ -173,3 +172,12 @@ def test_bad_templates_say_why(value: str, message: str) -> None:
 def test_no_messages_is_refused() -> None:
     with pytest.raises(ChatTemplateError, match="at least one message"):
         load_chat_template("{{ messages }}").render([])
+
+
+def test_a_chat_template_jinja_beside_the_config_wins(tmp_path: Path) -> None:
+    directory = tokenizer_directory(tmp_path, "OLD {{ messages[0].content }}", bos_as_object=False)
+    (directory / "chat_template.jinja").write_text("NEW {{ messages[0].content }}")
+    messages = [{"role": "user", "content": "hi"}]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+    expected = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert load_chat_template(directory).render(messages) == expected == "NEW hi"

@@ -149,6 +149,14 @@ def test_a_cumulative_stream_becomes_deltas() -> None:
     ]
     chunks = stream(call, events)
     assert [chunk.text for chunk in chunks] == ["", "Hel", "lo", "!"]
+    # A half-decoded character (U+FFFD until its bytes are complete) is held back.
+    call = LLMCall.plan(TensorRTLLMAPI(LLMAPI), "p", {}, stream=True, prefix="cmpl")
+    events = [
+        {"text_output": "caf", "finish_reason": "None"},
+        {"text_output": "caf\ufffd", "finish_reason": "None"},
+        {"text_output": "café!", "finish_reason": "stop"},
+    ]
+    assert "".join(chunk.text for chunk in stream(call, events, chat=False)) == "café!"
     assert chunks[0].choices[0].delta.role == "assistant"
     assert [chunk.finish_reason for chunk in chunks] == [None, None, None, "stop"]
 
@@ -230,3 +238,25 @@ def test_results_round_trip_through_openai_json() -> None:
         "completion_tokens": 2,
         "total_tokens": 3,
     }
+
+
+def test_a_custom_echo_is_cut_only_while_it_matches() -> None:
+    schema = custom(prompt="text_input", text="text_output", echoes_prompt=True)
+    call = LLMCall.plan(adapter_for(WORDS, schema), "Hi you", {}, stream=True, prefix="cmpl")
+    events = [{"text_output": "Hi "}, {"text_output": "you, friend"}]
+    assert "".join(chunk.text for chunk in stream(call, events, chat=False)) == ", friend"
+    call = LLMCall.plan(adapter_for(WORDS, schema), "Hello world", {}, stream=True, prefix="cmpl")
+    events = [{"text_output": "hello world, friend"}]
+    chunks = stream(call, events, chat=False)
+    assert "".join(chunk.text for chunk in chunks) == "hello world, friend"
+    assert call.completion(events).text == "hello world, friend"
+
+
+def test_beams_are_refused() -> None:
+    spec = model(
+        "trt",
+        {"text_input": "BYTES", "max_tokens": "INT32", "beam_width": "INT32", "end_id": "INT32"},
+        {"text_output": "BYTES"},
+    )
+    with pytest.raises(ts.UnsupportedError, match="beam_width=2"):
+        TensorRTLLM(spec).check({"max_tokens": 4, "beam_width": 2})

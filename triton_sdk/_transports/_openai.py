@@ -46,18 +46,47 @@ def _headers(headers: Mapping[str, str] | None, stream: bool) -> dict[str, str]:
     return {"Content-Type": "application/json", "Accept": accept, **(headers or {})}
 
 
-def _event(line: bytes, model: str | None) -> JSONObject | None:
-    """The JSON object of one ``data:`` line; None for other lines and ``[DONE]``."""
+def _json(data: bytes, url: str, model: str | None) -> JSONObject:
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise InferenceError(
+            f"the OpenAI-compatible frontend at {url} sent something that is not JSON: "
+            f"{data[:120]!r}",
+            model=model,
+        ) from exc
+    if not isinstance(value, dict):
+        raise InferenceError(f"the frontend at {url} sent {value!r}, not an object", model=model)
+    return value
+
+
+def _event(line: bytes, url: str, model: str | None) -> JSONObject | None:
+    """The JSON object of one ``data:`` line; None for other lines."""
     if not line.startswith(b"data:"):
         return None
-    data = line[5:].strip()
-    if data == b"[DONE]":
-        return None
-    event: JSONObject = json.loads(data)
+    event = _json(line[5:].strip(), url, model)
     error = event_error(event, model)
     if error is not None:
         raise error
     return event
+
+
+def _done(line: bytes) -> bool:
+    return line.strip() == b"data: [DONE]"
+
+
+def _cut_short(url: str, model: str | None) -> TritonError:
+    # The frontend sends no error event: when the model fails mid-stream it drops the
+    # connection before "data: [DONE]".
+    return InferenceError(
+        f"the OpenAI-compatible frontend at {url} ended the stream before [DONE]: the "
+        "request failed on the server (its log says why)",
+        model=model,
+        may_have_run=True,
+    )
+
+
+# Blocking
 
 
 def _open(
@@ -72,13 +101,14 @@ def _open(
     try:
         connection.request("POST", path, json.dumps(body).encode(), _headers(headers, stream))
         response = connection.getresponse()
+        if response.status >= 400:
+            raise error_from_body(response.status, response.read(), url, model)
     except (OSError, http.client.HTTPException) as exc:
         connection.close()
         raise _failure(exc, url, model, timeout) from exc
-    if response.status >= 400:
-        raw = response.read()
+    except TritonError:
         connection.close()
-        raise error_from_body(response.status, raw, url, model)
+        raise
     return connection, response
 
 
@@ -92,12 +122,12 @@ def post_json(
 ) -> JSONObject:
     connection, response = _open(url, body, timeout, headers, False, model)
     try:
-        answer: JSONObject = json.loads(response.read())
+        raw = response.read()
     except (OSError, http.client.HTTPException) as exc:
         raise _failure(exc, url, model, timeout) from exc
     finally:
         connection.close()
-    return answer
+    return _json(raw, url, model)
 
 
 def post_events(
@@ -108,14 +138,24 @@ def post_events(
     headers: Mapping[str, str] | None,
     model: str | None,
 ) -> Iterator[JSONObject]:
-    """The stream's events; closing the iterator closes the connection (the server then
-    cancels the request)."""
+    """Send the request now (its errors are raised here), and return its events; closing
+    them closes the connection, which cancels the request on the server."""
     connection, response = _open(url, body, timeout, headers, True, model)
+    return _events(connection, response, url, model, timeout)
+
+
+def _events(
+    connection: http.client.HTTPConnection,
+    response: http.client.HTTPResponse,
+    url: str,
+    model: str | None,
+    timeout: float | None,
+) -> Iterator[JSONObject]:
     try:
         while line := response.readline():
-            if line.strip() == b"data: [DONE]":
+            if _done(line):
                 return
-            event = _event(line, model)
+            event = _event(line, url, model)
             if event is not None:
                 yield event
     except http.client.IncompleteRead as exc:
@@ -127,45 +167,7 @@ def post_events(
     raise _cut_short(url, model)
 
 
-async def _aopen(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: JSONObject,
-    headers: Mapping[str, str] | None,
-    stream: bool,
-    model: str | None,
-) -> aiohttp.ClientResponse:
-    response = await session.post(
-        url, data=json.dumps(body).encode(), headers=_headers(headers, stream)
-    )
-    if response.status >= 400:
-        raw = await response.read()
-        response.release()
-        raise error_from_body(response.status, raw, url, model)
-    return response
-
-
-def _cut_short(url: str, model: str | None) -> TritonError:
-    # The frontend sends no error event: when the model fails mid-stream it drops the
-    # connection before "data: [DONE]".
-    return InferenceError(
-        f"the OpenAI-compatible frontend at {url} ended the stream before [DONE]: the "
-        "request failed on the server (its log says why)",
-        model=model,
-        may_have_run=True,
-    )
-
-
-def _payload_error() -> type[Exception]:
-    import aiohttp
-
-    return aiohttp.ClientPayloadError
-
-
-def _client_error() -> type[Exception]:
-    import aiohttp
-
-    return aiohttp.ClientError
+# asyncio
 
 
 def _session(timeout: float | None) -> aiohttp.ClientSession:
@@ -173,10 +175,42 @@ def _session(timeout: float | None) -> aiohttp.ClientSession:
 
     # No Accept-Encoding: a compressed stream would arrive in bursts.
     return aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout),
+        timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout),
         auto_decompress=False,
         skip_auto_headers=("Accept-Encoding",),
     )
+
+
+def _aiohttp_failures() -> tuple[type[BaseException], ...]:
+    import aiohttp
+
+    return (OSError, aiohttp.ClientError, TimeoutError)
+
+
+async def _aopen(
+    url: str,
+    body: JSONObject,
+    timeout: float | None,
+    headers: Mapping[str, str] | None,
+    stream: bool,
+    model: str | None,
+) -> tuple[aiohttp.ClientSession, aiohttp.ClientResponse]:
+    session = _session(timeout)
+    try:
+        response = await session.post(
+            url, data=json.dumps(body).encode(), headers=_headers(headers, stream)
+        )
+        if response.status >= 400:
+            raw = await response.read()
+            response.release()
+            raise error_from_body(response.status, raw, url, model)
+    except TritonError:
+        await session.close()
+        raise
+    except _aiohttp_failures() as exc:
+        await session.close()
+        raise _failure(exc, url, model, timeout) from exc
+    return session, response
 
 
 async def apost_json(
@@ -187,15 +221,15 @@ async def apost_json(
     headers: Mapping[str, str] | None,
     model: str | None,
 ) -> JSONObject:
+    session, response = await _aopen(url, body, timeout, headers, False, model)
     try:
-        async with _session(timeout) as session:
-            response = await _aopen(session, url, body, headers, False, model)
-            answer: JSONObject = json.loads(await response.read())
-            return answer
-    except TritonError:
-        raise
-    except (OSError, _client_error(), TimeoutError) as exc:
+        raw = await response.read()
+    except _aiohttp_failures() as exc:
         raise _failure(exc, url, model, timeout) from exc
+    finally:
+        response.release()
+        await session.close()
+    return _json(raw, url, model)
 
 
 async def apost_events(
@@ -206,20 +240,33 @@ async def apost_events(
     headers: Mapping[str, str] | None,
     model: str | None,
 ) -> AsyncIterator[JSONObject]:
+    """Send the request now (its errors are raised here), and return its events; closing
+    them closes the connection, which cancels the request on the server."""
+    session, response = await _aopen(url, body, timeout, headers, True, model)
+    return _aevents(session, response, url, model, timeout)
+
+
+async def _aevents(
+    session: aiohttp.ClientSession,
+    response: aiohttp.ClientResponse,
+    url: str,
+    model: str | None,
+    timeout: float | None,
+) -> AsyncIterator[JSONObject]:
+    import aiohttp
+
     try:
-        async with _session(timeout) as session:
-            response = await _aopen(session, url, body, headers, True, model)
-            async with response:
-                async for line in response.content:
-                    if line.strip() == b"data: [DONE]":
-                        return
-                    event = _event(line, model)
-                    if event is not None:
-                        yield event
-    except TritonError:
-        raise
-    except _payload_error() as exc:
+        async for line in response.content:
+            if _done(line):
+                return
+            event = _event(line, url, model)
+            if event is not None:
+                yield event
+    except aiohttp.ClientPayloadError as exc:
         raise _cut_short(url, model) from exc
-    except (OSError, _client_error(), TimeoutError) as exc:
+    except _aiohttp_failures() as exc:
         raise _failure(exc, url, model, timeout) from exc
+    finally:
+        response.release()
+        await session.close()
     raise _cut_short(url, model)
