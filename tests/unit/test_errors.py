@@ -93,7 +93,7 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         (400, SHAPE, ts.InferenceError, False),
         ("INTERNAL", MODEL_FAILED, ts.InferenceError, False),
         (500, MODEL_FAILED, ts.InferenceError, False),
-        ("UNIMPLEMENTED", "unsupported", ts.InferenceError, False),
+        ("UNIMPLEMENTED", "Method not found!", ts.UnsupportedError, False),
     ],
 )
 def test_classify_status(
