@@ -421,12 +421,26 @@ class Client:
             failures = [error]
         attempts = 1
 
+        last = failures[0]
+
         def again() -> T:
-            nonlocal attempts
+            nonlocal attempts, last
             if failures:
                 raise failures.pop()
             attempts += 1
-            return self._send(op, options.context(op, attempts))
+            try:
+                ctx: CallContext | None = options.context(op, attempts)
+            except TritonTimeoutError:
+                ctx = None
+            if ctx is None:
+                # The backoff overslept the deadline: the call ends on its last failure.
+                stop.hit_deadline = True
+                raise last
+            try:
+                return self._send(op, ctx)
+            except TritonError as error:
+                last = error
+                raise
 
         stop = StopAt(policy, options.deadline_at, self._retry_bucket)
         what = op.call if op.model is None else f"{op.call} {op.model!r}"

@@ -294,6 +294,29 @@ async def test_deadline_bounds_the_whole_call(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_a_backoff_that_oversleeps_the_deadline_ends_on_the_last_failure(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stop rule let a retry start, but the sleep ran past the deadline: the call
+    # still ends as a timeout caused by the last failure, naming the request.
+    attempts = iter(range(100))
+
+    def late_second_attempt(timeout: float | None, deadline_at: float | None, now: float) -> float:
+        if next(attempts) >= 1:
+            raise ts.TritonTimeoutError("the retry deadline passed before the next attempt")
+        return 1.0
+
+    monkeypatch.setattr("triton_sdk._call.attempt_timeout", late_second_attempt)
+    attempt = FakeAttempt(unavailable)
+    with pytest.raises(ts.TritonTimeoutError) as info:
+        await run(mode, attempt, policy=deadline_policy())
+    assert attempt.calls == 1
+    assert info.value.__cause__ is attempt.raised[-1]
+    assert info.value.model == "m"
+    assert "connection refused" in str(info.value)
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_deadline_cuts_each_attempt_timeout(mode: str) -> None:
     attempt = FakeAttempt(unavailable, sleep=0.005)
     with pytest.raises(ts.TritonTimeoutError):
