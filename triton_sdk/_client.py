@@ -699,7 +699,7 @@ class Client:
         if self._has_config:
             try:
                 config = self._run(GetModelConfig(name, version), options)
-            except (UnsupportedError, ModelNotFoundError) as error:
+            except UnsupportedError as error:
                 # The model exists (its metadata came): the server has no config endpoint.
                 if error.status is None:
                     raise

@@ -140,14 +140,11 @@ class SequenceLostError(TritonConnectionError):
 # (UNAVAILABLE is "server down", "queue full", "TLS failed" and "restricted endpoint"),
 # so the message decides.
 _NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready")
-_NOT_FOUND_HINTS = (
-    "unknown model",
-    "is not found",
-    "is not available",
-    # MLServer: "Model iris with version 2 not found"; KServe: "Model with name iris does
-    # not exist." (both with "model" in the message, which the callers check).
-    " not found",
-    "does not exist",
+_NOT_FOUND_HINTS = ("unknown model", "is not found", "is not available")
+# MLServer's "Model iris with version 2 not found" / "Model iris not found", and KServe's
+# "Model with name iris does not exist.", anchored so that other "not found"s stay apart.
+_OTHER_SERVERS_NOT_FOUND = re.compile(
+    r"^model \S+ (with version \S* ?)?not found|^model with name \S+ does not exist"
 )
 _QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
 # gRPC's own phrases: a bare "tls" or "ssl" could be part of a host name.
@@ -195,12 +192,12 @@ def classify_status(
 def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool]:
     grpc_code = status if isinstance(status, str) else None
     http_status = status if isinstance(status, int) else None
-    if grpc_code == "UNIMPLEMENTED":
-        return UnsupportedError, False
+    if grpc_code == "UNIMPLEMENTED" and "method not found" in lowered:
+        return UnsupportedError, False  # grpc's answer for an RPC the server does not have
     if grpc_code == "NOT_FOUND" or http_status == 404:
         if _has(lowered, _NOT_READY_HINTS):
             return ModelNotReadyError, False
-        if "model" in lowered and _has(lowered, _NOT_FOUND_HINTS):
+        if _has(lowered, _NOT_FOUND_HINTS) or _OTHER_SERVERS_NOT_FOUND.search(lowered):
             return ModelNotFoundError, False
         return InferenceError, False
     # Statistics and trace settings answer an unknown model with INVALID_ARGUMENT / 400.

@@ -236,7 +236,12 @@ def encode_infer_json(request: InferRequest) -> bytes:
     parameters = _parameters(request)
     if parameters:
         body["parameters"] = parameters
-    return json.dumps(body, separators=(",", ":")).encode()
+    try:
+        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError as exc:
+        raise InvalidInputError(
+            "NaN and infinite values cannot travel as JSON: use a gRPC client or http_binary=True"
+        ) from exc
 
 
 def _json_data(name: str, datatype: str, array: Any) -> list[Any]:

@@ -7,9 +7,11 @@ Without them these tests are not collected (the other sessions do not install th
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -52,31 +54,44 @@ class OIPServer:
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> OIPServer:
-        log = open(self._popen.pop("log"), "wb")
-        self._process = subprocess.Popen(
-            self._command, stdout=log, stderr=subprocess.STDOUT, **self._popen
-        )
-        log.close()
-        deadline = time.monotonic() + 120
+        with open(self._popen.pop("log"), "wb") as log:
+            # A session of its own: stopping it stops whatever workers it started.
+            self._process = subprocess.Popen(
+                self._command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **self._popen,
+            )
+        try:
+            self._wait_ready(time.monotonic() + 120)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_ready(self, deadline: float) -> None:
+        assert self._process is not None
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self._process.returncode}")
             try:
                 with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2):
-                    return self
-            except OSError:
+                    return
+            except (OSError, http.client.HTTPException):
                 time.sleep(0.3)
-        self.__exit__(None, None, None)
         raise RuntimeError(f"{self.name} was not ready in 120 s")
 
     def __exit__(self, *exc: object) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(15)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 @pytest.fixture(scope="session")

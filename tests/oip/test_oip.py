@@ -96,6 +96,8 @@ def test_what_the_server_lacks_is_unsupported(client: Any, server: OIPServer) ->
     assert client.url in str(caught.value)  # the server is named
     with pytest.raises(ts.UnsupportedError, match="does not support trace_settings"):
         client.trace_settings()
+    with pytest.raises(ts.UnsupportedError, match="does not support log_settings"):
+        client.log_settings()
     if server.name == "kserve":
         with pytest.raises(ts.UnsupportedError, match="does not support models"):
             client.models()
@@ -115,8 +117,10 @@ def test_http_tensor_encoding_is_a_choice(make_client: Any, server: OIPServer) -
     json_client = make_client(http_binary=False)
     result = json_client.model("add_sub").infer_sample(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 0])
     assert result["OUTPUT0"].tolist() == [1, 2, 3, 4]
+    binary = make_client(http_binary=True).model("add_sub")
     if server.name == "mlserver":  # MLServer reads no binary tensors: the choice matters
         with pytest.raises(ts.TritonError):
-            make_client(http_binary=True).model("add_sub").infer_sample(
-                INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 0]
-            )
+            binary.infer_sample(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 0])
+    else:  # KServe reads both
+        result = binary.infer_sample(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 0])
+        assert result["OUTPUT0"].tolist() == [1, 2, 3, 4]

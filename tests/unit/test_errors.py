@@ -94,6 +94,12 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         ("INTERNAL", MODEL_FAILED, ts.InferenceError, False),
         (500, MODEL_FAILED, ts.InferenceError, False),
         ("UNIMPLEMENTED", "Method not found!", ts.UnsupportedError, False),
+        (
+            "UNIMPLEMENTED",
+            "ModelInfer RPC doesn't support decoupled models",
+            ts.InferenceError,
+            False,
+        ),
     ],
 )
 def test_classify_status(

@@ -74,6 +74,13 @@ def test_a_split_row_of_a_one_dimensional_bytes_output_is_an_array() -> None:
         (404, {"error": "Model iris with version 2 not found"}, ts.ModelNotFoundError, "iris"),
         (404, {"error": "Model with name iris does not exist."}, ts.ModelNotFoundError, "iris"),
         (404, {"detail": "Not Found"}, ts.UnsupportedError, "Not Found"),
+        (404, {"error": "Model iris not found"}, ts.ModelNotFoundError, "iris"),
+        (
+            404,
+            {"error": "failed to find the output 'y' of model 'm': not found"},
+            ts.InferenceError,  # about a tensor, not a missing model
+            "output 'y'",
+        ),
         (400, {"detail": "Unknown model: x"}, ts.ModelNotFoundError, "Unknown model: x"),
         (
             422,
@@ -132,3 +139,8 @@ def test_only_triton_is_sent_binary_tensors() -> None:
 def test_http_binary_takes_three_values(value: object) -> None:
     with pytest.raises(ts.InvalidInputError, match="http_binary"):
         ts.Client("http://localhost:8000", http_binary=value)  # type: ignore[arg-type]
+
+
+def test_nan_cannot_travel_as_json() -> None:
+    with pytest.raises(ts.InvalidInputError, match="NaN"):
+        encode_infer_json(request(Tensor("X", "FP32", np.array([np.nan], dtype=np.float32))))

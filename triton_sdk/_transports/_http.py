@@ -22,6 +22,7 @@ import aiohttp
 from .._call import CallContext
 from .._compression import Compression, compress, decompress
 from .._config import Endpoint, TLSConfig
+from .._errors import TritonError
 from .._http_codec import HEADER_LENGTH, HttpCall, HttpCodec, HttpStream, is_triton
 from .._ops import FetchMetrics, GetServerMetadata, Op, StreamOp
 from .._request import InferRequest
@@ -89,7 +90,10 @@ class HttpTransport:
         if isinstance(op, FetchMetrics):
             return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
         if self._codec.binary is None and isinstance(op, InferRequest):
-            self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
+            try:
+                self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
+            except TritonError:  # no metadata (a gateway, a restricted endpoint): as before
+                self._codec.binary = True
         call = self._codec.encode(op)
         body, size = body_of(call.body)
         headers = {**ctx.headers, **call.headers}
@@ -254,7 +258,10 @@ class AsyncHttpTransport:
         if isinstance(op, FetchMetrics):
             return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
         if self._codec.binary is None and isinstance(op, InferRequest):
-            self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
+            try:
+                self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
+            except TritonError:  # no metadata (a gateway, a restricted endpoint): as before
+                self._codec.binary = True
         call = self._codec.encode(op)
         timeout = aiohttp.ClientTimeout(total=ctx.timeout)
         try:
