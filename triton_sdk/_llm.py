@@ -96,6 +96,12 @@ def _count(value: JSONValue | None) -> int | None:
     return int(items[0]) if items else None  # type: ignore[arg-type]
 
 
+def _counts(value: JSONValue | None) -> tuple[int, ...] | None:
+    """Token counts, one per choice (None when the model sent none)."""
+    items = _items(value)
+    return tuple(int(item) for item in items) if items else None  # type: ignore[arg-type]
+
+
 class LLMAdapter(ABC):
     """How one family of LLM models is asked: which fields carry the prompt and the
     options, and where the text, finish reason and token counts come back.
@@ -109,6 +115,9 @@ class LLMAdapter(ABC):
     allows_n: ClassVar[bool] = False
     # Each streamed response holds the whole text so far, not the new piece.
     cumulative: ClassVar[bool] = False
+    # The input that keeps the prompt out of a whole answer; a model without it (an older
+    # backend) puts the prompt first, and it is cut off.
+    exclude_input: ClassVar[str | None] = None
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
@@ -136,8 +145,18 @@ class LLMAdapter(ABC):
         return "stop"
 
     def echoes(self, stream: bool) -> bool:
-        """Whether the text starts with the prompt (it is then cut off)."""
-        return False
+        """Whether the text starts with the prompt (it is then cut off). Streams never
+        carry it."""
+        flag = self.exclude_input
+        return not stream and flag is not None and not self._has(flag)
+
+    def _sent_options(
+        self, options: Mapping[str, SamplingValue]
+    ) -> Iterator[tuple[str, SamplingValue]]:
+        """The options to send: ``n=1`` is left out where the model has no n input."""
+        for name, value in options.items():
+            if not (name == "n" and value == 1 and not self.allows_n):
+                yield name, value
 
     def check(self, options: Mapping[str, SamplingValue]) -> None:
         """Refuse, before anything is sent, options the model cannot take."""
@@ -220,6 +239,7 @@ class VLLM(LLMAdapter):
 
     family = "vLLM"
     allows_n = True
+    exclude_input = "exclude_input_in_output"
     _flags = (
         "exclude_input_in_output",
         "return_finish_reason",
@@ -244,17 +264,12 @@ class VLLM(LLMAdapter):
         return fields
 
     def step(self, event: Event) -> Step:
-        counts = _items(event.get("num_output_tokens"))
         return Step(
             texts=_texts(event.get("text_output")),
             finish_reasons=_reasons(event.get("finish_reason")),
             prompt_tokens=_count(event.get("num_input_tokens")),
-            completion_tokens=tuple(int(c) for c in counts) if counts else None,  # type: ignore[arg-type]
+            completion_tokens=_counts(event.get("num_output_tokens")),
         )
-
-    def echoes(self, stream: bool) -> bool:
-        # Without the flag (an old backend) vLLM puts the prompt before a whole answer.
-        return not stream and not self._has("exclude_input_in_output")
 
 
 class TensorRTLLM(LLMAdapter):
@@ -269,6 +284,7 @@ class TensorRTLLM(LLMAdapter):
     """
 
     family = "TensorRT-LLM"
+    exclude_input = "exclude_input_in_output"
     _fixed = frozenset(
         {
             "text_input",
@@ -321,40 +337,26 @@ class TensorRTLLM(LLMAdapter):
         self, prompt: str, options: Mapping[str, SamplingValue], stream: bool
     ) -> dict[str, object]:
         fields: dict[str, object] = {"text_input": prompt}
-        for name, value in options.items():
-            if name == "n" and value == 1 and not self.allows_n:
-                continue
+        for name, value in self._sent_options(options):
             target = self._input(name)
             fields[target] = _stop_list(value) if target in ("stop_words", "bad_words") else value
-        counts = "num_output_tokens" in self.spec.outputs
-        flags = {
-            "stream": stream,
-            "exclude_input_in_output": True,
-            "return_num_input_tokens": True,
-            "return_num_output_tokens": True,
-            "return_log_probs": not counts,
-        }
-        fields.update((flag, value) for flag, value in flags.items() if self._has(flag) and value)
+        flags = ["exclude_input_in_output", "return_num_input_tokens", "return_num_output_tokens"]
+        if "num_output_tokens" not in self.spec.outputs:
+            flags.append("return_log_probs")  # counted by their log-probabilities instead
+        fields.update((flag, True) for flag in flags if self._has(flag))
         if self._has("stream"):
             fields["stream"] = stream
         return fields
 
     def step(self, event: Event) -> Step:
         texts = _texts(event.get("text_output"))
-        counts = _items(event.get("num_output_tokens"))
-        if counts:
-            completion: tuple[int, ...] | None = tuple(int(c) for c in counts)  # type: ignore[arg-type]
-        elif event.get("output_log_probs") is not None and len(texts) == 1:
+        completion = _counts(event.get("num_output_tokens"))
+        if completion is None and event.get("output_log_probs") is not None and len(texts) == 1:
             completion = (len(_items(event.get("output_log_probs"))),)
-        else:
-            completion = None
         prompt = _count(event.get("num_input_tokens"))
         # With num_return_sequences > 1 each sequence comes in responses of its own.
         choice = _count(event.get("sequence_index")) or 0
         return Step(texts, (), prompt or 0, completion, choice)
-
-    def echoes(self, stream: bool) -> bool:
-        return not stream and not self._has("exclude_input_in_output")
 
 
 class TensorRTLLMAPI(LLMAdapter):
@@ -366,6 +368,7 @@ class TensorRTLLMAPI(LLMAdapter):
     family = "TensorRT-LLM LLM API"
     prefix = "sampling_param_"
     cumulative = True  # it streams output.text, the text so far
+    exclude_input = "sampling_param_exclude_input_from_output"
     _fixed = frozenset({"exclude_input_from_output", "return_perf_metrics"})
 
     @property
@@ -385,13 +388,11 @@ class TensorRTLLMAPI(LLMAdapter):
         self, prompt: str, options: Mapping[str, SamplingValue], stream: bool
     ) -> dict[str, object]:
         fields: dict[str, object] = {"text_input": prompt}
-        for name, value in options.items():
-            if name == "n" and value == 1 and not self.allows_n:
-                continue
+        for name, value in self._sent_options(options):
             fields[self.prefix + name] = _stop_list(value) if name == "stop" else value
         for flag, value in (
             ("streaming", stream),
-            (self.prefix + "exclude_input_from_output", True),
+            (self.exclude_input, True),
             ("return_finish_reason", True),
         ):
             if self._has(flag):
@@ -403,9 +404,6 @@ class TensorRTLLMAPI(LLMAdapter):
             texts=_texts(event.get("text_output")),
             finish_reasons=_reasons(event.get("finish_reason")),
         )
-
-    def echoes(self, stream: bool) -> bool:
-        return not stream and not self._has(self.prefix + "exclude_input_from_output")
 
 
 @attrs.frozen

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -22,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from triton_sdk.local import _free_ports
+
 from ..integration._blocking import Blocking, LoopThread
 
 HERE = Path(__file__).parent
@@ -30,16 +31,6 @@ KSERVE_PYTHON = os.environ.get("TRITON_SDK_KSERVE_PYTHON")
 
 if not (MLSERVER and KSERVE_PYTHON):
     collect_ignore_glob = ["test_*.py"]
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 class OIPServer:
@@ -98,7 +89,7 @@ class OIPServer:
 def mlserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OIPServer]:
     repository = tmp_path_factory.mktemp("mlserver")
     shutil.copytree(HERE / "mlserver_models", repository, dirs_exist_ok=True)
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics = _free_ports(3)
     settings = {
         "host": "127.0.0.1",
         "http_port": http,
@@ -117,7 +108,7 @@ def mlserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OIPServer]:
 
 @pytest.fixture(scope="session")
 def kserve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OIPServer]:
-    http, grpc = free_ports(2)
+    http, grpc = _free_ports(2)
     script = HERE / "kserve_server.py"
     command = [str(KSERVE_PYTHON), str(script), "--http_port", str(http), "--grpc_port", str(grpc)]
     log = tmp_path_factory.mktemp("kserve") / "server.log"
