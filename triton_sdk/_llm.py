@@ -239,7 +239,7 @@ class VLLM(LLMAdapter):
 
     family = "vLLM"
     allows_n = True
-    exclude_input = "exclude_input_in_output"
+    exclude_input: ClassVar[str | None] = "exclude_input_in_output"
     _flags = (
         "exclude_input_in_output",
         "return_finish_reason",
@@ -284,7 +284,7 @@ class TensorRTLLM(LLMAdapter):
     """
 
     family = "TensorRT-LLM"
-    exclude_input = "exclude_input_in_output"
+    exclude_input: ClassVar[str | None] = "exclude_input_in_output"
     _fixed = frozenset(
         {
             "text_input",
@@ -368,7 +368,7 @@ class TensorRTLLMAPI(LLMAdapter):
     family = "TensorRT-LLM LLM API"
     prefix = "sampling_param_"
     cumulative = True  # it streams output.text, the text so far
-    exclude_input = "sampling_param_exclude_input_from_output"
+    exclude_input: ClassVar[str | None] = "sampling_param_exclude_input_from_output"
     _fixed = frozenset({"exclude_input_from_output", "return_perf_metrics"})
 
     @property
@@ -392,7 +392,7 @@ class TensorRTLLMAPI(LLMAdapter):
             fields[self.prefix + name] = _stop_list(value) if name == "stop" else value
         for flag, value in (
             ("streaming", stream),
-            (self.exclude_input, True),
+            ("sampling_param_exclude_input_from_output", True),
             ("return_finish_reason", True),
         ):
             if self._has(flag):
