@@ -108,6 +108,7 @@ from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_re
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._shm import (
+    Placement,
     PlacementPlan,
     Region,
     RegionPool,
@@ -779,14 +780,36 @@ class AsyncClient:
             return await self._run(request, options)
         placed = place(request, plan, self._regions, self._output_views)
         if placed is None:
-            return await self._run(request, options)
-        shm_request, placement = placed
+            result = await self._run(request, options)
+        else:
+            result = await self._infer_placed(request, *placed, plan, options, mode)
+        if plan.open_outputs:
+            plan.learn(request, result)
+        return result
+
+    async def _infer_placed(
+        self,
+        request: InferRequest,
+        shm_request: InferRequest,
+        placement: Placement,
+        plan: PlacementPlan,
+        options: CallOptions,
+        mode: SharedMemory,
+    ) -> InferResult:
+        """``shm_request`` (``request`` with regions), or ``request`` when the regions
+        cannot be registered in "auto" mode."""
         try:
             if not await self._register(placement.regions, mode, options):
                 return await self._run(request, options)
             return await self._run(shm_request, options)
+        except InferenceError as error:
+            if not plan.outgrown(error, request, placement):
+                raise
         finally:
             self._regions.release(placement)
+        # The model ran, but its answer outgrew a region sized from earlier answers: it
+        # runs again with the outputs on the socket.
+        return await self._run(request, options)
 
     async def _register(
         self, regions: list[Region], mode: SharedMemory, options: CallOptions

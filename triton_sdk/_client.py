@@ -109,6 +109,7 @@ from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_re
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._shm import (
+    Placement,
     PlacementPlan,
     Region,
     RegionPool,
@@ -774,14 +775,36 @@ class Client:
             return self._run(request, options)
         placed = place(request, plan, self._regions, self._output_views)
         if placed is None:
-            return self._run(request, options)
-        shm_request, placement = placed
+            result = self._run(request, options)
+        else:
+            result = self._infer_placed(request, *placed, plan, options, mode)
+        if plan.open_outputs:
+            plan.learn(request, result)
+        return result
+
+    def _infer_placed(
+        self,
+        request: InferRequest,
+        shm_request: InferRequest,
+        placement: Placement,
+        plan: PlacementPlan,
+        options: CallOptions,
+        mode: SharedMemory,
+    ) -> InferResult:
+        """``shm_request`` (``request`` with regions), or ``request`` when the regions
+        cannot be registered in "auto" mode."""
         try:
             if not self._register(placement.regions, mode, options):
                 return self._run(request, options)
             return self._run(shm_request, options)
+        except InferenceError as error:
+            if not plan.outgrown(error, request, placement):
+                raise
         finally:
             self._regions.release(placement)
+        # The model ran, but its answer outgrew a region sized from earlier answers: it
+        # runs again with the outputs on the socket.
+        return self._run(request, options)
 
     def _register(self, regions: list[Region], mode: SharedMemory, options: CallOptions) -> bool:
         """Register the regions the server does not know yet; False when it cannot read

@@ -127,6 +127,16 @@ class InferResult(Displayable, Mapping[str, Array]):
             for output in self._outputs.values()
         )
 
+    def _byte_size(self, name: str) -> int | None:
+        """The bytes of a numeric output's data, without reading it (None: no such output,
+        or BYTES)."""
+        output = self._outputs.get(name)
+        if isinstance(output, Undecoded):
+            return _size(output.buffer)
+        if output is None or output.dtype == np.object_:
+            return None
+        return int(output.nbytes)
+
     def _table(self) -> Table:
         rows = [
             (name, self._datatypes.get(name, "?"), str(list(self[name].shape)), preview(self[name]))

@@ -18,12 +18,13 @@ import hashlib
 import math
 import mmap
 import os
+import re
 import secrets
 import socket
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 import numpy as np
@@ -32,6 +33,9 @@ from ._dtypes import DATATYPES
 from ._errors import InvalidInputError
 from ._request import InferRequest, RequestedOutput
 from ._spec import ModelSpec
+
+if TYPE_CHECKING:
+    from ._result import InferResult
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -264,14 +268,31 @@ def _sample_bytes(datatype: str, shape: tuple[int, ...]) -> int | None:
     return math.prod(shape) * dtype.itemsize
 
 
+_OUTGREW: Final = re.compile(
+    r"shared memory size specified with the request for output '(?P<name>[^']*)' "
+    r"\(\d+ bytes\) should be at least (?P<needed>\d+) bytes"
+)
+
+
+def _input_bytes(request: InferRequest) -> int:
+    return max(1, sum(tensor.array.nbytes for tensor in request.inputs))
+
+
 class PlacementPlan:
     """What shared memory could carry for one model, worked out once per model handle.
 
     ``sockets_only`` is true when no input or output of any request can reach the
     threshold (every shape is fixed and small): such a model's calls skip :func:`place`.
+
+    An output whose size the config leaves open (a ``-1`` axis besides the batch) is sized
+    from earlier answers: the plan keeps, per such output, the most bytes it has returned
+    per byte of input (``open_outputs``), and gives it a region only once a call has shown
+    its size. Models with sequence batching keep theirs on the socket: an answer that
+    outgrows its region has to be computed again (see :meth:`outgrown`), which a stateful
+    model must not do.
     """
 
-    __slots__ = ("_output_bytes", "sockets_only", "spec", "threshold")
+    __slots__ = ("_output_bytes", "open_outputs", "sockets_only", "spec", "threshold")
 
     def __init__(self, spec: ModelSpec, threshold: int = DEFAULT_THRESHOLD) -> None:
         self.spec = spec
@@ -280,23 +301,58 @@ class PlacementPlan:
             name: _sample_bytes(output.datatype, output.shape)
             for name, output in spec.outputs.items()
         }
+        self.open_outputs: dict[str, float] = (
+            {}
+            if spec.sequence or spec.decoupled
+            else {
+                name: 0.0
+                for name, output in spec.outputs.items()
+                if output.datatype in DATATYPES
+                and output.datatype != "BYTES"
+                and self._output_bytes[name] is None
+            }
+        )
         samples = max(spec.max_batch_size, 1)  # larger batches are split into chunks
         inputs = [
             _sample_bytes(tensor.datatype, tensor.shape)
             for tensor in spec.inputs.values()
             if tensor.datatype != "BYTES"
         ]
-        # Only fixed-size outputs go to regions; an input of any size may.
-        self.sockets_only = all(
-            size is not None and size * samples < threshold for size in inputs
-        ) and all(
-            size * samples < threshold for size in self._output_bytes.values() if size is not None
+        self.sockets_only = (
+            not self.open_outputs
+            and all(size is not None and size * samples < threshold for size in inputs)
+            and all(
+                size * samples < threshold
+                for size in self._output_bytes.values()
+                if size is not None
+            )
         )
 
     def output_bytes(self, name: str, batch: int) -> int | None:
         """The byte size of an output of a ``batch``, when the model fixes it."""
         per_sample = self._output_bytes.get(name)
         return None if per_sample is None else per_sample * batch
+
+    def learn(self, request: InferRequest, result: InferResult) -> None:
+        """Note how large the outputs of open size came back for this request's inputs."""
+        input_bytes = _input_bytes(request)
+        for name, ratio in self.open_outputs.items():
+            size = result._byte_size(name)
+            if size is not None and size > ratio * input_bytes:
+                self.open_outputs[name] = size / input_bytes
+
+    def outgrown(self, error: Exception, request: InferRequest, placement: Placement) -> bool:
+        """Whether ``error`` is the server refusing an answer too large for the region
+        that an output of open size was given; the plan then sizes it from the answer."""
+        match = _OUTGREW.search(str(error))
+        if match is None or not request.idempotent:
+            return False
+        name = match["name"]
+        if name not in self.open_outputs or name not in placement.outputs:
+            return False
+        needed = int(match["needed"]) / _input_bytes(request)
+        self.open_outputs[name] = max(self.open_outputs[name], needed)
+        return True
 
 
 def place(
@@ -321,8 +377,14 @@ def place(
         else list(plan.spec.outputs)
     )
     sizes = {}
+    estimated = set()
+    open_outputs = plan.open_outputs
+    input_bytes = _input_bytes(request) if open_outputs else 0
     for name in wanted:
         size = plan.output_bytes(name, batch)
+        if size is None and name in open_outputs:
+            size = math.ceil(open_outputs[name] * input_bytes)
+            estimated.add(name)
         if size is not None and size >= threshold:
             sizes[name] = size
     if not large and not sizes:
@@ -335,7 +397,11 @@ def place(
         np.copyto(target.reshape(array.shape), array, casting="equiv")
         inputs[tensor.name] = Slot(region, 0, array.nbytes)
     views = views and pool.may_lend()
-    outputs = {name: Slot(pool.take(size), 0, size, views) for name, size in sizes.items()}
+    outputs = {}
+    for name, size in sizes.items():
+        region = pool.take(size)
+        # An estimated output may use its whole region: the server checks that it fits.
+        outputs[name] = Slot(region, 0, region.size if name in estimated else size, views)
     requested = request.outputs
     if outputs and requested is None:
         requested = tuple(RequestedOutput(name) for name in wanted)

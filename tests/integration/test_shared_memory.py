@@ -6,11 +6,13 @@ What a server that cannot read this host's memory does is in tests/unit/test_shm
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 
 import numpy as np
@@ -126,10 +128,55 @@ def test_shared_memory_outputs_must_be_view_or_copy(make_client: Any) -> None:
         make_client(shared_memory_outputs="borrow")
 
 
-def test_an_output_of_unknown_size_comes_over_the_socket(make_client: Any) -> None:
+def in_region(array: np.ndarray[Any, Any]) -> bool:
+    """Whether the array's memory is one of the client's regions (not an answer's bytes)."""
+    base: Any = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+def test_an_output_of_open_size_takes_a_region_once_a_call_has_shown_its_size(
+    make_client: Any,
+) -> None:
     client = make_client(shared_memory="system")
-    values = np.arange(300_000, dtype=np.float32)[np.newaxis]
-    assert np.array_equal(client.model("big_ragged").infer(X=values)["Y"], 2 * values)
+    model = client.model("big_ragged")  # Y = 2 * X, both [-1]
+    first = np.arange(300_000, dtype=np.float32)[np.newaxis]
+    answer = model.infer(X=first)["Y"]
+    assert np.array_equal(answer, 2 * first)
+    assert not in_region(answer)  # its size was unknown until it came
+    longer = np.arange(600_000, dtype=np.float32)[np.newaxis]
+    answer = model.infer(X=longer)["Y"]  # sized per byte of input from the first answer
+    assert np.array_equal(answer, 2 * longer)
+    assert in_region(answer)
+
+
+def test_an_answer_that_outgrows_its_region_is_computed_again_over_the_socket(
+    make_client: Any,
+) -> None:
+    client = make_client(shared_memory="system")
+    model = client.model("zeros")  # OUT is COUNT zeros: its size does not follow the input's
+
+    def executions(at_least: int = 0) -> int:
+        """The model's executions so far (the server counts one just after answering)."""
+        deadline = time.monotonic() + 5
+        while True:
+            (stats,) = client.model_statistics("zeros")
+            if stats.execution_count >= at_least or time.monotonic() > deadline:
+                return int(stats.execution_count)
+            time.sleep(0.01)
+
+    earlier = executions()
+    assert not in_region(model.infer(COUNT=[100_000])["OUT"])  # 400 kB: now known
+    before = executions(earlier + 1)
+    answer = model.infer(COUNT=[300_000])["OUT"]  # estimated 400 kB; it needs 1.2 MB
+    assert answer.shape == (300_000,)
+    assert not answer.any()
+    assert not in_region(answer)
+    assert executions(before + 2) - before == 2  # refused for its region, then run on the socket
+    answer = model.infer(COUNT=[300_000])["OUT"]
+    assert in_region(answer)  # the refusal's size was learned: no second run
+    assert executions(before + 3) - before == 3
 
 
 def test_off_and_small_tensors_register_nothing(make_client: Any) -> None:

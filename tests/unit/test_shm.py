@@ -6,12 +6,16 @@ import logging
 import os
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 
 import triton_sdk as ts
 from triton_sdk import ops
-from triton_sdk._shm import HOST, PlacementPlan, stale_regions
+from triton_sdk._request import InferRequest
+from triton_sdk._result import InferResult
+from triton_sdk._shaping import Tensor
+from triton_sdk._shm import HOST, PlacementPlan, RegionPool, place, stale_regions
 from triton_sdk.testing import MockTransport
 
 from ._both import resolve
@@ -164,8 +168,9 @@ def spec_of(
         (spec_of({"X": ("FP32", (4,))}, {"Y": ("FP32", (4,))}), True),
         # BYTES never travel in regions, whatever their size
         (spec_of({"X": ("BYTES", (-1,))}, {"Y": ("BYTES", (-1,))}), True),
-        # an output of unknown size is never placed; an input of unknown size may be
-        (spec_of({"X": ("FP32", (4,))}, {"Y": ("FP32", (-1,))}), True),
+        # an output of open size may grow past the threshold, so may an input of open size
+        (spec_of({"X": ("FP32", (4,))}, {"Y": ("FP32", (-1,))}), False),
+        (spec_of({"X": ("FP32", (4,))}, {"Y": ("BYTES", (-1,))}), True),
         (spec_of({"X": ("FP32", (-1,))}, {"Y": ("FP32", (4,))}), False),
         # sized by the largest batch a request can carry (larger ones are split)
         (spec_of({"X": ("FP32", (1024,))}, {"Y": ("FP32", (1,))}, max_batch_size=63), True),
@@ -208,3 +213,73 @@ async def test_a_small_model_sends_over_sockets_even_when_shared_memory_is_force
 def test_a_datatype_the_client_does_not_know_does_not_stop_a_plan() -> None:
     spec = spec_of({"X": ("FP32", (4,))}, {"Y": ("", (4,)), "Z": ("FP8", (4,))})
     assert PlacementPlan(spec).sockets_only
+
+
+RAGGED = spec_of({"X": ("FP32", (-1,))}, {"Y": ("FP32", (-1,))}, max_batch_size=8)
+
+
+def ragged_request(samples: int, length: int) -> InferRequest:
+    array = np.ones((samples, length), dtype=np.float32)
+    return InferRequest(model="m", inputs=[Tensor("X", "FP32", array)])
+
+
+def answer(elements: int) -> InferResult:
+    return InferResult(
+        {"Y": np.zeros(elements, dtype=np.float32)},
+        datatypes={"Y": "FP32"},
+        model_name="m",
+        model_version="1",
+    )
+
+
+def test_an_output_of_open_size_is_sized_per_byte_of_input_from_earlier_answers() -> None:
+    plan = PlacementPlan(RAGGED)
+    pool = RegionPool()
+    try:
+        small = ragged_request(1, 1000)  # 4 kB in: only the output could be large
+        assert place(small, plan, pool) is None  # nothing known yet: the socket
+        plan.learn(small, answer(100_000))  # 400 kB out: 100 bytes per byte in
+        assert plan.open_outputs == {"Y": 100.0}
+        plan.learn(small, answer(10))  # a smaller answer does not shrink the estimate
+        assert plan.open_outputs == {"Y": 100.0}
+        placed = place(ragged_request(2, 1000), plan, pool)
+        assert placed is not None
+        slot = placed[1].outputs["Y"]
+        assert slot.region.size == 1 << 20  # 800 kB estimated, in a 1 MiB region
+        assert slot.byte_size == slot.region.size  # the server may fill all of it
+        assert place(ragged_request(1, 1), plan, pool) is None  # 400 B estimated: small
+    finally:
+        for region in pool.drain():
+            region.close()
+
+
+def test_a_refused_answer_sizes_the_next_region_only_for_an_open_output() -> None:
+    plan = PlacementPlan(RAGGED)
+    pool = RegionPool()
+    request = ragged_request(1, 1000)
+    plan.learn(request, answer(100_000))
+    placed = place(request, plan, pool)
+    assert placed is not None
+    placement = placed[1]
+    refusal = ts.InferenceError(
+        "shared memory size specified with the request for output 'Y' (524288 bytes) "
+        "should be at least 800000 bytes to hold the results"
+    )
+    try:
+        assert plan.outgrown(refusal, request, placement)
+        assert plan.open_outputs == {"Y": 200.0}
+        other = ts.InferenceError(str(refusal).replace("'Y'", "'Z'"))
+        assert not plan.outgrown(other, request, placement)
+        assert not plan.outgrown(ts.InferenceError("out of memory"), request, placement)
+        in_sequence = attrs.evolve(request, sequence_id=7)
+        assert not plan.outgrown(refusal, in_sequence, placement)  # never run twice
+    finally:
+        for region in pool.drain():
+            region.close()
+
+
+def test_stateful_models_keep_outputs_of_open_size_on_the_socket() -> None:
+    stateful = attrs.evolve(RAGGED, sequence=True)
+    plan = PlacementPlan(stateful)
+    assert plan.open_outputs == {}
+    assert plan.sockets_only is False  # (its input may still be large)
