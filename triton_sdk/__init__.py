@@ -61,7 +61,7 @@ from ._result import InferResult
 from ._sequence import SequenceNotEndedWarning
 from ._shaping import InputValue
 from ._spec import ModelSpec, TensorSpec
-from ._status import ModelStatus, ServerMetadata, SharedMemoryRegion
+from ._status import CudaSharedMemoryRegion, ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import AsyncResponseStream, ResponseStream
 from ._transports._protocol import AsyncTransport, Transport
 
@@ -95,6 +95,7 @@ __all__ = [
     "CompletionChoice",
     "CompletionChunk",
     "Completions",
+    "CudaSharedMemoryRegion",
     "DurationStatistics",
     "EndpointState",
     "InferResult",

@@ -81,6 +81,7 @@ from ._ops import (
     FetchMetrics,
     Generate,
     GenerateStream,
+    GetCudaSharedMemoryStatus,
     GetLogSettings,
     GetModelConfig,
     GetModelMetadata,
@@ -94,11 +95,9 @@ from ._ops import (
     ListModels,
     LoadModel,
     Op,
-    RegisterSystemSharedMemory,
     StreamInfer,
     StreamOp,
     UnloadModel,
-    UnregisterSystemSharedMemory,
     UpdateLogSettings,
     UpdateTraceSettings,
 )
@@ -108,19 +107,20 @@ from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_re
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._shm import (
+    AnyRegion,
     Placement,
     PlacementPlan,
-    Region,
     RegionPool,
     SharedMemory,
     SharedMemoryOutputs,
     check_mode,
     check_outputs,
+    cuda_device,
     place,
     stale_regions,
 )
 from ._spec import ModelSpec
-from ._status import ModelStatus, ServerMetadata, SharedMemoryRegion
+from ._status import CudaSharedMemoryRegion, ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import AsyncResponseStream
 from ._transports._balanced import AsyncBalancedTransport
 from ._transports._openai import OpenAICall, apost_events, apost_json
@@ -147,9 +147,11 @@ DEFAULT_BUDGET: Final = RetryBudget()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
 _ONE_SERVER_SHM: Final = (
-    'shared_memory="system" needs a client of one server; a client over many endpoints '
-    "sends every tensor over sockets"
+    'shared_memory="system" (or "cuda") needs a client of one server; a client over many '
+    "endpoints sends every tensor over sockets"
 )
+_FORCED: Final = ("auto", "off")
+_SYSTEM: Final = ("auto", "system")
 
 
 def _bucket(budget: object) -> TokenBucket | None:
@@ -226,7 +228,8 @@ class AsyncClient:
         shared_memory: ``"auto"`` sends large tensors through system shared memory when
             the server shares this host (sockets otherwise, decided at the first large
             call), ``"off"`` always uses sockets, ``"system"`` always shared memory (a
-            TritonError when the server cannot read this host's memory).
+            TritonError when the server cannot read this host's memory), ``"cuda"`` or
+            ``"cuda:<device>"`` regions of GPU memory (needs ``cuda-python``).
         shared_memory_outputs: ``"view"`` (the default) hands out an output that came back
             through shared memory as an array over the region itself, with no copy; the
             region is not reused while that array, or any array made from it, lives.
@@ -296,7 +299,7 @@ class AsyncClient:
         self._shared_memory = check_mode(shared_memory)
         self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
         self._url = str(self._settings.endpoint)
-        if self._many and self._shared_memory == "system":
+        if self._many and self._shared_memory not in _FORCED:
             raise InvalidInputError(_ONE_SERVER_SHM)
         self._output_views = check_outputs(shared_memory_outputs)
         if transport is not None and not isinstance(transport, AsyncTransport):
@@ -309,6 +312,7 @@ class AsyncClient:
         self._transport = transport
         self._chunks = AsyncChunkRunner("AsyncClient")
         self._regions = RegionPool()
+        self._cuda_regions: dict[int, RegionPool] = {}
         # None: not tried yet. Regions are registered with one server, and the calls of a
         # client over many endpoints go to any of them: sockets only.
         self._server_reads_our_memory: bool | None = False if self._many else None
@@ -667,6 +671,13 @@ class AsyncClient:
         entries = await self._run(GetSystemSharedMemoryStatus(), self._options(timeout, headers))
         return [SharedMemoryRegion.from_json(entry) for entry in entries]
 
+    async def cuda_shared_memory_status(
+        self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+    ) -> list[CudaSharedMemoryRegion]:
+        """The CUDA shared memory regions registered with the server (by any client)."""
+        entries = await self._run(GetCudaSharedMemoryStatus(), self._options(timeout, headers))
+        return [CudaSharedMemoryRegion.from_json(entry) for entry in entries]
+
     # Model handles
 
     async def model_config(
@@ -758,7 +769,7 @@ class AsyncClient:
     ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
         mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
-        if mode == "system" and self._many:
+        if self._many and mode not in _FORCED:
             raise InvalidInputError(_ONE_SERVER_SHM)
         if len(requests) == 1:
             return await self._infer_one(requests[0], plan, options, mode)
@@ -778,14 +789,22 @@ class AsyncClient:
             or (mode == "auto" and self._server_reads_our_memory is False)
         ):
             return await self._run(request, options)
-        placed = place(request, plan, self._regions, self._output_views)
+        pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
+        placed = place(request, plan, pool, self._output_views)
         if placed is None:
             result = await self._run(request, options)
         else:
-            result = await self._infer_placed(request, *placed, plan, options, mode)
+            result = await self._infer_placed(request, *placed, plan, pool, options, mode)
         if plan.open_outputs:
             plan.learn(request, result)
         return result
+
+    def _cuda_pool(self, mode: SharedMemory) -> RegionPool:
+        device = cuda_device(mode) or 0
+        pool = self._cuda_regions.get(device)
+        if pool is None:
+            pool = self._cuda_regions[device] = RegionPool(device)
+        return pool
 
     async def _infer_placed(
         self,
@@ -793,41 +812,42 @@ class AsyncClient:
         shm_request: InferRequest,
         placement: Placement,
         plan: PlacementPlan,
+        pool: RegionPool,
         options: CallOptions,
         mode: SharedMemory,
     ) -> InferResult:
         """``shm_request`` (``request`` with regions), or ``request`` when the regions
         cannot be registered in "auto" mode."""
         try:
-            if not await self._register(placement.regions, mode, options):
+            if not await self._register(placement.regions, pool, mode, options):
                 return await self._run(request, options)
             return await self._run(shm_request, options)
         except InferenceError as error:
             if not plan.outgrown(error, request, placement):
                 raise
         finally:
-            self._regions.release(placement)
+            pool.release(placement)
         # The model ran, but its answer outgrew a region sized from earlier answers: it
         # runs again with the outputs on the socket.
         return await self._run(request, options)
 
     async def _register(
-        self, regions: list[Region], mode: SharedMemory, options: CallOptions
+        self, regions: list[AnyRegion], pool: RegionPool, mode: SharedMemory, options: CallOptions
     ) -> bool:
         """Register the regions the server does not know yet; False when it cannot read
         this host's memory and ``mode`` is "auto" (sockets, then, for good)."""
         once = attrs.evolve(options, retry=_ONCE)
-        if self._server_reads_our_memory is None:
-            await self._forget_stale_regions(once)
+        if not pool.swept:
+            pool.swept = True
+            await self._forget_stale_regions(pool, once)
         for region in regions:
             if region.registered:
                 continue
-            op = RegisterSystemSharedMemory(region.name, region.key, region.size)
             try:
-                await self._run(op, once)
+                await self._run(region.register_op(), once)
             except (InferenceError, UnsupportedError) as error:
                 # Unsupported: a server without the extension (MLServer, KServe).
-                if mode == "system" or self._server_reads_our_memory:
+                if mode != "auto" or self._server_reads_our_memory:
                     raise TritonError(
                         f"the server at {self.url} cannot use this host's shared memory "
                         f"(shared_memory={mode!r}): {error}",
@@ -844,18 +864,19 @@ class AsyncClient:
             finally:
                 region.unlink()  # the server has it mapped now (or never will)
             region.registered = True
-            self._server_reads_our_memory = True
+            if pool.device is None:
+                self._server_reads_our_memory = True
         return True
 
-    async def _forget_stale_regions(self, options: CallOptions) -> None:
+    async def _forget_stale_regions(self, pool: RegionPool, options: CallOptions) -> None:
         """Unregister regions that processes of this host left behind when they died."""
         try:
-            status = await self._run(GetSystemSharedMemoryStatus(), options)
+            status = await self._run(pool.status_op(), options)
         except (InferenceError, UnsupportedError):
             return  # the registration that follows says what the server allows
         for name in stale_regions(status):
             with contextlib.suppress(ModelNotFoundError, InferenceError):
-                await self._run(UnregisterSystemSharedMemory(name), options)
+                await self._run(pool.unregister_op(name), options)
 
     # Lifetime
 
@@ -864,6 +885,8 @@ class AsyncClient:
         if self._closed:
             return
         regions = self._regions.drain()
+        for pool in self._cuda_regions.values():
+            regions += pool.drain()
         try:
             options = self._settings.options(NOT_GIVEN, _ONCE, None)
             for region in regions:
@@ -875,9 +898,9 @@ class AsyncClient:
             self._chunks.close()
             await self._transport.aclose()
 
-    async def _unregister(self, region: Region, options: CallOptions) -> None:
+    async def _unregister(self, region: AnyRegion, options: CallOptions) -> None:
         try:
-            await self._run(UnregisterSystemSharedMemory(region.name), options)
+            await self._run(region.unregister_op(), options)
         except TritonError as error:
             # The next client's first shared-memory call unregisters it (its process is
             # gone by then); closing goes on.
@@ -939,8 +962,8 @@ class AsyncModel(ModelCore):
             request_id: an id the server echoes in the result and in its errors.
             retry: this call's retry policy, instead of the client's.
             headers: sent on top of the client's headers.
-            shared_memory: this call's ``"auto"``, ``"off"`` or ``"system"``, instead of
-                the client's.
+            shared_memory: this call's ``"auto"``, ``"off"``, ``"system"`` or ``"cuda"``
+                (``"cuda:<device>"``), instead of the client's.
         """
         requests = self._requests(
             inputs,

@@ -82,6 +82,7 @@ from ._ops import (
     FetchMetrics,
     Generate,
     GenerateStream,
+    GetCudaSharedMemoryStatus,
     GetLogSettings,
     GetModelConfig,
     GetModelMetadata,
@@ -95,11 +96,9 @@ from ._ops import (
     ListModels,
     LoadModel,
     Op,
-    RegisterSystemSharedMemory,
     StreamInfer,
     StreamOp,
     UnloadModel,
-    UnregisterSystemSharedMemory,
     UpdateLogSettings,
     UpdateTraceSettings,
 )
@@ -109,19 +108,20 @@ from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_re
 from ._sequence import SequenceState
 from ._shaping import InputValue
 from ._shm import (
+    AnyRegion,
     Placement,
     PlacementPlan,
-    Region,
     RegionPool,
     SharedMemory,
     SharedMemoryOutputs,
     check_mode,
     check_outputs,
+    cuda_device,
     place,
     stale_regions,
 )
 from ._spec import ModelSpec
-from ._status import ModelStatus, ServerMetadata, SharedMemoryRegion
+from ._status import CudaSharedMemoryRegion, ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import ResponseStream
 from ._transports._balanced import BalancedTransport
 from ._transports._openai import OpenAICall, post_events, post_json
@@ -148,9 +148,11 @@ DEFAULT_BUDGET: Final = RetryBudget()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
 _ONE_SERVER_SHM: Final = (
-    'shared_memory="system" needs a client of one server; a client over many endpoints '
-    "sends every tensor over sockets"
+    'shared_memory="system" (or "cuda") needs a client of one server; a client over many '
+    "endpoints sends every tensor over sockets"
 )
+_FORCED: Final = ("auto", "off")
+_SYSTEM: Final = ("auto", "system")
 
 
 def _bucket(budget: object) -> TokenBucket | None:
@@ -227,7 +229,8 @@ class Client:
         shared_memory: ``"auto"`` sends large tensors through system shared memory when
             the server shares this host (sockets otherwise, decided at the first large
             call), ``"off"`` always uses sockets, ``"system"`` always shared memory (a
-            TritonError when the server cannot read this host's memory).
+            TritonError when the server cannot read this host's memory), ``"cuda"`` or
+            ``"cuda:<device>"`` regions of GPU memory (needs ``cuda-python``).
         shared_memory_outputs: ``"view"`` (the default) hands out an output that came back
             through shared memory as an array over the region itself, with no copy; the
             region is not reused while that array, or any array made from it, lives.
@@ -297,7 +300,7 @@ class Client:
         self._shared_memory = check_mode(shared_memory)
         self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
         self._url = str(self._settings.endpoint)
-        if self._many and self._shared_memory == "system":
+        if self._many and self._shared_memory not in _FORCED:
             raise InvalidInputError(_ONE_SERVER_SHM)
         self._output_views = check_outputs(shared_memory_outputs)
         if transport is not None and not isinstance(transport, Transport):
@@ -310,6 +313,7 @@ class Client:
         self._transport = transport
         self._chunks = ChunkRunner("Client")
         self._regions = RegionPool()
+        self._cuda_regions: dict[int, RegionPool] = {}
         # None: not tried yet. Regions are registered with one server, and the calls of a
         # client over many endpoints go to any of them: sockets only.
         self._server_reads_our_memory: bool | None = False if self._many else None
@@ -662,6 +666,13 @@ class Client:
         entries = self._run(GetSystemSharedMemoryStatus(), self._options(timeout, headers))
         return [SharedMemoryRegion.from_json(entry) for entry in entries]
 
+    def cuda_shared_memory_status(
+        self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+    ) -> list[CudaSharedMemoryRegion]:
+        """The CUDA shared memory regions registered with the server (by any client)."""
+        entries = self._run(GetCudaSharedMemoryStatus(), self._options(timeout, headers))
+        return [CudaSharedMemoryRegion.from_json(entry) for entry in entries]
+
     # Model handles
 
     def model_config(
@@ -753,7 +764,7 @@ class Client:
     ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
         mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
-        if mode == "system" and self._many:
+        if self._many and mode not in _FORCED:
             raise InvalidInputError(_ONE_SERVER_SHM)
         if len(requests) == 1:
             return self._infer_one(requests[0], plan, options, mode)
@@ -773,14 +784,22 @@ class Client:
             or (mode == "auto" and self._server_reads_our_memory is False)
         ):
             return self._run(request, options)
-        placed = place(request, plan, self._regions, self._output_views)
+        pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
+        placed = place(request, plan, pool, self._output_views)
         if placed is None:
             result = self._run(request, options)
         else:
-            result = self._infer_placed(request, *placed, plan, options, mode)
+            result = self._infer_placed(request, *placed, plan, pool, options, mode)
         if plan.open_outputs:
             plan.learn(request, result)
         return result
+
+    def _cuda_pool(self, mode: SharedMemory) -> RegionPool:
+        device = cuda_device(mode) or 0
+        pool = self._cuda_regions.get(device)
+        if pool is None:
+            pool = self._cuda_regions[device] = RegionPool(device)
+        return pool
 
     def _infer_placed(
         self,
@@ -788,39 +807,42 @@ class Client:
         shm_request: InferRequest,
         placement: Placement,
         plan: PlacementPlan,
+        pool: RegionPool,
         options: CallOptions,
         mode: SharedMemory,
     ) -> InferResult:
         """``shm_request`` (``request`` with regions), or ``request`` when the regions
         cannot be registered in "auto" mode."""
         try:
-            if not self._register(placement.regions, mode, options):
+            if not self._register(placement.regions, pool, mode, options):
                 return self._run(request, options)
             return self._run(shm_request, options)
         except InferenceError as error:
             if not plan.outgrown(error, request, placement):
                 raise
         finally:
-            self._regions.release(placement)
+            pool.release(placement)
         # The model ran, but its answer outgrew a region sized from earlier answers: it
         # runs again with the outputs on the socket.
         return self._run(request, options)
 
-    def _register(self, regions: list[Region], mode: SharedMemory, options: CallOptions) -> bool:
+    def _register(
+        self, regions: list[AnyRegion], pool: RegionPool, mode: SharedMemory, options: CallOptions
+    ) -> bool:
         """Register the regions the server does not know yet; False when it cannot read
         this host's memory and ``mode`` is "auto" (sockets, then, for good)."""
         once = attrs.evolve(options, retry=_ONCE)
-        if self._server_reads_our_memory is None:
-            self._forget_stale_regions(once)
+        if not pool.swept:
+            pool.swept = True
+            self._forget_stale_regions(pool, once)
         for region in regions:
             if region.registered:
                 continue
-            op = RegisterSystemSharedMemory(region.name, region.key, region.size)
             try:
-                self._run(op, once)
+                self._run(region.register_op(), once)
             except (InferenceError, UnsupportedError) as error:
                 # Unsupported: a server without the extension (MLServer, KServe).
-                if mode == "system" or self._server_reads_our_memory:
+                if mode != "auto" or self._server_reads_our_memory:
                     raise TritonError(
                         f"the server at {self.url} cannot use this host's shared memory "
                         f"(shared_memory={mode!r}): {error}",
@@ -837,18 +859,19 @@ class Client:
             finally:
                 region.unlink()  # the server has it mapped now (or never will)
             region.registered = True
-            self._server_reads_our_memory = True
+            if pool.device is None:
+                self._server_reads_our_memory = True
         return True
 
-    def _forget_stale_regions(self, options: CallOptions) -> None:
+    def _forget_stale_regions(self, pool: RegionPool, options: CallOptions) -> None:
         """Unregister regions that processes of this host left behind when they died."""
         try:
-            status = self._run(GetSystemSharedMemoryStatus(), options)
+            status = self._run(pool.status_op(), options)
         except (InferenceError, UnsupportedError):
             return  # the registration that follows says what the server allows
         for name in stale_regions(status):
             with contextlib.suppress(ModelNotFoundError, InferenceError):
-                self._run(UnregisterSystemSharedMemory(name), options)
+                self._run(pool.unregister_op(name), options)
 
     # Lifetime
 
@@ -857,6 +880,8 @@ class Client:
         if self._closed:
             return
         regions = self._regions.drain()
+        for pool in self._cuda_regions.values():
+            regions += pool.drain()
         try:
             options = self._settings.options(NOT_GIVEN, _ONCE, None)
             for region in regions:
@@ -868,9 +893,9 @@ class Client:
             self._chunks.close()
             self._transport.close()
 
-    def _unregister(self, region: Region, options: CallOptions) -> None:
+    def _unregister(self, region: AnyRegion, options: CallOptions) -> None:
         try:
-            self._run(UnregisterSystemSharedMemory(region.name), options)
+            self._run(region.unregister_op(), options)
         except TritonError as error:
             # The next client's first shared-memory call unregisters it (its process is
             # gone by then); closing goes on.
@@ -932,8 +957,8 @@ class Model(ModelCore):
             request_id: an id the server echoes in the result and in its errors.
             retry: this call's retry policy, instead of the client's.
             headers: sent on top of the client's headers.
-            shared_memory: this call's ``"auto"``, ``"off"`` or ``"system"``, instead of
-                the client's.
+            shared_memory: this call's ``"auto"``, ``"off"``, ``"system"`` or ``"cuda"``
+                (``"cuda:<device>"``), instead of the client's.
         """
         requests = self._requests(
             inputs,

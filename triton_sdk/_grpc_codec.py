@@ -22,6 +22,7 @@ from ._ops import (
     JSON,
     Generate,
     GenerateStream,
+    GetCudaSharedMemoryStatus,
     GetLogSettings,
     GetModelStatistics,
     GetSystemSharedMemoryStatus,
@@ -29,10 +30,12 @@ from ._ops import (
     ListModels,
     LoadModel,
     Op,
+    RegisterCudaSharedMemory,
     RegisterSystemSharedMemory,
     StreamInfer,
     StreamOp,
     UnloadModel,
+    UnregisterCudaSharedMemory,
     UnregisterSystemSharedMemory,
     UpdateLogSettings,
     UpdateTraceSettings,
@@ -404,6 +407,26 @@ def _shm_status(op: GetSystemSharedMemoryStatus) -> GrpcCall[list[JSON]]:
     return GrpcCall("SystemSharedMemoryStatus", request, read)
 
 
+def _register_cuda(op: RegisterCudaSharedMemory) -> GrpcCall[None]:
+    request = pb.CudaSharedMemoryRegisterRequest(
+        name=op.name, raw_handle=op.raw_handle, device_id=op.device_id, byte_size=op.byte_size
+    )
+    return GrpcCall("CudaSharedMemoryRegister", request, _nothing)
+
+
+def _unregister_cuda(op: UnregisterCudaSharedMemory) -> GrpcCall[None]:
+    request = pb.CudaSharedMemoryUnregisterRequest(name=op.name)
+    return GrpcCall("CudaSharedMemoryUnregister", request, _nothing)
+
+
+def _cuda_status(op: GetCudaSharedMemoryStatus) -> GrpcCall[list[JSON]]:
+    def read(response: Any) -> list[JSON]:
+        return [_to_json(region) for region in response.regions.values()]
+
+    request = pb.CudaSharedMemoryStatusRequest(name=op.name)
+    return GrpcCall("CudaSharedMemoryStatus", request, read)
+
+
 def _generate(op: Generate) -> GrpcCall[dict[str, JSONValue]] | GrpcCollect[Any, Any]:
     """Generate as the HTTP extension does it: fields named like inputs are one sample."""
     spec = op.spec
@@ -512,6 +535,9 @@ _ENCODERS: Final[dict[type[Any], Callable[[Any], GrpcCall[Any] | GrpcCollect[Any
     RegisterSystemSharedMemory: _register,
     UnregisterSystemSharedMemory: _unregister,
     GetSystemSharedMemoryStatus: _shm_status,
+    RegisterCudaSharedMemory: _register_cuda,
+    UnregisterCudaSharedMemory: _unregister_cuda,
+    GetCudaSharedMemoryStatus: _cuda_status,
 }
 
 

@@ -34,6 +34,7 @@ from ._generate import (
 from ._ops import (
     Generate,
     GenerateStream,
+    GetCudaSharedMemoryStatus,
     GetLogSettings,
     GetModelStatistics,
     GetSystemSharedMemoryStatus,
@@ -41,10 +42,12 @@ from ._ops import (
     ListModels,
     LoadModel,
     Op,
+    RegisterCudaSharedMemory,
     RegisterSystemSharedMemory,
     StreamInfer,
     StreamOp,
     UnloadModel,
+    UnregisterCudaSharedMemory,
     UnregisterSystemSharedMemory,
     UpdateLogSettings,
     UpdateTraceSettings,
@@ -526,6 +529,9 @@ class HttpCodec:
             RegisterSystemSharedMemory: self._register,
             UnregisterSystemSharedMemory: self._unregister,
             GetSystemSharedMemoryStatus: self._shm_status,
+            RegisterCudaSharedMemory: self._register_cuda,
+            UnregisterCudaSharedMemory: lambda op: self._unregister(op, "cuda"),
+            GetCudaSharedMemoryStatus: lambda op: self._shm_status(op, "cuda"),
             UpdateLogSettings: lambda op: self._settings(
                 f"{self.base}/v2/logging", op.updates, None
             ),
@@ -594,9 +600,9 @@ class HttpCodec:
         reader = _json_reader(op.call.replace("_", " "), op.model)
         return HttpCall("GET", self.base + path, None, _NO_HEADERS, reader)
 
-    def _shm_path(self, name: str, action: str) -> str:
+    def _shm_path(self, name: str, action: str, kind: str = "system") -> str:
         region = f"/region/{quote(name, safe='')}" if name else ""
-        return f"{self.base}/v2/systemsharedmemory{region}/{action}"
+        return f"{self.base}/v2/{kind}sharedmemory{region}/{action}"
 
     def _register(self, op: RegisterSystemSharedMemory) -> HttpCall[None]:
         body = {"key": op.key, "offset": op.offset, "byte_size": op.byte_size}
@@ -605,12 +611,24 @@ class HttpCodec:
             "POST", path, [json.dumps(body).encode()], _JSON_HEADERS, _status_reader(None)
         )
 
-    def _unregister(self, op: UnregisterSystemSharedMemory) -> HttpCall[None]:
-        path = self._shm_path(op.name, "unregister")
+    def _register_cuda(self, op: RegisterCudaSharedMemory) -> HttpCall[None]:
+        handle = base64.b64encode(op.raw_handle).decode("ascii")
+        body = {"raw_handle": {"b64": handle}, "device_id": op.device_id, "byte_size": op.byte_size}
+        path = self._shm_path(op.name, "register", "cuda")
+        return HttpCall(
+            "POST", path, [json.dumps(body).encode()], _JSON_HEADERS, _status_reader(None)
+        )
+
+    def _unregister(
+        self, op: UnregisterSystemSharedMemory | UnregisterCudaSharedMemory, kind: str = "system"
+    ) -> HttpCall[None]:
+        path = self._shm_path(op.name, "unregister", kind)
         return HttpCall("POST", path, [b"{}"], _JSON_HEADERS, _status_reader(None))
 
-    def _shm_status(self, op: GetSystemSharedMemoryStatus) -> HttpCall[Any]:
-        path = self._shm_path(op.name, "status")
+    def _shm_status(
+        self, op: GetSystemSharedMemoryStatus | GetCudaSharedMemoryStatus, kind: str = "system"
+    ) -> HttpCall[Any]:
+        path = self._shm_path(op.name, "status", kind)
         return HttpCall("GET", path, None, _NO_HEADERS, _json_reader("shared memory status"))
 
     def _list_models(self, op: ListModels) -> HttpCall[Any]:

@@ -30,6 +30,7 @@ __all__ = [
     "FetchMetrics",
     "Generate",
     "GenerateStream",
+    "GetCudaSharedMemoryStatus",
     "GetLogSettings",
     "GetModelConfig",
     "GetModelMetadata",
@@ -44,11 +45,13 @@ __all__ = [
     "ListModels",
     "LoadModel",
     "Op",
+    "RegisterCudaSharedMemory",
     "RegisterSystemSharedMemory",
     "Route",
     "StreamInfer",
     "StreamOp",
     "UnloadModel",
+    "UnregisterCudaSharedMemory",
     "UnregisterSystemSharedMemory",
     "UpdateLogSettings",
     "UpdateTraceSettings",
@@ -337,6 +340,42 @@ class GetSystemSharedMemoryStatus(Op[list[JSON]]):
 
     name: str = ""
     call = "system_shared_memory_status"
+
+
+# CUDA shared memory
+
+
+@attrs.frozen
+class RegisterCudaSharedMemory(Op[None]):
+    """Let the server open ``byte_size`` bytes of GPU memory on device ``device_id``
+    through the CUDA IPC handle ``raw_handle`` (the handle's bytes, not base64), as region
+    ``name``. Not retried: a second registration of a name fails."""
+
+    name: str
+    raw_handle: bytes = attrs.field(repr=False)
+    device_id: int
+    byte_size: int
+    call = "register_cuda_shared_memory"
+
+    @property
+    def idempotent(self) -> bool:
+        return False
+
+
+@attrs.frozen
+class UnregisterCudaSharedMemory(Op[None]):
+    """Forget CUDA region ``name`` (every CUDA region when it is empty)."""
+
+    name: str = ""
+    call = "unregister_cuda_shared_memory"
+
+
+@attrs.frozen
+class GetCudaSharedMemoryStatus(Op[list[JSON]]):
+    """The registered CUDA regions (``name``, ``device_id``, ``byte_size``)."""
+
+    name: str = ""
+    call = "cuda_shared_memory_status"
 
 
 # Inference (``InferRequest``, the hot path, lives in ``_request``)

@@ -289,7 +289,9 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
             f"output {name!r}: shape {list(shape)} needs {size} bytes, its region has "
             f"{slot.byte_size}"
         )
-    flat = np.frombuffer(slot.region.view(size, slot.offset), wire_dtype(datatype))
+    flat = np.frombuffer(slot.region.read(size, slot.offset), wire_dtype(datatype))
+    if not slot.region.mapped:  # GPU memory: already copied to this process
+        return flat.reshape(shape)
     if not slot.view:
         copied: Array = flat.reshape(shape).copy()
         return copied

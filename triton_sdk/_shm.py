@@ -13,6 +13,7 @@ closing its client (:func:`stale_regions`).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import math
@@ -24,13 +25,23 @@ import socket
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import attrs
 import numpy as np
 
 from ._dtypes import DATATYPES
-from ._errors import InvalidInputError
+from ._errors import InvalidInputError, TritonError
+from ._ops import (
+    JSON,
+    GetCudaSharedMemoryStatus,
+    GetSystemSharedMemoryStatus,
+    Op,
+    RegisterCudaSharedMemory,
+    RegisterSystemSharedMemory,
+    UnregisterCudaSharedMemory,
+    UnregisterSystemSharedMemory,
+)
 from ._request import InferRequest, RequestedOutput
 from ._spec import ModelSpec
 
@@ -39,20 +50,25 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "AnyRegion",
+    "CudaRegion",
     "Placement",
     "PlacementPlan",
     "Region",
     "RegionPool",
     "SharedMemory",
     "SharedMemoryOutputs",
+    "cuda_device",
     "place",
     "stale_regions",
 ]
 
 SharedMemory = str
-"""``"auto"`` | ``"off"`` | ``"system"``: how large tensors travel (see the docs)."""
+"""``"auto"`` | ``"off"`` | ``"system"`` | ``"cuda"`` | ``"cuda:<device>"``: how large
+tensors travel (see the docs)."""
 
 MODES: Final = ("auto", "off", "system")
+_CUDA_MODE: Final = re.compile(r"cuda(?::(?P<device>\d+))?")
 
 SharedMemoryOutputs = Literal["view", "copy"]
 """How outputs that came back in a region are handed out: ``"view"`` (the array is the
@@ -84,9 +100,19 @@ HOST: Final = _host_tag()
 
 
 def check_mode(mode: object) -> str:
-    if mode not in MODES:
-        raise InvalidInputError(f"shared_memory must be 'auto', 'off' or 'system', got {mode!r}")
-    return str(mode)
+    if mode in MODES or (isinstance(mode, str) and _CUDA_MODE.fullmatch(mode)):
+        return str(mode)
+    raise InvalidInputError(
+        f"shared_memory must be 'auto', 'off', 'system', 'cuda' or 'cuda:<device>', got {mode!r}"
+    )
+
+
+def cuda_device(mode: str) -> int | None:
+    """The GPU a ``"cuda"``/``"cuda:N"`` mode names (0 for ``"cuda"``); None for others."""
+    match = _CUDA_MODE.fullmatch(mode)
+    if match is None:
+        return None
+    return int(match["device"] or 0)
 
 
 def check_outputs(outputs: object) -> bool:
@@ -101,6 +127,9 @@ class Region:
     server has it), ``size`` bytes."""
 
     __slots__ = ("_map", "key", "name", "registered", "size")
+
+    mapped: Final = True
+    """Its memory is mapped in this process, so outputs can be views of it."""
 
     def __init__(self, name: str, size: int) -> None:
         self.name = name
@@ -121,6 +150,21 @@ class Region:
     def view(self, size: int, offset: int = 0) -> memoryview:
         return memoryview(self._map)[offset : offset + size]
 
+    def write(self, array: np.ndarray[Any, Any]) -> None:
+        """Copy ``array`` (of a numeric wire dtype) to the start of the region."""
+        target = np.frombuffer(self.view(array.nbytes), dtype=array.dtype.newbyteorder("<"))
+        np.copyto(target.reshape(array.shape), array, casting="equiv")
+
+    def read(self, size: int, offset: int = 0) -> memoryview:
+        """``size`` bytes at ``offset``: the region's memory itself."""
+        return self.view(size, offset)
+
+    def register_op(self) -> Op[None]:
+        return RegisterSystemSharedMemory(self.name, self.key, self.size)
+
+    def unregister_op(self) -> Op[None]:
+        return UnregisterSystemSharedMemory(self.name)
+
     def unlink(self) -> None:
         """Remove the /dev/shm name; the mappings (here and in the server) stay."""
         with contextlib.suppress(FileNotFoundError):
@@ -133,24 +177,95 @@ class Region:
             self._map.close()
 
 
+class CudaRegion:
+    """``size`` bytes of memory on GPU ``device``, which the server opens through a CUDA
+    IPC handle. Made with tritonclient's CUDA shared-memory utilities (the ``cuda-python``
+    package). Inputs are copied to the device and outputs back to host memory, so outputs
+    are never views of it."""
+
+    __slots__ = ("_handle", "_utils", "device", "name", "registered", "size")
+
+    mapped: Final = False
+
+    def __init__(self, name: str, size: int, device: int) -> None:
+        self.name = name
+        self.size = size
+        self.device = device
+        self.registered = False
+        try:
+            import tritonclient.utils.cuda_shared_memory as utils
+        except (ImportError, RuntimeError) as error:  # RuntimeError: no cuda-python
+            raise TritonError(
+                f"shared_memory='cuda:{device}' needs the cuda-python package "
+                f"(pip install cuda-python): {error}"
+            ) from error
+        self._utils: Any = utils
+        try:
+            self._handle = utils.create_shared_memory_region(name, size, device)
+        except Exception as error:  # CudaSharedMemoryException, or the driver's own
+            cause = error.__cause__ or error
+            raise TritonError(
+                f"cannot allocate {size} bytes of CUDA shared memory on device {device}: {cause}"
+            ) from error
+
+    def write(self, array: np.ndarray[Any, Any]) -> None:
+        self._utils.set_shared_memory_region(self._handle, [np.ascontiguousarray(array)])
+
+    def read(self, size: int, offset: int = 0) -> memoryview:
+        """``size`` bytes at ``offset``, copied to host memory (writable, this call's own)."""
+        host: np.ndarray[Any, Any] = self._utils.get_contents_as_numpy(
+            self._handle, np.uint8, [offset + size]
+        )
+        return host[offset:].data
+
+    def register_op(self) -> Op[None]:
+        raw = base64.b64decode(self._utils.get_raw_handle(self._handle))
+        return RegisterCudaSharedMemory(self.name, raw, self.device, self.size)
+
+    def unregister_op(self) -> Op[None]:
+        return UnregisterCudaSharedMemory(self.name)
+
+    def unlink(self) -> None:
+        """(Nothing to unlink: the memory goes with this process or with close().)"""
+
+    def close(self) -> None:
+        self._utils.destroy_shared_memory_region(self._handle)
+
+
+AnyRegion: TypeAlias = Region | CudaRegion
+
+
 class RegionPool:
     """The client's regions, reused by size class; one call at a time per region.
 
     A region whose memory an output array uses (a view) comes back to the pool only when
-    that array and every array made from it are gone.
+    that array and every array made from it are gone. ``device`` is None for system
+    shared memory, else the GPU whose memory the pool's regions are.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device: int | None = None) -> None:
+        self.device = device
+        self.swept = False
+        """Whether regions that dead processes left on the server were looked for."""
         # Reentrant: a view's finalizer may run (garbage collection) while this thread
         # holds the lock.
         self._lock = threading.RLock()
-        self._idle: dict[int, list[Region]] = {}
-        self._all: list[Region] = []
+        self._idle: dict[int, list[AnyRegion]] = {}
+        self._all: list[AnyRegion] = []
         self._serial = 0
         self._lent = 0
         self._tag = f"{PREFIX}{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
 
-    def take(self, size: int) -> Region:
+    def status_op(self) -> Op[list[JSON]]:
+        """The op that lists the server's regions of this pool's kind."""
+        return GetSystemSharedMemoryStatus() if self.device is None else GetCudaSharedMemoryStatus()
+
+    def unregister_op(self, name: str) -> Op[None]:
+        if self.device is None:
+            return UnregisterSystemSharedMemory(name)
+        return UnregisterCudaSharedMemory(name)
+
+    def take(self, size: int) -> AnyRegion:
         """A region of at least ``size`` bytes; a new one is not registered yet."""
         capacity = max(_MIN_REGION, 1 << (size - 1).bit_length())
         with self._lock:
@@ -159,12 +274,16 @@ class RegionPool:
                 return idle.pop()
             self._serial += 1
             name = f"{self._tag}-{self._serial}"
-        region = Region(name, capacity)
+        region: AnyRegion = (
+            Region(name, capacity)
+            if self.device is None
+            else CudaRegion(name, capacity, self.device)
+        )
         with self._lock:
             self._all.append(region)
         return region
 
-    def give_back(self, regions: Iterable[Region]) -> None:
+    def give_back(self, regions: Iterable[AnyRegion]) -> None:
         with self._lock:
             for region in regions:
                 if region not in self._all:
@@ -192,13 +311,13 @@ class RegionPool:
                 slot.lent = None
         self.give_back(idle)
 
-    def _returned(self, region: Region) -> None:
+    def _returned(self, region: AnyRegion) -> None:
         """The last view of a lent region is gone."""
         with self._lock:
             self._lent -= 1
         self.give_back((region,))
 
-    def drain(self) -> list[Region]:
+    def drain(self) -> list[AnyRegion]:
         """Every region (to unregister and close), leaving the pool empty."""
         with self._lock:
             regions, self._all, self._idle = self._all, [], {}
@@ -236,7 +355,7 @@ def _alive(pid: int) -> bool:
 class Slot:
     """Where one tensor lives in a region."""
 
-    region: Region
+    region: AnyRegion
     offset: int
     byte_size: int
     view: bool = False
@@ -253,8 +372,8 @@ class Placement:
     outputs: dict[str, Slot]
 
     @property
-    def regions(self) -> list[Region]:
-        seen: dict[str, Region] = {}
+    def regions(self) -> list[AnyRegion]:
+        seen: dict[str, AnyRegion] = {}
         for slot in (*self.inputs.values(), *self.outputs.values()):
             seen[slot.region.name] = slot.region
         return list(seen.values())
@@ -393,10 +512,9 @@ def place(
     for tensor in large:
         array = tensor.array
         region = pool.take(array.nbytes)
-        target = np.frombuffer(region.view(array.nbytes), dtype=array.dtype.newbyteorder("<"))
-        np.copyto(target.reshape(array.shape), array, casting="equiv")
+        region.write(array)
         inputs[tensor.name] = Slot(region, 0, array.nbytes)
-    views = views and pool.may_lend()
+    views = views and pool.device is None and pool.may_lend()
     outputs = {}
     for name, size in sizes.items():
         region = pool.take(size)

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["ModelStatus", "ServerMetadata", "SharedMemoryRegion"]
+__all__ = ["CudaSharedMemoryRegion", "ModelStatus", "ServerMetadata", "SharedMemoryRegion"]
 
 
 @attrs.frozen(kw_only=True)
@@ -70,5 +70,22 @@ class SharedMemoryRegion:
             name=str(data.get("name", "")),
             key=str(data.get("key", "")),
             offset=int(data.get("offset") or 0),
+            byte_size=int(data.get("byte_size") or 0),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class CudaSharedMemoryRegion:
+    """A CUDA shared memory region registered with the server."""
+
+    name: str
+    device_id: int = 0
+    byte_size: int = 0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CudaSharedMemoryRegion:
+        return cls(
+            name=str(data.get("name", "")),
+            device_id=int(data.get("device_id") or 0),
             byte_size=int(data.get("byte_size") or 0),
         )

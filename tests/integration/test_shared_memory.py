@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,8 @@ import pytest
 import triton_sdk as ts
 from triton_sdk._shm import MAX_LENT
 from triton_sdk.local import LocalServer
+
+from .conftest import inference_count
 
 SAMPLE = 262144  # FP32 elements per sample of big_fixed: 1 MiB
 
@@ -152,31 +153,21 @@ def test_an_output_of_open_size_takes_a_region_once_a_call_has_shown_its_size(
 
 
 def test_an_answer_that_outgrows_its_region_is_computed_again_over_the_socket(
-    make_client: Any,
+    make_client: Any, server: LocalServer
 ) -> None:
     client = make_client(shared_memory="system")
     model = client.model("zeros")  # OUT is COUNT zeros: its size does not follow the input's
 
-    def executions(at_least: int = 0) -> int:
-        """The model's executions so far (the server counts one just after answering)."""
-        deadline = time.monotonic() + 5
-        while True:
-            (stats,) = client.model_statistics("zeros")
-            if stats.execution_count >= at_least or time.monotonic() > deadline:
-                return int(stats.execution_count)
-            time.sleep(0.01)
-
-    earlier = executions()
     assert not in_region(model.infer(COUNT=[100_000])["OUT"])  # 400 kB: now known
-    before = executions(earlier + 1)
+    before = inference_count(server, "zeros")
     answer = model.infer(COUNT=[300_000])["OUT"]  # estimated 400 kB; it needs 1.2 MB
     assert answer.shape == (300_000,)
     assert not answer.any()
     assert not in_region(answer)
-    assert executions(before + 2) - before == 2  # refused for its region, then run on the socket
+    assert inference_count(server, "zeros") - before == 2  # refused, then run on the socket
     answer = model.infer(COUNT=[300_000])["OUT"]
     assert in_region(answer)  # the refusal's size was learned: no second run
-    assert executions(before + 3) - before == 3
+    assert inference_count(server, "zeros") - before == 3
 
 
 def test_off_and_small_tensors_register_nothing(make_client: Any) -> None:

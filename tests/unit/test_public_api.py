@@ -53,6 +53,7 @@ EXPORTED = [
     "ServerMetadata",
     "ServerMetrics",
     "SharedMemoryRegion",
+    "CudaSharedMemoryRegion",
     "TLSConfig",
     "TensorSpec",
     "TraceSettings",

@@ -68,6 +68,7 @@ CANNED: dict[type[Any], object] = {
     ops.UpdateLogSettings: {"log_info": True},
     ops.FetchMetrics: "",
     ops.GetSystemSharedMemoryStatus: [],
+    ops.GetCudaSharedMemoryStatus: [],
     ops.Generate: {"text": "done"},
     ops.GenerateStream: [{"text": "a"}, {"text": "b"}],
 }
@@ -201,6 +202,7 @@ CALLS: dict[str, Callable[[Shell, Headers], object]] = {
     "update_log_settings": lambda s, h: s.client.update_log_settings(info=True, headers=h),
     "metrics": lambda s, h: s.client.metrics(headers=h),
     "system_shared_memory_status": lambda s, h: s.client.system_shared_memory_status(headers=h),
+    "cuda_shared_memory_status": lambda s, h: s.client.cuda_shared_memory_status(headers=h),
     "infer": lambda s, h: s.double.infer(X=[[1.0]], headers=h),
     "infer_split_batch": lambda s, h: s.double.infer(X=[[1.0]] * 6, headers=h),
     "infer_sample": lambda s, h: s.double.infer_sample(X=[1.0], headers=h),

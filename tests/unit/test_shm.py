@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import sys
+import types
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
 import numpy as np
 import pytest
+import tritonclient.utils
 
 import triton_sdk as ts
 from triton_sdk import ops
 from triton_sdk._request import InferRequest
-from triton_sdk._result import InferResult
+from triton_sdk._result import InferResult, read_region
 from triton_sdk._shaping import Tensor
-from triton_sdk._shm import HOST, PlacementPlan, RegionPool, place, stale_regions
+from triton_sdk._shm import (
+    HOST,
+    CudaRegion,
+    PlacementPlan,
+    RegionPool,
+    Slot,
+    check_mode,
+    cuda_device,
+    place,
+    stale_regions,
+)
 from triton_sdk.testing import MockTransport
 
 from ._both import resolve
@@ -36,6 +51,7 @@ class Server:
     def __init__(self, readable: bool = True, regions: list[dict[str, Any]] | None = None):
         self.readable = readable
         self.regions = regions or []
+        self.cuda: list[ops.RegisterCudaSharedMemory] = []
 
     def __call__(self, op: Any, ctx: Any) -> Any:
         if isinstance(op, ops.RegisterSystemSharedMemory):
@@ -50,6 +66,14 @@ class Server:
             return None
         if isinstance(op, ops.GetSystemSharedMemoryStatus):
             return list(self.regions)
+        if isinstance(op, ops.RegisterCudaSharedMemory):
+            self.cuda.append(op)
+            return None
+        if isinstance(op, ops.UnregisterCudaSharedMemory):
+            self.cuda = [r for r in self.cuda if r.name != op.name]
+            return None
+        if isinstance(op, ops.GetCudaSharedMemoryStatus):
+            return [{"name": r.name, "device_id": r.device_id} for r in self.cuda]
         if isinstance(op, ops.InferRequest):
             return {"Y": np.zeros((1, 262144), dtype=np.float32)}
         raise NotImplementedError(op)
@@ -283,3 +307,98 @@ def test_stateful_models_keep_outputs_of_open_size_on_the_socket() -> None:
     plan = PlacementPlan(stateful)
     assert plan.open_outputs == {}
     assert plan.sockets_only is False  # (its input may still be large)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """tritonclient's CUDA shared-memory utilities over host memory: what CudaRegion
+    calls, with the same names and arguments. Returns the live "device" allocations."""
+    allocated: dict[str, Any] = {}
+    module = types.ModuleType("tritonclient.utils.cuda_shared_memory")
+
+    def create(name: str, byte_size: int, device_id: int) -> Any:
+        allocated[name] = SimpleNamespace(name=name, device=device_id, memory=bytearray(byte_size))
+        return allocated[name]
+
+    def set_region(handle: Any, values: list[np.ndarray[Any, Any]]) -> None:
+        data = b"".join(value.tobytes() for value in values)
+        handle.memory[: len(data)] = data
+
+    def contents(handle: Any, datatype: Any, shape: list[int]) -> np.ndarray[Any, Any]:
+        count = int(np.prod(shape))
+        return np.frombuffer(handle.memory, datatype, count).reshape(shape).copy()
+
+    module.create_shared_memory_region = create  # type: ignore[attr-defined]
+    module.set_shared_memory_region = set_region  # type: ignore[attr-defined]
+    module.get_contents_as_numpy = contents  # type: ignore[attr-defined]
+    module.get_raw_handle = lambda handle: base64.b64encode(handle.name.encode())  # type: ignore[attr-defined]
+    module.destroy_shared_memory_region = lambda handle: allocated.pop(handle.name)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(tritonclient.utils, "cuda_shared_memory", module, raising=False)
+    return allocated
+
+
+@pytest.mark.parametrize(
+    ("given", "device"), [("cuda", 0), ("cuda:0", 0), ("cuda:3", 3), ("system", None)]
+)
+def test_cuda_modes_name_a_device(given: str, device: int | None) -> None:
+    assert check_mode(given) == given
+    assert cuda_device(given) == device
+
+
+@pytest.mark.parametrize("given", ["cuda:", "cuda:x", "cuda:-1", "gpu", "CUDA"])
+def test_other_device_spellings_are_refused(given: str) -> None:
+    with pytest.raises(ts.InvalidInputError, match="'cuda:<device>'"):
+        check_mode(given)
+
+
+async def test_cuda_regions_are_registered_by_ipc_handle_on_their_device_and_freed_on_close(
+    mode: str, fake_cuda: dict[str, Any]
+) -> None:
+    server = Server()
+    client = client_of(mode, server, "cuda:1")
+    model = await resolve(client.model("big"))
+    batch = np.arange(262144, dtype=np.float32)[np.newaxis]
+    await resolve(model.infer(X=batch))
+    await resolve(model.infer(X=batch))
+    (request, _) = sent(client)
+    placement = request.shared_memory
+    assert placement is not None
+    assert set(placement.inputs) == {"X"}
+    assert set(placement.outputs) == {"Y"}
+    assert [(r.device_id, r.byte_size) for r in server.cuda] == [(1, 1 << 20), (1, 1 << 20)]
+    assert {r.raw_handle for r in server.cuda} == {name.encode() for name in fake_cuda}
+    region = placement.inputs["X"].region
+    assert bytes(fake_cuda[region.name].memory) == batch.tobytes()  # the input, on the device
+    assert server.regions == []  # no system shared memory
+    await resolve(client.aclose() if mode == "async" else client.close())
+    assert server.cuda == []
+    assert fake_cuda == {}  # device memory freed
+
+
+def test_an_output_in_gpu_memory_comes_back_as_a_host_copy_of_its_own(
+    fake_cuda: dict[str, Any],
+) -> None:
+    region = CudaRegion("r", 1024, 0)
+    values = np.arange(8, dtype=np.float32)
+    region.write(values)
+    output = read_region("Y", "FP32", (2, 4), Slot(region, 0, 1024, view=True))
+    assert np.array_equal(output, values.reshape(2, 4))
+    assert output.flags.writeable
+    fake_cuda["r"].memory[:4] = b"\0" * 4
+    assert output[0, 1] == 1.0  # a copy: later writes to the region do not show
+    region.close()
+    assert fake_cuda == {}
+
+
+async def test_cuda_without_cuda_python_fails_clearly_and_sends_nothing(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tritonclient.utils.cuda_shared_memory", None)
+    monkeypatch.delattr(tritonclient.utils, "cuda_shared_memory", raising=False)
+    client = client_of(mode, Server(), "cuda")
+    model = await resolve(client.model("big"))
+    with pytest.raises(ts.TritonError, match="needs the cuda-python package"):
+        await resolve(model.infer(X=BATCH))
+    assert sent(client) == []
+    assert not [c for c in client._transport.calls if "shared_memory" in c.op.call]
