@@ -7,7 +7,7 @@ describe and never looks inside.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 import attrs
@@ -226,6 +226,43 @@ def serialize_large_infer(request: InferRequest) -> bytes | None:
     )
 
 
+_HEADS: dict[Hashable, bytes] = {}
+"""Serialized infer requests without their raw contents, by everything they hold: calls of
+a model usually repeat one shape of request, whose head is then built once."""
+_MAX_HEADS: Final = 256
+
+
+def serialize_small_infer(request: InferRequest) -> bytes | None:
+    """The wire bytes of a plain infer request (no id, parameters, sequence, priority or
+    regions) from a cached head; None for other requests."""
+    if (
+        request.shared_memory is not None
+        or request.parameters
+        or request.sequence_id
+        or request.priority
+        or request.request_id
+    ):
+        return None
+    inputs = request.inputs
+    key = (
+        request.model,
+        request.version,
+        request.outputs,
+        *[(tensor.name, tensor.datatype, tensor.array.shape) for tensor in inputs],
+    )
+    head = _HEADS.get(key)
+    if head is None:
+        head = _infer_message(request)[0].SerializeToString()
+        if len(_HEADS) >= _MAX_HEADS:
+            _HEADS.clear()
+        _HEADS[key] = head
+    parts = [head]
+    for tensor in inputs:
+        payload = tensor_bytes(tensor)
+        parts += (_RAW_INPUT_KEY, _varint(len(payload)), payload)
+    return b"".join(parts)
+
+
 def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
     value = 0
     shift = 0
@@ -363,6 +400,13 @@ def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
 SERVICE: Final = "inference.GRPCInferenceService"
 
 
+def _read_small(data: bytes) -> InferResult:
+    return decode_infer_response(_parse_response(data))
+
+
+_parse_response: Final = pb.ModelInferResponse.FromString
+
+
 def _infer(request: InferRequest) -> GrpcCall[InferResult]:
     """An infer request: as a protobuf message, or in wire form when its tensors are
     large (one copy of their data, and the answer's raw contents read as views)."""
@@ -376,6 +420,9 @@ def _infer(request: InferRequest) -> GrpcCall[InferResult]:
 
         return GrpcCall("ModelInfer", wire, read_wire, wire=True)
     if placement is None:
+        small = serialize_small_infer(request)
+        if small is not None:
+            return GrpcCall("ModelInfer", small, _read_small, wire=True)
         return GrpcCall("ModelInfer", build_infer_request(request), decode_infer_response)
     return GrpcCall(
         "ModelInfer",

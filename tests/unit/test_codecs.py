@@ -865,8 +865,38 @@ def test_a_large_infer_travels_in_wire_form_and_a_small_one_as_a_message() -> No
         large.read(grpc_response(sent).SerializeToString())["Y"], sent["Y"]
     )
     small = grpc_encode(
-        InferRequest(model="m", inputs=[Tensor("A", "FP32", np.zeros(4, np.float32))])
+        InferRequest(
+            model="m", inputs=[Tensor("A", "FP32", np.zeros(4, np.float32))], request_id="r"
+        )
     )
     assert isinstance(small, GrpcCall)
     assert (small.rpc, small.wire) == ("ModelInfer", False)
     assert isinstance(small.message, pb.ModelInferRequest)
+
+
+def test_a_small_plain_infer_is_a_cached_head_and_its_contents_byte_for_byte() -> None:
+    def request(a: np.ndarray[Any, Any], words: list[bytes]) -> InferRequest:
+        return InferRequest(
+            model="m",
+            version="2",
+            inputs=[
+                Tensor("A", "FP32", a),
+                Tensor("B", "BYTES", np.array(words, dtype=np.object_)),
+            ],
+            outputs=(RequestedOutput("Y"), RequestedOutput("Z", class_count=3)),
+        )
+
+    for a, words in [
+        (np.arange(4, dtype=np.float32), [b"x", b""]),
+        (np.ones(4, dtype=np.float32), [b"\0", "안녕".encode()]),  # the same head again
+        (np.ones((2, 3), dtype=np.float32), [b"longer"]),  # another shape: another head
+    ]:
+        sent = request(a, words)
+        encoded = grpc_encode(sent)
+        assert isinstance(encoded, GrpcCall)
+        assert encoded.wire
+        assert encoded.message == build_infer_request(sent).SerializeToString()
+    answer = {"Y": np.arange(3, dtype=np.float32)}
+    np.testing.assert_array_equal(
+        encoded.read(grpc_response(answer).SerializeToString())["Y"], answer["Y"]
+    )
