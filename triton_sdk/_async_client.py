@@ -790,7 +790,8 @@ class AsyncClient:
         ):
             return await self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
-        placed = place(request, plan, pool, self._output_views)
+        # A call that must not run twice keeps outputs of open size on the socket.
+        placed = place(request, plan, pool, self._output_views, options.retry.max_attempts > 1)
         if placed is None:
             result = await self._run(request, options)
         else:
@@ -802,8 +803,8 @@ class AsyncClient:
     def _cuda_pool(self, mode: SharedMemory) -> RegionPool:
         device = cuda_device(mode) or 0
         pool = self._cuda_regions.get(device)
-        if pool is None:
-            pool = self._cuda_regions[device] = RegionPool(device)
+        if pool is None:  # (two threads may get here: setdefault keeps one pool)
+            pool = self._cuda_regions.setdefault(device, RegionPool(device))
         return pool
 
     async def _infer_placed(
@@ -825,6 +826,7 @@ class AsyncClient:
         except InferenceError as error:
             if not plan.outgrown(error, request, placement):
                 raise
+            logger.info("%s; the request runs again with its outputs on the socket", error)
         finally:
             pool.release(placement)
         # The model ran, but its answer outgrew a region sized from earlier answers: it

@@ -209,14 +209,29 @@ class CudaRegion:
             ) from error
 
     def write(self, array: np.ndarray[Any, Any]) -> None:
-        self._utils.set_shared_memory_region(self._handle, [np.ascontiguousarray(array)])
+        """Copy ``array`` to the start of the region (little-endian, as the server reads)."""
+        data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        try:
+            self._utils.set_shared_memory_region(self._handle, [data])
+        except Exception as error:
+            raise self._failed("write to", error) from error
 
     def read(self, size: int, offset: int = 0) -> memoryview:
-        """``size`` bytes at ``offset``, copied to host memory (writable, this call's own)."""
-        host: np.ndarray[Any, Any] = self._utils.get_contents_as_numpy(
-            self._handle, np.uint8, [offset + size]
-        )
+        """``size`` bytes at ``offset``, copied to host memory (writable, this call's own).
+
+        tritonclient copies the region up to the end of what is read, then that part.
+        """
+        try:
+            host: np.ndarray[Any, Any] = self._utils.get_contents_as_numpy(
+                self._handle, np.uint8, [offset + size]
+            )
+        except Exception as error:
+            raise self._failed("read from", error) from error
         return host[offset:].data
+
+    def _failed(self, action: str, error: Exception) -> TritonError:
+        cause = error.__cause__ or error
+        return TritonError(f"cannot {action} CUDA shared memory on device {self.device}: {cause}")
 
     def register_op(self) -> Op[None]:
         raw = base64.b64decode(self._utils.get_raw_handle(self._handle))
@@ -229,7 +244,9 @@ class CudaRegion:
         """(Nothing to unlink: the memory goes with this process or with close().)"""
 
     def close(self) -> None:
-        self._utils.destroy_shared_memory_region(self._handle)
+        handle, self._handle = self._handle, None
+        if handle is not None:  # the device memory goes with the handle's last reference
+            self._utils.destroy_shared_memory_region(handle)
 
 
 AnyRegion: TypeAlias = Region | CudaRegion
@@ -411,7 +428,15 @@ class PlacementPlan:
     model must not do.
     """
 
-    __slots__ = ("_output_bytes", "open_outputs", "sockets_only", "spec", "threshold")
+    __slots__ = (
+        "_largest",
+        "_lock",
+        "_output_bytes",
+        "open_outputs",
+        "sockets_only",
+        "spec",
+        "threshold",
+    )
 
     def __init__(self, spec: ModelSpec, threshold: int = DEFAULT_THRESHOLD) -> None:
         self.spec = spec
@@ -431,6 +456,8 @@ class PlacementPlan:
                 and self._output_bytes[name] is None
             }
         )
+        self._largest = dict.fromkeys(self.open_outputs, 0)
+        self._lock = threading.Lock()
         samples = max(spec.max_batch_size, 1)  # larger batches are split into chunks
         inputs = [
             _sample_bytes(tensor.datatype, tensor.shape)
@@ -452,13 +479,27 @@ class PlacementPlan:
         per_sample = self._output_bytes.get(name)
         return None if per_sample is None else per_sample * batch
 
+    def estimate(self, name: str, input_bytes: int) -> int:
+        """The bytes an output of open size is expected to take for ``input_bytes`` of
+        input: by the most it returned per byte of input, and at most twice the most it
+        ever returned (one answer to a tiny input must not size regions of gigabytes)."""
+        return min(math.ceil(self.open_outputs[name] * input_bytes), 2 * self._largest[name])
+
     def learn(self, request: InferRequest, result: InferResult) -> None:
-        """Note how large the outputs of open size came back for this request's inputs."""
-        input_bytes = _input_bytes(request)
-        for name, ratio in self.open_outputs.items():
+        """Note how large the outputs of open size came back for this request's inputs
+        (those far below the threshold could not be placed: they are not noted)."""
+        input_bytes = 0
+        for name in self.open_outputs:
             size = result._byte_size(name)
-            if size is not None and size > ratio * input_bytes:
-                self.open_outputs[name] = size / input_bytes
+            if size is None or size * 4 < self.threshold or size <= self._largest[name]:
+                continue
+            input_bytes = input_bytes or _input_bytes(request)
+            self._note(name, size, input_bytes)
+
+    def _note(self, name: str, size: int, input_bytes: int) -> None:
+        with self._lock:  # concurrent calls: each value only grows
+            self.open_outputs[name] = max(self.open_outputs[name], size / input_bytes)
+            self._largest[name] = max(self._largest[name], size)
 
     def outgrown(self, error: Exception, request: InferRequest, placement: Placement) -> bool:
         """Whether ``error`` is the server refusing an answer too large for the region
@@ -469,18 +510,22 @@ class PlacementPlan:
         name = match["name"]
         if name not in self.open_outputs or name not in placement.outputs:
             return False
-        needed = int(match["needed"]) / _input_bytes(request)
-        self.open_outputs[name] = max(self.open_outputs[name], needed)
+        self._note(name, int(match["needed"]), _input_bytes(request))
         return True
 
 
 def place(
-    request: InferRequest, plan: PlacementPlan, pool: RegionPool, views: bool = False
+    request: InferRequest,
+    plan: PlacementPlan,
+    pool: RegionPool,
+    views: bool = False,
+    estimated: bool = True,
 ) -> tuple[InferRequest, Placement] | None:
     """The request with its large tensors in regions of ``pool``, or None if none is.
 
-    Runs on every call of a client whose mode allows shared memory (unless the plan says
-    the model's tensors are all small), so the common case, nothing large, is decided
+    ``estimated=False`` keeps outputs of open size on the socket (a call that must not run
+    twice). Runs on every call of a client whose mode allows shared memory (unless the plan
+    says the model's tensors are all small), so the common case, nothing large, is decided
     without allocating.
     """
     threshold = plan.threshold
@@ -496,30 +541,35 @@ def place(
         else list(plan.spec.outputs)
     )
     sizes = {}
-    estimated = set()
-    open_outputs = plan.open_outputs
+    open_sizes = set()
+    open_outputs = plan.open_outputs if estimated else {}
     input_bytes = _input_bytes(request) if open_outputs else 0
     for name in wanted:
         size = plan.output_bytes(name, batch)
         if size is None and name in open_outputs:
-            size = math.ceil(open_outputs[name] * input_bytes)
-            estimated.add(name)
+            size = plan.estimate(name, input_bytes)
+            open_sizes.add(name)
         if size is not None and size >= threshold:
             sizes[name] = size
     if not large and not sizes:
         return None
     inputs: dict[str, Slot] = {}
-    for tensor in large:
-        array = tensor.array
-        region = pool.take(array.nbytes)
-        region.write(array)
-        inputs[tensor.name] = Slot(region, 0, array.nbytes)
+    outputs: dict[str, Slot] = {}
     views = views and pool.device is None and pool.may_lend()
-    outputs = {}
-    for name, size in sizes.items():
-        region = pool.take(size)
-        # An estimated output may use its whole region: the server checks that it fits.
-        outputs[name] = Slot(region, 0, region.size if name in estimated else size, views)
+    taken: list[AnyRegion] = []
+    try:
+        for tensor in large:
+            array = tensor.array
+            taken.append(region := pool.take(array.nbytes))
+            region.write(array)
+            inputs[tensor.name] = Slot(region, 0, array.nbytes)
+        for name, size in sizes.items():
+            taken.append(region := pool.take(size))
+            # An output of open size may fill its region: the server checks that it fits.
+            outputs[name] = Slot(region, 0, region.size if name in open_sizes else size, views)
+    except BaseException:
+        pool.give_back(taken)
+        raise
     requested = request.outputs
     if outputs and requested is None:
         requested = tuple(RequestedOutput(name) for name in wanted)

@@ -54,9 +54,9 @@ def test_a_cuda_registration_reaches_the_server(server: LocalServer, protocol: s
     client = server.client(protocol)
     register = ops.RegisterCudaSharedMemory("triton_sdk-probe", bytes(64), 0, 1024)
     try:
-        # The server read every field (a body it cannot read is refused earlier, naming
-        # what it lacks) and then could not open the handle: there is no GPU.
-        with pytest.raises(ts.InferenceError, match="failed to register shared memory region"):
+        # The server read the request (over HTTP a body it cannot read is refused earlier,
+        # naming what it lacks) and then could not open the handle: there is no GPU.
+        with pytest.raises(ts.InferenceError, match="failed to register"):
             client._run(register, client._options(ts.NOT_GIVEN, None, ts.NOT_GIVEN))
         assert own_cuda(client) == []
     finally:

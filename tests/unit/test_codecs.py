@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -524,6 +525,42 @@ def test_load_and_unload_bodies() -> None:
     unload = HttpCodec("").encode(ops.UnloadModel("m", True))
     assert unload.body is not None
     assert json.loads(bytes(unload.body[0])) == {"parameters": {"unload_dependents": True}}
+
+
+def test_cuda_shared_memory_ops_carry_the_handle_as_each_protocol_wants() -> None:
+    handle = bytes(range(64))  # the raw cudaIpcMemHandle_t
+    register = ops.RegisterCudaSharedMemory("r 1", handle, 2, 4096)
+    http = HttpCodec("/base").encode(register)
+    assert (http.method, http.path) == ("POST", "/base/v2/cudasharedmemory/region/r%201/register")
+    assert http.body is not None
+    body = json.loads(bytes(http.body[0]))
+    assert body == {
+        "raw_handle": {"b64": base64.b64encode(handle).decode()},
+        "device_id": 2,
+        "byte_size": 4096,
+    }
+    grpc = grpc_encode(register)
+    assert isinstance(grpc, GrpcCall)
+    assert grpc.rpc == "CudaSharedMemoryRegister"
+    assert grpc.message == pb.CudaSharedMemoryRegisterRequest(
+        name="r 1", raw_handle=handle, device_id=2, byte_size=4096
+    )  # the bytes themselves: gRPC carries bytes
+    assert HttpCodec("").encode(ops.UnregisterCudaSharedMemory("r")).path == (
+        "/v2/cudasharedmemory/region/r/unregister"
+    )
+    assert HttpCodec("").encode(ops.GetCudaSharedMemoryStatus()).path == (
+        "/v2/cudasharedmemory/status"
+    )
+    status = grpc_encode(ops.GetCudaSharedMemoryStatus())
+    assert isinstance(status, GrpcCall)
+    answer = pb.CudaSharedMemoryStatusResponse()
+    answer.regions["r"].name = "r"
+    answer.regions["r"].device_id = 1
+    answer.regions["r"].byte_size = 64
+    (entry,) = status.read(answer)  # as JSON: 64-bit integers as strings, as HTTP may
+    assert ts.CudaSharedMemoryRegion.from_json(entry) == ts.CudaSharedMemoryRegion(
+        name="r", device_id=1, byte_size=64
+    )
 
 
 def test_health_routes_read_status_only() -> None:

@@ -382,9 +382,11 @@ def test_an_output_in_gpu_memory_comes_back_as_a_host_copy_of_its_own(
     region = CudaRegion("r", 1024, 0)
     values = np.arange(8, dtype=np.float32)
     region.write(values)
-    output = read_region("Y", "FP32", (2, 4), Slot(region, 0, 1024, view=True))
+    slot = Slot(region, 0, 1024, view=True)
+    output = read_region("Y", "FP32", (2, 4), slot)
     assert np.array_equal(output, values.reshape(2, 4))
     assert output.flags.writeable
+    assert slot.lent is None  # nothing holds the region: it is free for the next call
     fake_cuda["r"].memory[:4] = b"\0" * 4
     assert output[0, 1] == 1.0  # a copy: later writes to the region do not show
     region.close()
@@ -402,3 +404,46 @@ async def test_cuda_without_cuda_python_fails_clearly_and_sends_nothing(
         await resolve(model.infer(X=BATCH))
     assert sent(client) == []
     assert not [c for c in client._transport.calls if "shared_memory" in c.op.call]
+
+
+def test_an_estimate_is_at_most_twice_the_largest_answer_yet() -> None:
+    plan = PlacementPlan(RAGGED)
+    plan.learn(ragged_request(1, 1), answer(100_000))  # 400 kB for 4 bytes in
+    assert plan.estimate("Y", 4) == 400_000
+    assert plan.estimate("Y", 4_000_000) == 800_000  # not 400 GB
+
+
+def test_a_call_that_must_not_run_twice_keeps_open_outputs_on_the_socket() -> None:
+    plan = PlacementPlan(RAGGED)
+    request = ragged_request(1, 1000)
+    plan.learn(request, answer(100_000))
+    assert place(request, plan, RegionPool(), estimated=False) is None
+
+
+def test_regions_taken_before_a_failure_go_back_to_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plan = PlacementPlan(BIG)
+    pool = RegionPool()
+    taken = []
+    real_take = pool.take
+
+    def take(size: int) -> Any:
+        if taken:
+            raise ts.TritonError("out of memory")
+        taken.append(real_take(size))
+        return taken[0]
+
+    monkeypatch.setattr(pool, "take", take)
+    request = InferRequest(model="big", inputs=[Tensor("X", "FP32", BATCH)])
+    with pytest.raises(ts.TritonError, match="out of memory"):
+        place(request, plan, pool)  # the input's region was taken, the output's was not
+    assert pool.drain() == []  # the input's region, never registered, was closed
+
+
+def test_big_endian_inputs_reach_gpu_memory_little_endian(fake_cuda: dict[str, Any]) -> None:
+    region = CudaRegion("r", 64, 0)
+    values = np.arange(4, dtype=">f4")
+    region.write(values)
+    assert bytes(fake_cuda["r"].memory[:16]) == values.astype("<f4").tobytes()
+    region.close()
