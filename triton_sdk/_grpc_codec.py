@@ -446,12 +446,14 @@ def _unregister(op: UnregisterSystemSharedMemory) -> GrpcCall[None]:
     return GrpcCall("SystemSharedMemoryUnregister", request, _nothing)
 
 
-def _shm_status(op: GetSystemSharedMemoryStatus) -> GrpcCall[list[JSON]]:
-    def read(response: Any) -> list[JSON]:
-        return [_to_json(region) for region in response.regions.values()]
+def _read_regions(response: Any) -> list[JSON]:
+    """The regions of a system or CUDA shared memory status answer."""
+    return [_to_json(region) for region in response.regions.values()]
 
+
+def _shm_status(op: GetSystemSharedMemoryStatus) -> GrpcCall[list[JSON]]:
     request = pb.SystemSharedMemoryStatusRequest(name=op.name)
-    return GrpcCall("SystemSharedMemoryStatus", request, read)
+    return GrpcCall("SystemSharedMemoryStatus", request, _read_regions)
 
 
 def _register_cuda(op: RegisterCudaSharedMemory) -> GrpcCall[None]:
@@ -467,11 +469,8 @@ def _unregister_cuda(op: UnregisterCudaSharedMemory) -> GrpcCall[None]:
 
 
 def _cuda_status(op: GetCudaSharedMemoryStatus) -> GrpcCall[list[JSON]]:
-    def read(response: Any) -> list[JSON]:
-        return [_to_json(region) for region in response.regions.values()]
-
     request = pb.CudaSharedMemoryStatusRequest(name=op.name)
-    return GrpcCall("CudaSharedMemoryStatus", request, read)
+    return GrpcCall("CudaSharedMemoryStatus", request, _read_regions)
 
 
 def _generate(op: Generate) -> GrpcCall[dict[str, JSONValue]] | GrpcCollect[Any, Any]:

@@ -203,10 +203,7 @@ class CudaRegion:
         try:
             self._handle = utils.create_shared_memory_region(name, size, device)
         except Exception as error:  # CudaSharedMemoryException, or the driver's own
-            cause = error.__cause__ or error
-            raise TritonError(
-                f"cannot allocate {size} bytes of CUDA shared memory on device {device}: {cause}"
-            ) from error
+            raise self._failed(f"allocate {size} bytes of", error) from error
 
     def write(self, array: np.ndarray[Any, Any]) -> None:
         """Copy ``array`` to the start of the region (little-endian, as the server reads)."""
