@@ -412,6 +412,11 @@ class LocalServer:
         return self._process is not None and self._process.poll() is None
 
     @property
+    def exit_code(self) -> int | None:
+        """The server's exit code once it has exited on its own (a crash); else ``None``."""
+        return self._process.poll() if self._process is not None else None
+
+    @property
     def pid(self) -> int | None:
         """The server's process id while it runs."""
         return self._process.pid if self._process is not None else None

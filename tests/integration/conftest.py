@@ -65,6 +65,25 @@ def server(repository: Path) -> Iterator[LocalServer]:
         yield running
 
 
+@pytest.fixture(autouse=True)
+def _session_server_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail, with its exit code and log, the test during which the session server died,
+    then start it again on the same ports for the tests after it.
+
+    Without this a crash shows only as "connection refused" in every later test.
+    """
+    yield
+    if "server" not in request.fixturenames:
+        return
+    server: LocalServer = request.getfixturevalue("server")
+    if server.pid is None or server.running:
+        return
+    died = f"the session tritonserver exited (code {server.exit_code}) during this test; "
+    died += f"its log ends:\n{server.log_tail(120)}"
+    server.restart()
+    pytest.fail(died, pytrace=False)
+
+
 @pytest.fixture(params=PROTOCOLS)
 def protocol(request: pytest.FixtureRequest) -> str:
     return str(request.param)

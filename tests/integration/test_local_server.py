@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -145,3 +146,23 @@ def test_server_does_not_outlive_a_killed_program() -> None:
     finally:
         program.kill()
         program.wait()
+
+
+def test_a_crashed_server_reports_its_exit_code_and_restarts_on_its_ports() -> None:
+    with LocalServer(EXAMPLE_MODELS) as server:
+        assert server.running
+        assert server.exit_code is None
+        grpc_url, pid = server.grpc_url, server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSEGV)  # as a crash inside the server would end it
+        deadline = time.monotonic() + 20
+        while server.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.exit_code == -signal.SIGSEGV
+        server.restart()
+        assert server.running
+        assert server.exit_code is None
+        assert server.grpc_url == grpc_url
+        with ts.Client(server.grpc_url) as client:
+            assert client.is_ready()
+    assert server.exit_code is None
