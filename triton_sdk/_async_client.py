@@ -116,6 +116,7 @@ from ._shm import (
     check_mode,
     check_outputs,
     cuda_device,
+    on_sockets,
     place,
     stale_regions,
 )
@@ -416,7 +417,9 @@ class AsyncClient:
         if bucket is not None:
             bucket.calls += 1
         try:
-            return await self._send(op, options.context(op))
+            if self._settings.hooks:
+                return await self._send(op, options.context(op))
+            return await self._transport.acall(op, options.context(op))  # (_send, inlined)
         except UnsupportedError as error:
             if error.status is None:
                 raise
@@ -772,6 +775,8 @@ class AsyncClient:
         if self._many and mode not in _FORCED:
             raise InvalidInputError(_ONE_SERVER_SHM)
         if len(requests) == 1:
+            if on_sockets(plan, mode, self._server_reads_our_memory):
+                return await self._run(requests[0], options)  # (_infer_one, inlined)
             return await self._infer_one(requests[0], plan, options, mode)
 
         async def chunk(request: InferRequest) -> InferResult:
@@ -783,11 +788,7 @@ class AsyncClient:
         self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory
     ) -> InferResult:
         """One request; its large tensors through shared memory when the mode allows."""
-        if (
-            plan.sockets_only
-            or mode == "off"
-            or (mode == "auto" and self._server_reads_our_memory is False)
-        ):
+        if on_sockets(plan, mode, self._server_reads_our_memory):
             return await self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
         # A call that must not run twice keeps outputs of open size on the socket.

@@ -117,6 +117,7 @@ from ._shm import (
     check_mode,
     check_outputs,
     cuda_device,
+    on_sockets,
     place,
     stale_regions,
 )
@@ -415,7 +416,9 @@ class Client:
         if bucket is not None:
             bucket.calls += 1
         try:
-            return self._send(op, options.context(op))
+            if self._settings.hooks:
+                return self._send(op, options.context(op))
+            return self._transport.call(op, options.context(op))  # (_send, inlined)
         except UnsupportedError as error:
             if error.status is None:
                 raise
@@ -767,6 +770,8 @@ class Client:
         if self._many and mode not in _FORCED:
             raise InvalidInputError(_ONE_SERVER_SHM)
         if len(requests) == 1:
+            if on_sockets(plan, mode, self._server_reads_our_memory):
+                return self._run(requests[0], options)  # (_infer_one, inlined)
             return self._infer_one(requests[0], plan, options, mode)
 
         def chunk(request: InferRequest) -> InferResult:
@@ -778,11 +783,7 @@ class Client:
         self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory
     ) -> InferResult:
         """One request; its large tensors through shared memory when the mode allows."""
-        if (
-            plan.sockets_only
-            or mode == "off"
-            or (mode == "auto" and self._server_reads_our_memory is False)
-        ):
+        if on_sockets(plan, mode, self._server_reads_our_memory):
             return self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
         # A call that must not run twice keeps outputs of open size on the socket.

@@ -59,6 +59,7 @@ __all__ = [
     "SharedMemory",
     "SharedMemoryOutputs",
     "cuda_device",
+    "on_sockets",
     "place",
     "stale_regions",
 ]
@@ -113,6 +114,15 @@ def cuda_device(mode: str) -> int | None:
     if match is None:
         return None
     return int(match["device"] or 0)
+
+
+def on_sockets(plan: PlacementPlan, mode: str, server_reads_our_memory: bool | None) -> bool:
+    """Whether a request of this model goes over the socket whole, without trying regions:
+    nothing of it could be placed, the mode is off, or in "auto" the server has been found
+    unable to read this host's memory."""
+    return (
+        plan.sockets_only or mode == "off" or (mode == "auto" and server_reads_our_memory is False)
+    )
 
 
 def check_outputs(outputs: object) -> bool:
