@@ -12,8 +12,9 @@ for each size, times in turn:
   (shared memory, the default on a local server; outputs are views of their regions),
   and over gRPC with ``shared_memory_outputs="copy"`` (outputs copied out, as by hand).
 
-Rounds interleave the variants; the script prints each one's median time, its throughput
-(payload in + out over time) and its ratio to raw sockets and to raw shared memory.
+Rounds interleave the variants, in a new (seeded) order each round; the script prints
+each one's median time, its throughput (payload in + out over time) and its ratio to raw
+sockets and to raw shared memory.
 
     python bench/large.py                    # 1, 16 and 64 MiB, about 2-3 minutes
     python bench/large.py --sizes 16 --rounds 10
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -165,8 +167,14 @@ def main() -> int:
                 times: dict[str, list[float]] = {name: [] for name in variants}
                 for name, call in variants.items():  # warm-up and check
                     assert np.array_equal(np.asarray(call(array)).reshape(-1), array), name
+                shuffler = random.Random(mib)
                 for _ in range(args.rounds):
-                    for name, call in variants.items():
+                    # A new order each round, so that no variant always runs right after
+                    # the same other one (and pays for its memory churn).
+                    names = list(variants)
+                    shuffler.shuffle(names)
+                    for name in names:
+                        call = variants[name]
                         started = time.perf_counter()
                         call(array)
                         times[name].append(time.perf_counter() - started)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ._copy import copied
 from ._display import Displayable, Table, preview
 from ._dtypes import decode_bytes, wire_dtype
 from ._errors import InferenceError, InvalidInputError, UnknownOutputError
@@ -293,8 +294,7 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
     if not slot.region.mapped:  # GPU memory: already copied to this process
         return flat.reshape(shape)
     if not slot.view:
-        copied: Array = flat.reshape(shape).copy()
-        return copied
+        return copied(flat.reshape(shape))
     slot.lent = flat
     return flat.reshape(shape)
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 import attrs
 import numpy as np
 
+from ._copy import copy_into
 from ._dtypes import DATATYPES
 from ._errors import InvalidInputError, TritonError
 from ._ops import (
@@ -163,7 +164,7 @@ class Region:
     def write(self, array: np.ndarray[Any, Any]) -> None:
         """Copy ``array`` (of a numeric wire dtype) to the start of the region."""
         target = np.frombuffer(self.view(array.nbytes), dtype=array.dtype.newbyteorder("<"))
-        np.copyto(target.reshape(array.shape), array, casting="equiv")
+        copy_into(target.reshape(array.shape), array)
 
     def read(self, size: int, offset: int = 0) -> memoryview:
         """``size`` bytes at ``offset``: the region's memory itself."""
