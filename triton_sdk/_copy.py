@@ -64,10 +64,14 @@ def copy_into(target: Array, source: Array) -> None:
         (start, min(start + step, flat_source.size)) for start in range(0, flat_source.size, step)
     ]
     pool = _helpers()
-    futures: list[Future[None]] = [
-        pool.submit(np.copyto, flat_target[start:end], flat_source[start:end], casting="equiv")
-        for start, end in bounds[1:]
-    ]
+    try:
+        futures: list[Future[None]] = [
+            pool.submit(np.copyto, flat_target[start:end], flat_source[start:end], casting="equiv")
+            for start, end in bounds[1:]
+        ]
+    except RuntimeError:  # the interpreter is shutting down: no new work for threads
+        np.copyto(target, source, casting="equiv")
+        return
     try:
         start, end = bounds[0]
         np.copyto(flat_target[start:end], flat_source[start:end], casting="equiv")

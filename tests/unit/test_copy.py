@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -90,3 +91,17 @@ def test_a_forked_child_copies_with_threads_of_its_own() -> None:
     finally:
         child.kill()
         child.join()
+
+
+def test_a_pool_that_no_longer_takes_work_leaves_the_copy_to_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if _copy._HELPERS < 1:
+        pytest.skip("one core: copies are never split")
+    stopped = ThreadPoolExecutor(1)
+    stopped.shutdown()  # as at interpreter exit: submit raises RuntimeError
+    monkeypatch.setattr(_copy, "_pool", stopped)
+    source = _source(LARGE)
+    target = np.zeros_like(source)
+    copy_into(target, source)
+    assert np.array_equal(target, source)
