@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Final
 
 import numpy as np
@@ -22,7 +22,16 @@ Array = np.ndarray[Any, Any]
 PARALLEL_COPY_BYTES: Final = 8 * 2**20
 """Copies of at least this many bytes are split across cores."""
 _MIN_PIECE_BYTES: Final = 4 * 2**20
-_HELPERS: Final = max(0, min(3, (os.cpu_count() or 1) - 1))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may use
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_HELPERS: Final = max(0, min(3, _cores() - 1))
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -30,12 +39,14 @@ _pool_lock = threading.Lock()
 
 def _forget_pool() -> None:
     # A forked child has none of the parent's threads: a pool inherited from it would
-    # queue work that no thread ever runs.
-    global _pool
+    # queue work that no thread ever runs (and its lock may have been held at the fork).
+    global _pool, _pool_lock
     _pool = None
+    _pool_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_pool)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _helpers() -> ThreadPoolExecutor:
@@ -46,37 +57,56 @@ def _helpers() -> ThreadPoolExecutor:
         return _pool
 
 
+Piece = tuple[Array, Array]
+
+
+def _pieces(target: Array, source: Array, count: int) -> list[Piece] | None:
+    """``count`` views of both arrays that together cover them: cut along the first axis,
+    or (C-contiguous arrays with a short first axis) along the flattened arrays."""
+    if source.ndim and source.shape[0] >= count:
+        cut, length = (target, source), source.shape[0]
+    elif target.flags.c_contiguous and source.flags.c_contiguous:
+        cut, length = (target.reshape(-1), source.reshape(-1)), source.size
+    else:
+        return None
+    step = -(-length // count)
+    return [
+        (cut[0][start : start + step], cut[1][start : start + step])
+        for start in range(0, length, step)
+    ]
+
+
 def copy_into(target: Array, source: Array) -> None:
     """``np.copyto(target, source, casting="equiv")``: the same shapes, dtypes equal but
-    for byte order. Large contiguous copies run in pieces on several cores."""
-    pieces = min(_HELPERS + 1, source.nbytes // _MIN_PIECE_BYTES)
-    if (
-        source.nbytes < PARALLEL_COPY_BYTES
-        or pieces < 2
-        or not (target.flags.c_contiguous and source.flags.c_contiguous)
-        or target.shape != source.shape
-    ):
+    for byte order. Large copies run in pieces on several cores; when this returns (or
+    raises), no piece is still being written."""
+    count = min(_HELPERS + 1, source.nbytes // _MIN_PIECE_BYTES)
+    pieces = None
+    if source.nbytes >= PARALLEL_COPY_BYTES and count >= 2 and target.shape == source.shape:
+        pieces = _pieces(target, source, count)
+    if pieces is None:
         np.copyto(target, source, casting="equiv")
         return
-    flat_target, flat_source = target.reshape(-1), source.reshape(-1)
-    step = -(-flat_source.size // pieces)
-    bounds = [
-        (start, min(start + step, flat_source.size)) for start in range(0, flat_source.size, step)
-    ]
     pool = _helpers()
+    handed: list[tuple[Future[None], Piece]] = []
+    mine = pieces[:1]
     try:
-        futures: list[Future[None]] = [
-            pool.submit(np.copyto, flat_target[start:end], flat_source[start:end], casting="equiv")
-            for start, end in bounds[1:]
-        ]
+        for piece in pieces[1:]:
+            handed.append((pool.submit(np.copyto, *piece, casting="equiv"), piece))
     except RuntimeError:  # the interpreter is shutting down: no new work for threads
-        np.copyto(target, source, casting="equiv")
-        return
+        mine += pieces[1 + len(handed) :]
     try:
-        start, end = bounds[0]
-        np.copyto(flat_target[start:end], flat_source[start:end], casting="equiv")
+        for piece in mine:
+            np.copyto(*piece, casting="equiv")
+        for future, piece in handed:
+            if future.cancel():  # no helper has taken it yet: copy it here
+                np.copyto(*piece, casting="equiv")
     finally:
-        for future in futures:
+        for future, _ in handed:
+            future.cancel()
+        wait([future for future, _ in handed])  # no piece may land after this returns
+    for future, _ in handed:
+        if not future.cancelled():
             future.result()  # raises what a piece raised
 
 

@@ -67,8 +67,8 @@ def server(repository: Path) -> Iterator[LocalServer]:
 
 @pytest.fixture(autouse=True)
 def _session_server_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail, with its exit code and log, the test during which the session server died,
-    then start it again on the same ports for the tests after it.
+    """Fail (an error at the teardown of) the test during which the session server died,
+    with its exit code and log; then start it again on the same ports for the tests after.
 
     Without this a crash shows only as "connection refused" in every later test.
     """
@@ -80,7 +80,10 @@ def _session_server_outlives_the_test(request: pytest.FixtureRequest) -> Iterato
         return
     died = f"the session tritonserver exited (code {server.exit_code}) during this test; "
     died += f"its log ends:\n{server.log_tail(120)}"
-    server.restart()
+    try:
+        server.restart()
+    except Exception as error:  # the crash is the news; a failed restart adds to it
+        died += f"\nand it did not start again: {error!r}"
     pytest.fail(died, pytrace=False)
 
 

@@ -28,19 +28,8 @@ def test_copy_into_copies_every_element(count: int) -> None:
     assert np.array_equal(target, source)
 
 
-def test_large_copies_run_in_pieces_on_helper_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    if _copy._HELPERS < 1:
-        pytest.skip("one core: copies are never split")
-    submitted: list[int] = []
-    pool = _copy._helpers()
-    real_submit = pool.submit
-
-    def counting_submit(function: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-        submitted.append(target.size)
-        return real_submit(function, target, *args, **kwargs)
-
-    monkeypatch.setattr(pool, "submit", counting_submit)
-    source = _source(LARGE).reshape(-1, 1)  # 2-D: pieces are cut from the flat array
+def test_large_copies_run_in_pieces_on_helper_threads(submitted: list[int]) -> None:
+    source = _source(LARGE).reshape(1, -1)  # a short first axis: cut from the flat array
     target = np.zeros_like(source)
     copy_into(target, source)
     assert np.array_equal(target, source)
@@ -56,11 +45,45 @@ def test_byte_order_is_converted_as_np_copyto_does() -> None:
     assert target.tobytes() == source.astype("<f4").tobytes()
 
 
-def test_non_contiguous_arrays_are_copied_whole() -> None:
-    source = _source(2 * LARGE)[::2]
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the pieces handed to helper threads."""
+    if _copy._HELPERS < 1:
+        pytest.skip("one core: copies are never split")
+    sizes: list[int] = []
+    pool = _copy._helpers()
+    real_submit = pool.submit
+
+    def counting_submit(function: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+        sizes.append(target.size)
+        return real_submit(function, target, *args, **kwargs)
+
+    monkeypatch.setattr(pool, "submit", counting_submit)
+    return sizes
+
+
+def test_non_contiguous_arrays_are_cut_along_their_first_axis(submitted: list[int]) -> None:
+    rows = LARGE // 4
+    source = _source(2 * rows * 4).reshape(2 * rows, 4)[::2]
+    target = np.zeros((2 * rows, 4), "<f4")[::2]  # flattening it would make a copy
+    copy_into(target, source)
+    assert np.array_equal(target, source)
+    assert submitted
+
+
+def test_fortran_ordered_target_gets_every_element() -> None:
+    source = _source(LARGE // 4 * 4).reshape(-1, 4)
+    target = np.zeros(source.shape, "<f4", order="F")
+    copy_into(target, source)
+    assert np.array_equal(target, source)
+
+
+def test_a_short_first_axis_of_a_strided_array_is_copied_whole(submitted: list[int]) -> None:
+    source = _source(2 * LARGE).reshape(1, -1)[:, ::2]
     target = np.zeros_like(source)
     copy_into(target, source)
     assert np.array_equal(target, source)
+    assert submitted == []
 
 
 def test_copied_is_a_separate_c_ordered_copy() -> None:
