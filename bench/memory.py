@@ -7,7 +7,8 @@ the copies a client makes on the way out and back. The answer itself is one payl
 everything above that is the client's own. Variants:
 
 - raw tritonclient over gRPC and HTTP (``set_data_from_numpy``, binary data on HTTP);
-- triton_sdk over gRPC and HTTP with ``shared_memory="off"``, as for a remote server.
+- triton_sdk over gRPC and HTTP, blocking and asyncio, with ``shared_memory="off"``, as
+  for a remote server.
 
     python bench/memory.py               # 64 MiB
     python bench/memory.py --mib 16
@@ -28,7 +29,7 @@ from large import repository
 
 from triton_sdk.local import LocalServer
 
-VARIANTS = ("raw-grpc", "sdk-grpc", "raw-http", "sdk-http")
+VARIANTS = ("raw-grpc", "sdk-grpc", "sdk-grpc-aio", "raw-http", "sdk-http", "sdk-http-aio")
 
 CHILD = """
 import json, resource, sys
@@ -53,6 +54,19 @@ if variant.startswith("raw"):
         given.set_data_from_numpy(array)
         wanted = [module.InferRequestedOutput("Y")]
         return client.infer(model, [given], outputs=wanted).as_numpy("Y")
+elif variant.endswith("aio"):
+    import asyncio
+    import triton_sdk as ts
+
+    async def infer(array):
+        async with ts.AsyncClient(url, shared_memory="off") as client:
+            handle = await client.model(model)  # opens the channel
+            global before
+            before = resident()
+            return (await handle.infer(X=array))["Y"]
+
+    def call(array):
+        return asyncio.run(infer(array))
 else:
     import triton_sdk as ts
     handle = ts.Client(url, shared_memory="off").model(model)
@@ -84,9 +98,11 @@ def main() -> int:
             "raw-http": f"127.0.0.1:{server.http_port}",
             "sdk-grpc": server.grpc_url,
             "sdk-http": server.http_url,
+            "sdk-grpc-aio": server.grpc_url,
+            "sdk-http-aio": server.http_url,
         }
         print(f"{args.mib} MiB FP32 round trip; rise of resident memory during the call")
-        print(f"{'variant':<9} {'MiB':>7} {'x payload':>10}")
+        print(f"{'variant':<12} {'MiB':>7} {'x payload':>10}")
         for variant in VARIANTS:
             out = subprocess.run(
                 [sys.executable, "-c", CHILD, variant, urls[variant], model, str(args.mib)],
@@ -95,7 +111,7 @@ def main() -> int:
                 text=True,
             ).stdout
             rise = json.loads(out.strip().splitlines()[-1])["rise"]
-            print(f"{variant:<9} {rise / 2**20:7.0f} {rise / payload:10.2f}", flush=True)
+            print(f"{variant:<12} {rise / 2**20:7.0f} {rise / payload:10.2f}", flush=True)
     return 0
 
 

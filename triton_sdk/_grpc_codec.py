@@ -7,7 +7,7 @@ describe and never looks inside.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 import attrs
@@ -80,12 +80,24 @@ class GrpcCall(Generic[T]):
 
     ``wire=True``: the request is already in wire form (bytes) and the reply is read in
     wire form too, without protobuf messages in between (see :func:`serialize_large_infer`).
+
+    ``streamed=True`` (large requests): the transport sends the request as a stream of
+    one message, which the server answers as the unary call it is. grpc frees a streamed
+    message as soon as it is sent, where it keeps a unary request until the answer has
+    arrived, so a large round trip never holds its request and its answer at once.
     """
 
     rpc: str
     message: Any
     read: Callable[[Any], T]
     wire: bool = False
+    streamed: bool = False
+
+    def take(self) -> Iterator[Any]:
+        """The message as a stream of one, which then holds the only reference to it
+        (the iterator lets go of it once read)."""
+        message, self.message = self.message, None
+        return iter((message,))
 
 
 @attrs.define
@@ -418,7 +430,7 @@ def _infer(request: InferRequest) -> GrpcCall[InferResult]:
             message, raw = split_infer_response(data)
             return decode_infer_response(message, placement, raw)
 
-        return GrpcCall("ModelInfer", wire, read_wire, wire=True)
+        return GrpcCall("ModelInfer", wire, read_wire, wire=True, streamed=True)
     if placement is None:
         small = serialize_small_infer(request)
         if small is not None:

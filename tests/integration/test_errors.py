@@ -192,6 +192,25 @@ def test_wrong_shape_refused_by_server(client: Any, loop_thread: LoopThread, pro
     assert "shape" in str(error)
 
 
+def test_a_large_request_refused_by_the_server_keeps_its_status(
+    client: Any, loop_thread: LoopThread, protocol: str
+) -> None:
+    # Over gRPC, a request of 1 MiB or more goes as a stream of one message; the server
+    # answers it as the unary call it is, so its refusal keeps its status code.
+    too_long = np.zeros((1, 262144 + 1), dtype=np.float32)  # big_fixed wants [-1, 262144]
+    request = InferRequest(model="big_fixed", inputs=[Tensor("X", "FP32", too_long)])
+    with pytest.raises(ts.InferenceError) as caught:
+        send_raw(client, loop_thread, request, 30.0)
+    error = caught.value
+    assert error.status == _expected_status(protocol)
+    assert error.model == "big_fixed"
+    assert not error.retryable
+    assert "shape" in str(error)
+    unknown = InferRequest(model="no_such_model", inputs=request.inputs)
+    with pytest.raises(ts.ModelNotFoundError):
+        send_raw(client, loop_thread, unknown, 30.0)
+
+
 # Inputs refused on the client: InvalidInputError, and nothing reaches the server
 
 REFUSED: dict[str, tuple[str, dict[str, Any], list[str]]] = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import json
 from typing import Any
 
@@ -895,7 +896,7 @@ def test_a_result_with_outputs_not_read_yet_pickles_and_copies() -> None:
 def test_a_large_infer_travels_in_wire_form_and_a_small_one_as_a_message() -> None:
     large = grpc_encode(large_request())
     assert isinstance(large, GrpcCall)
-    assert (large.rpc, large.wire) == ("ModelInfer", True)
+    assert (large.rpc, large.wire, large.streamed) == ("ModelInfer", True, True)
     assert isinstance(large.message, bytes)
     sent = {"Y": np.arange(300_000, dtype=np.float32)}
     np.testing.assert_array_equal(
@@ -907,8 +908,22 @@ def test_a_large_infer_travels_in_wire_form_and_a_small_one_as_a_message() -> No
         )
     )
     assert isinstance(small, GrpcCall)
-    assert (small.rpc, small.wire) == ("ModelInfer", False)
+    assert (small.rpc, small.wire, small.streamed) == ("ModelInfer", False, False)
     assert isinstance(small.message, pb.ModelInferRequest)
+
+
+def test_a_taken_request_is_held_only_by_its_stream_until_read() -> None:
+    # grpc frees a streamed message once sent only if nothing else holds it: not the
+    # call, and not the iterator once grpc has read the message from it.
+    large = grpc_encode(large_request())
+    assert isinstance(large, GrpcCall)
+    wire = large.message
+    stream = large.take()
+    assert large.message is None
+    assert gc.get_referents(stream) != []
+    assert next(stream) is wire
+    assert list(stream) == []
+    assert gc.get_referents(stream) == []
 
 
 def test_a_small_plain_infer_is_a_cached_head_and_its_contents_byte_for_byte() -> None:

@@ -112,14 +112,20 @@ class _Metadata:
         return metadata
 
 
-def _method(stub: Any, channel: Any, wire_methods: dict[str, Any], call: GrpcCall[Any]) -> Any:
+def _method(
+    stub: Any, channel: Any, wire_methods: dict[tuple[str, bool], Any], call: GrpcCall[Any]
+) -> Any:
     """The channel's method for ``call``: the stub's, or (``call.wire``) one that sends and
-    receives wire bytes as they are, made once per RPC."""
+    receives wire bytes as they are, unary or (``call.streamed``) stream-unary, made once
+    per RPC and kind."""
     if not call.wire:
         return getattr(stub, call.rpc)
-    method = wire_methods.get(call.rpc)
+    key = (call.rpc, call.streamed)
+    method = wire_methods.get(key)
     if method is None:
-        method = wire_methods[call.rpc] = channel.unary_unary(f"/{SERVICE}/{call.rpc}")
+        path = f"/{SERVICE}/{call.rpc}"
+        kind = channel.stream_unary if call.streamed else channel.unary_unary
+        method = wire_methods[key] = kind(path)
     return method
 
 
@@ -159,7 +165,7 @@ class GrpcTransport:
         else:
             self._channel = grpc.insecure_channel(target, options=channel_options(tls))
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
-        self._wire_methods: dict[str, Any] = {}
+        self._wire_methods: dict[tuple[str, bool], Any] = {}
         self._metadata = _Metadata()
         self._closed = False
 
@@ -175,7 +181,7 @@ class GrpcTransport:
         method = _method(self._stub, self._channel, self._wire_methods, call)
         try:
             return method(
-                call.message,
+                call.take() if call.streamed else call.message,
                 timeout=ctx.timeout,
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
@@ -263,7 +269,7 @@ class AsyncGrpcTransport:
         self._metadata = _Metadata()
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
-        self._wire_methods: dict[str, Any] = {}
+        self._wire_methods: dict[tuple[str, bool], Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -301,7 +307,7 @@ class AsyncGrpcTransport:
         less on the hot path)."""
         method = _method(self._open(), self._channel, self._wire_methods, call)
         return method(
-            call.message,
+            call.take() if call.streamed else call.message,
             timeout=ctx.timeout,
             metadata=self._metadata(ctx.headers),
             compression=self._compression,
