@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar, cast
 from urllib.parse import quote
 
 import attrs
@@ -260,7 +260,11 @@ def _json_data(name: str, datatype: str, array: Any) -> list[Any]:
         ) from exc
 
 
-def decode_json(body: bytes, what: str) -> Any:
+Body: TypeAlias = bytes | bytearray
+"""An answer's body: ``bytearray`` when a large one was read into a buffer of its own."""
+
+
+def decode_json(body: Body, what: str) -> Any:
     try:
         return json.loads(body)
     except ValueError as exc:
@@ -268,7 +272,7 @@ def decode_json(body: bytes, what: str) -> Any:
 
 
 def decode_infer(
-    body: bytes,
+    body: Body,
     header_length: int | None,
     model: str | None = None,
     request_id: str | None = None,
@@ -280,7 +284,7 @@ def decode_infer(
     header = decode_json(body[:json_end], "infer")
     if "error" in header:
         raise classify_message(str(header["error"]), status=200, model=model, request_id=request_id)
-    view = memoryview(body)
+    view = memoryview(body).toreadonly()  # outputs are read-only views, whatever holds them
     offset = json_end
     outputs: dict[str, Array | Undecoded] = {}
     datatypes = {}
@@ -309,7 +313,7 @@ def decode_infer(
 
 
 def error_from_response(
-    status: int, body: bytes, *, model: str | None = None, request_id: str | None = None
+    status: int, body: Body, *, model: str | None = None, request_id: str | None = None
 ) -> TritonError:
     """The error of a non-200 answer, from its status and its ``{"error": ...}`` body."""
     message = body.decode("utf-8", "replace").strip()
@@ -359,7 +363,7 @@ def load_body(config: str | None, files: Mapping[str, bytes] | None) -> bytes:
     return json.dumps({"parameters": parameters} if parameters else {}).encode()
 
 
-Reader = Callable[[int, int | None, bytes], T]
+Reader = Callable[[int, int | None, Body], T]
 """(status, Inference-Header-Content-Length or None, body) -> value, or raise."""
 
 
@@ -410,18 +414,18 @@ _JSON_HEADERS: Final = {"Content-Type": "application/json"}
 _STREAM_HEADERS: Final = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 
 
-def _is_ok(status: int, header_length: int | None, body: bytes) -> bool:
+def _is_ok(status: int, header_length: int | None, body: Body) -> bool:
     return status == 200
 
 
 def _reader(
-    then: Callable[[int | None, bytes], T],
+    then: Callable[[int | None, Body], T],
     model: str | None = None,
     request_id: str | None = None,
 ) -> Reader[T]:
     """A reader that raises the server's error unless the status is 200, else reads on."""
 
-    def read(status: int, header_length: int | None, body: bytes) -> T:
+    def read(status: int, header_length: int | None, body: Body) -> T:
         if status != 200:
             raise error_from_response(status, body, model=model, request_id=request_id)
         return then(header_length, body)
@@ -430,21 +434,21 @@ def _reader(
 
 
 def _json_reader(what: str, model: str | None = None) -> Reader[Any]:
-    def json_body(header_length: int | None, body: bytes) -> Any:
+    def json_body(header_length: int | None, body: Body) -> Any:
         return decode_json(body, what)
 
     return _reader(json_body, model)
 
 
 def _status_reader(model: str | None) -> Reader[None]:
-    def nothing(header_length: int | None, body: bytes) -> None:
+    def nothing(header_length: int | None, body: Body) -> None:
         return None
 
     return _reader(nothing, model)
 
 
 def _field_reader(field: str, model: str | None) -> Reader[Any]:
-    def json_field(header_length: int | None, body: bytes) -> Any:
+    def json_field(header_length: int | None, body: Body) -> Any:
         return decode_json(body, field).get(field, [])
 
     return _reader(json_field, model)
@@ -454,7 +458,7 @@ def _infer_reader(request: InferRequest) -> Reader[InferResult]:
     model, request_id = request.model, request.request_id or None
     placement = request.shared_memory
 
-    def infer_result(header_length: int | None, body: bytes) -> InferResult:
+    def infer_result(header_length: int | None, body: Body) -> InferResult:
         return decode_infer(body, header_length, model, request_id, placement)
 
     return _reader(infer_result, model, request_id)
@@ -470,7 +474,7 @@ def _stream_refusal_reader(model: str) -> Reader[None]:
     """A generate_stream refusal; one of the inputs gets a hint about gRPC."""
     check = _status_reader(model)
 
-    def read(status: int, header_length: int | None, body: bytes) -> None:
+    def read(status: int, header_length: int | None, body: Body) -> None:
         try:
             check(status, header_length, body)
         except InferenceError as error:
@@ -680,7 +684,7 @@ class HttpCodec:
         body = generate_body(op.fields, op.parameters, spec=spec)
         path = model_path(self.base, spec.name, op.version, "/generate")
 
-        def generated(header_length: int | None, data: bytes) -> dict[str, JSONValue]:
+        def generated(header_length: int | None, data: Body) -> dict[str, JSONValue]:
             return response_fields(decode_json(data, "generate"), spec.name)
 
         return HttpCall("POST", path, [body], _JSON_HEADERS, _reader(generated, spec.name))

@@ -173,7 +173,9 @@ def test_an_answer_that_outgrows_its_region_is_computed_again_over_the_socket(
 def test_off_and_small_tensors_register_nothing(make_client: Any) -> None:
     client = make_client(shared_memory="off")
     batch = np.ones((2, SAMPLE), dtype=np.float32)
-    assert np.array_equal(client.model("big_fixed").infer(X=batch)["Y"], 2 * batch)
+    answer = client.model("big_fixed").infer(X=batch)["Y"]
+    assert np.array_equal(answer, 2 * batch)
+    assert not answer.flags.writeable  # a view of the answer's body, as small ones are
     assert own(client) == []
     small = make_client(shared_memory="system")
     assert small.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])

@@ -150,6 +150,29 @@ class HttpTransport:
         self._pool.close()
 
 
+async def _body(response: aiohttp.ClientResponse) -> bytes | bytearray:
+    """The answer's body. A large one of known length is read into one buffer as it
+    arrives: aiohttp's ``read()`` gathers the pieces and joins them, holding it twice."""
+    encoding = response.headers.get("Content-Encoding")
+    length = response.content_length
+    if encoding or length is None or length < _LARGE_BODY:
+        return decompress(await response.read(), encoding)
+    body = bytearray(length)
+    view = memoryview(body)
+    filled = 0
+    while filled < length:
+        piece = await response.content.readany()
+        if not piece or filled + len(piece) > length:
+            break
+        view[filled : filled + len(piece)] = piece
+        filled += len(piece)
+    if filled != length:
+        raise aiohttp.ClientPayloadError(
+            f"the answer's body does not match its Content-Length ({length} bytes)"
+        )
+    return body
+
+
 class AsyncHttpTransport:
     """HTTP on asyncio through aiohttp; the session opens on first use, in the running loop."""
 
@@ -266,7 +289,7 @@ class AsyncHttpTransport:
         timeout = aiohttp.ClientTimeout(total=ctx.timeout)
         try:
             async with self._request(call, ctx, timeout) as response:
-                data = decompress(await response.read(), response.headers.get("Content-Encoding"))
+                data = await _body(response)
                 status = response.status
                 length = header_length(response.headers.get(HEADER_LENGTH))
         except _AIOHTTP_FAILURES as exc:
