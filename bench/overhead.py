@@ -272,18 +272,24 @@ def run_client_work(server: LocalServer, a: Array, b: Array, args: argparse.Name
                 request.SerializeToString()
                 return parse(wire)
 
+            canned_answers = [0]
+
             def canned_wire(request: bytes, **_: Any) -> bytes:
+                canned_answers[0] += 1
                 return wire  # the SDK sends plain requests in wire form
 
             raw_client._client_stub.ModelInfer = canned
             transport: Any = client._transport
             transport._stub.ModelInfer = canned
-            transport._wire_methods["ModelInfer"] = canned_wire
+            transport._wire_methods[("ModelInfer", False)] = canned_wire
             variants = {
                 "raw": raw_sync_call(module, raw_client, a, b),
                 "sdk": sdk_sync_call(model, a, b),
             }
-            return measure_sync(CLIENT_WORK, variants, a + b, args)
+            row = measure_sync(CLIENT_WORK, variants, a + b, args)
+            if not canned_answers[0]:
+                raise RuntimeError("the SDK's calls did not reach the recorded answer")
+            return row
     finally:
         raw_client.close()
 
