@@ -95,7 +95,7 @@ class GrpcCall(Generic[T]):
 
     def take(self) -> Iterator[Any]:
         """The message as a stream of one, which then holds the only reference to it
-        (the iterator lets go of it once read)."""
+        (the iterator lets go of it once exhausted, which grpc does right after sending)."""
         message, self.message = self.message, None
         return iter((message,))
 

@@ -281,7 +281,8 @@ def decode_infer(
     """Read an infer response: a JSON header, then the binary outputs it describes;
     outputs in shared memory regions are read from them."""
     json_end = len(body) if header_length is None else header_length
-    header = decode_json(body[:json_end], "infer")
+    # A whole slice of a bytearray would copy it: JSON-only answers are read as they are.
+    header = decode_json(body if header_length is None else body[:json_end], "infer")
     if "error" in header:
         raise classify_message(str(header["error"]), status=200, model=model, request_id=request_id)
     view = memoryview(body).toreadonly()  # outputs are read-only views, whatever holds them

@@ -15,11 +15,14 @@ SIZE = 3 * 2**20 + 5  # large: read into one buffer
 
 
 async def answered(
-    pieces: list[bytes], length: int, read: Callable[[aiohttp.ClientResponse], Awaitable[object]]
+    pieces: list[bytes],
+    length: int,
+    read: Callable[[aiohttp.ClientResponse], Awaitable[object]],
+    status: str = "200 OK",
 ) -> object:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n".encode())
+        writer.write(f"HTTP/1.1 {status}\r\nContent-Length: {length}\r\n\r\n".encode())
         for piece in pieces:
             writer.write(piece)
             await writer.drain()
@@ -54,3 +57,7 @@ def test_a_small_body_is_read_as_aiohttp_reads_it() -> None:
 def test_a_large_body_cut_short_is_an_error_not_a_short_answer() -> None:
     with pytest.raises(aiohttp.ClientPayloadError):
         asyncio.run(answered([b"\0" * (SIZE - 10)], SIZE, _body))
+
+
+def test_an_answer_without_a_body_is_empty_whatever_its_content_length() -> None:
+    assert asyncio.run(answered([], SIZE, _body, status="204 No Content")) == b""

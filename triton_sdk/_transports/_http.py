@@ -46,6 +46,7 @@ _ASYNC_CONNECTIONS: Final = 100
 """At most this many connections per AsyncClient over HTTP; more requests wait for one."""
 
 _LARGE_BODY: Final = 2**20
+_BUFFERED_MAX: Final = 2**31
 
 _HTTP_FAILURES: Final = (OSError, http.client.HTTPException, ValueError)
 
@@ -152,23 +153,38 @@ class HttpTransport:
 
 async def _body(response: aiohttp.ClientResponse) -> bytes | bytearray:
     """The answer's body. A large one of known length is read into one buffer as it
-    arrives: aiohttp's ``read()`` gathers the pieces and joins them, holding it twice."""
+    arrives: aiohttp's ``read()`` gathers the pieces and joins them, holding it twice.
+
+    Answers that carry no body whatever their Content-Length (HEAD, 204, 304), and
+    lengths past ``_BUFFERED_MAX`` (a broken proxy's, which would be allocated before a
+    byte arrived), are left to ``read()``."""
     encoding = response.headers.get("Content-Encoding")
     length = response.content_length
-    if encoding or length is None or length < _LARGE_BODY:
+    if (
+        encoding
+        or length is None
+        or not _LARGE_BODY <= length <= _BUFFERED_MAX
+        or response.method == "HEAD"
+        or response.status in (204, 304)
+    ):
         return decompress(await response.read(), encoding)
     body = bytearray(length)
-    view = memoryview(body)
     filled = 0
-    while filled < length:
-        piece = await response.content.readany()
-        if not piece or filled + len(piece) > length:
-            break
-        view[filled : filled + len(piece)] = piece
-        filled += len(piece)
+    try:
+        with memoryview(body) as view:
+            while filled < length:
+                piece = await response.content.readany()
+                if not piece:
+                    break
+                view[filled : filled + len(piece)] = piece
+                filled += len(piece)
+    except BaseException:
+        del body  # the error's traceback holds this frame: not the buffer with it
+        raise
     if filled != length:
+        del body
         raise aiohttp.ClientPayloadError(
-            f"the answer's body does not match its Content-Length ({length} bytes)"
+            f"the answer's body ended at {filled} of its {length} bytes (Content-Length)"
         )
     return body
 
