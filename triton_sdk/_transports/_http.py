@@ -23,7 +23,7 @@ from .._call import CallContext
 from .._compression import Compression, compress, decompress
 from .._config import Endpoint, TLSConfig
 from .._errors import TritonError
-from .._http_codec import HEADER_LENGTH, HttpCall, HttpCodec, HttpStream, is_triton
+from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, is_triton
 from .._ops import FetchMetrics, GetServerMetadata, Op, StreamOp
 from .._request import InferRequest
 from ._errors import closed_error, http_error
@@ -151,7 +151,7 @@ class HttpTransport:
         self._pool.close()
 
 
-async def _body(response: aiohttp.ClientResponse) -> bytes | bytearray:
+async def _body(response: aiohttp.ClientResponse) -> Body:
     """The answer's body. A large one of known length is read into one buffer as it
     arrives: aiohttp's ``read()`` gathers the pieces and joins them, holding it twice.
 
