@@ -8,14 +8,15 @@ describe and never looks inside.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar, cast
 
 import attrs
+import numpy as np
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ._dtypes import encoded_payload
+from ._dtypes import encoded_payload, wire_dtype
 from ._errors import InferenceError, InvalidInputError, classify_message
 from ._generate import JSONValue, generate_request, result_fields, single_response
 from ._ops import (
@@ -60,6 +61,7 @@ __all__ = [
     "GrpcCall",
     "GrpcCollect",
     "GrpcStream",
+    "SplitAnswer",
     "build_infer_request",
     "decode_infer_response",
     "encode",
@@ -193,10 +195,12 @@ def _infer_message(request: InferRequest) -> tuple[pb.ModelInferRequest, list[Te
 # the answer's bytes).
 
 LARGE_REQUEST: Final = 1 << 20
-"""Requests whose raw contents reach this many bytes are serialized by hand."""
+"""Requests whose raw contents reach this many bytes are serialized by hand (and answers
+of this size are read by hand)."""
 
 _RAW_INPUT_KEY: Final = bytes([7 << 3 | 2])  # ModelInferRequest.raw_input_contents
 _RAW_OUTPUT_FIELD: Final = 6  # ModelInferResponse.raw_output_contents
+_RAW_OUTPUT_KEY: Final = bytes([_RAW_OUTPUT_FIELD << 3 | 2])
 
 
 def _varint(value: int) -> bytes:
@@ -238,15 +242,122 @@ def serialize_large_infer(request: InferRequest) -> bytes | None:
     )
 
 
-_HEADS: dict[Hashable, bytes] = {}
-"""Serialized infer requests without their raw contents, by everything they hold: calls of
-a model usually repeat one shape of request, whose head is then built once."""
+class _PlainInfer:
+    """One shape of plain infer request (see :func:`plain_infer`): its serialized head,
+    and the layout of the answers it gets.
+
+    Calls of a model usually repeat one shape of request and get answers that differ only
+    in their raw contents. Such an answer is read by comparing its bytes with the layout
+    learned from an earlier one, instead of parsing a message: about 10 µs less per call
+    on a busy host, most of the gap to raw tritonclient. Requests whose answers keep
+    changing layout (outputs of varying shape, BYTES outputs) stop learning after
+    ``_MAX_LESSONS`` answers and are parsed from then on.
+    """
+
+    __slots__ = ("answer", "head", "lessons")
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+        self.answer: _AnswerLayout | None = None
+        self.lessons = 0
+
+    def read(self, data: bytes) -> InferResult:
+        answer = self.answer
+        if answer is not None:
+            result = answer.read(data)
+            if result is not None:
+                return result
+        learning = self.lessons < _MAX_LESSONS
+        if not learning and len(data) < LARGE_REQUEST:
+            return decode_infer_response(_parse_response(data))  # (faster than splitting)
+        split = split_infer_response(data)  # outputs are views: no copy of a large answer
+        result = decode_infer_response(split.message, None, split.raw)
+        if learning:
+            self.lessons += 1  # (a race between threads only miscounts a lesson)
+            self.answer = _AnswerLayout.learn(data, split)
+        return result
+
+
+_MAX_LESSONS: Final = 16
+
+
+@attrs.frozen
+class _AnswerLayout:
+    """An infer answer's bytes before its raw contents (``head``), and the key (tag and
+    length) of each raw contents field after them, with how it decodes. An answer made of
+    ``head`` and exactly such fields holds the message this layout was learned from, with
+    other raw contents of the same sizes."""
+
+    head: bytes
+    outputs: tuple[tuple[str, bytes, int, np.dtype[Any], tuple[int, ...]], ...]
+    """Per output: name, key, length of its raw contents, dtype, shape."""
+    datatypes: Mapping[str, str]
+    model_name: str
+    model_version: str
+
+    @classmethod
+    def learn(cls, data: bytes, split: SplitAnswer) -> _AnswerLayout | None:
+        """The layout of ``data`` (read without error as ``split``), or None for answers
+        other than a head and then numeric raw contents only."""
+        message, raw = split.message, split.raw
+        if (
+            split.raw_start is None
+            or message.parameters
+            or message.id
+            or len(raw) != len(message.outputs)
+        ):
+            return None
+        outputs = []
+        for output, contents in zip(message.outputs, raw, strict=True):
+            if output.datatype == "BYTES":
+                return None
+            size = contents.nbytes
+            key = _RAW_OUTPUT_KEY + _varint(size)
+            outputs.append(
+                (output.name, key, size, wire_dtype(output.datatype), tuple(output.shape))
+            )
+        return cls(
+            data[: split.raw_start],
+            tuple(outputs),
+            {output.name: output.datatype for output in message.outputs},
+            message.model_name,
+            message.model_version,
+        )
+
+    def read(self, data: bytes) -> InferResult | None:
+        """The answer ``data`` holds, or None when it is not laid out like this one."""
+        if not data.startswith(self.head):
+            return None
+        view = memoryview(data)
+        position = len(self.head)
+        outputs: dict[str, Array | Undecoded] = {}
+        for name, key, size, dtype, shape in self.outputs:
+            if not data.startswith(key, position):
+                return None
+            start = position + len(key)
+            position = start + size
+            outputs[name] = Undecoded(view[start:position], dtype, shape)
+        if position != len(data):
+            return None
+        return InferResult.of(
+            outputs,
+            dict(self.datatypes),
+            model_name=self.model_name,
+            model_version=self.model_version,
+            id="",
+            parameters={},
+        )
+
+
+_HEADS: dict[Hashable, _PlainInfer] = {}
+"""Plain infer requests by everything they hold but their raw contents: calls of a
+model usually repeat one shape of request, whose head is then built once."""
 _MAX_HEADS: Final = 256
 
 
-def serialize_small_infer(request: InferRequest) -> bytes | None:
+def plain_infer(request: InferRequest) -> tuple[bytes, _PlainInfer] | None:
     """The wire bytes of a plain infer request (no id, parameters, sequence, priority or
-    regions) from a cached head; None for other requests."""
+    regions) from a cached head, and the entry that reads its answer; None for others."""
     if (
         request.shared_memory is not None
         or request.parameters
@@ -262,17 +373,17 @@ def serialize_small_infer(request: InferRequest) -> bytes | None:
         request.outputs,
         *[(tensor.name, tensor.datatype, tensor.array.shape) for tensor in inputs],
     )
-    head = _HEADS.get(key)
-    if head is None:
-        head = _infer_message(request)[0].SerializeToString()
+    plain = _HEADS.get(key)
+    if plain is None:
+        plain = _PlainInfer(_infer_message(request)[0].SerializeToString())
         if len(_HEADS) >= _MAX_HEADS:
             _HEADS.clear()
-        _HEADS[key] = head
-    parts = [head]
+        _HEADS[key] = plain
+    parts = [plain.head]
     for tensor in inputs:
         payload = tensor_bytes(tensor)
         parts += (_RAW_INPUT_KEY, _varint(len(payload)), payload)
-    return b"".join(parts)
+    return b"".join(parts), plain
 
 
 def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
@@ -289,13 +400,25 @@ def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
             raise ValueError("a varint longer than 10 bytes")
 
 
-def split_infer_response(data: bytes) -> tuple[pb.ModelInferResponse, list[memoryview]]:
+class SplitAnswer(NamedTuple):
+    """An infer answer in wire form, read apart: the message without its raw contents,
+    and the raw contents as views of the answer's bytes."""
+
+    message: pb.ModelInferResponse
+    raw: list[memoryview]
+    raw_start: int | None
+    """Where the first raw contents field begins, when no other field comes after it."""
+
+
+def split_infer_response(data: bytes) -> SplitAnswer:
     """A ModelInferResponse in wire form, as the message without its raw contents and the
     raw contents as views of ``data``."""
     view = memoryview(data)
     end = len(view)
     rest: list[memoryview] = []
     raw: list[memoryview] = []
+    raw_start: int | None = None
+    others_after_raw = False
     position = 0
     try:
         while position < end:
@@ -307,6 +430,8 @@ def split_infer_response(data: bytes) -> tuple[pb.ModelInferResponse, list[memor
                 if position + length > end:
                     raise ValueError("a field runs past the end")
                 if field == _RAW_OUTPUT_FIELD:
+                    if raw_start is None:
+                        raw_start = start
                     raw.append(view[position : position + length])
                     position += length
                     continue
@@ -318,9 +443,11 @@ def split_infer_response(data: bytes) -> tuple[pb.ModelInferResponse, list[memor
             else:
                 raise ValueError(f"wire type {wire_type}")
             rest.append(view[start:position])
+            others_after_raw = raw_start is not None
         if position != end:
             raise ValueError("a field runs past the end")
-        return pb.ModelInferResponse.FromString(b"".join(rest)), raw
+        message = pb.ModelInferResponse.FromString(b"".join(rest))
+        return SplitAnswer(message, raw, None if others_after_raw else raw_start)
     except (ValueError, IndexError, DecodeError) as exc:
         raise InferenceError(f"the server sent a malformed infer answer ({exc})") from exc
 
@@ -412,10 +539,6 @@ def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
 SERVICE: Final = "inference.GRPCInferenceService"
 
 
-def _read_small(data: bytes) -> InferResult:
-    return decode_infer_response(_parse_response(data))
-
-
 _parse_response: Final = pb.ModelInferResponse.FromString
 
 
@@ -427,14 +550,14 @@ def _infer(request: InferRequest) -> GrpcCall[InferResult]:
     if wire is not None:
 
         def read_wire(data: bytes) -> InferResult:
-            message, raw = split_infer_response(data)
+            message, raw, _ = split_infer_response(data)
             return decode_infer_response(message, placement, raw)
 
         return GrpcCall("ModelInfer", wire, read_wire, wire=True, streamed=True)
     if placement is None:
-        small = serialize_small_infer(request)
-        if small is not None:
-            return GrpcCall("ModelInfer", small, _read_small, wire=True)
+        plain = plain_infer(request)
+        if plain is not None:
+            return GrpcCall("ModelInfer", plain[0], plain[1].read, wire=True)
         return GrpcCall("ModelInfer", build_infer_request(request), decode_infer_response)
     return GrpcCall(
         "ModelInfer",

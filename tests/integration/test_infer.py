@@ -315,3 +315,21 @@ def test_priority_and_version_are_accepted(client: Any) -> None:
 def test_empty_batch_is_refused(client: Any) -> None:
     with pytest.raises(ts.InvalidInputError, match="empty batch"):
         client.model("text_embed").infer(TEXT=np.empty((0, 1), dtype=object))
+
+
+def test_answers_to_one_shape_of_request_may_change_shape(client: Any) -> None:
+    # The same request (COUNT, INT64 [1]) gets answers of other lengths; gRPC reads an
+    # answer like the last one without parsing it, and must notice when one is not.
+    model = client.model("zeros")
+    for count in (3, 3, 5, 0, 5, 3):
+        out = model.infer(COUNT=[count])["OUT"]
+        assert out.shape == (count,)
+        assert out.dtype == np.float32
+        assert not out.any()
+    add_sub = client.model("add_sub")
+    for value in (1.0, 2.0, -3.5):
+        a = np.full(4, value, dtype=np.float32)
+        result = add_sub.infer(INPUT0=a, INPUT1=a)
+        np.testing.assert_array_equal(result["OUTPUT0"], a + a)
+        np.testing.assert_array_equal(result["OUTPUT1"], a - a)
+        assert not result["OUTPUT0"].flags.writeable

@@ -864,7 +864,7 @@ def test_a_large_answer_is_split_into_the_message_and_views_of_its_raw_contents(
     response = grpc_response(sent)
     response.parameters["p"].int64_param = 5
     response.id = "r1"
-    message, raw = split_infer_response(response.SerializeToString())
+    message, raw, _ = split_infer_response(response.SerializeToString())
     assert all(isinstance(part, memoryview) for part in raw)
     assert not message.raw_output_contents
     result = decode_infer_response(message, None, raw)
@@ -886,7 +886,7 @@ def test_a_result_with_outputs_not_read_yet_pickles_and_copies() -> None:
 
     sent = {"A": np.arange(300_000, dtype=np.float32), "B": np.array([[7, 8]], dtype=np.int64)}
     response = grpc_response(sent)
-    message, raw = split_infer_response(response.SerializeToString())
+    message, raw, _ = split_infer_response(response.SerializeToString())
     for result in (decode_infer_response(message, None, raw), decode_infer_response(response)):
         for copied in (pickle.loads(pickle.dumps(result)), copy.deepcopy(result)):
             np.testing.assert_array_equal(copied["A"], sent["A"])
