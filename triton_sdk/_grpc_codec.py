@@ -195,12 +195,13 @@ def _infer_message(request: InferRequest) -> tuple[pb.ModelInferRequest, list[Te
 # the answer's bytes).
 
 LARGE_REQUEST: Final = 1 << 20
-"""Requests whose raw contents reach this many bytes are serialized by hand (and answers
-of this size are read by hand)."""
+"""Requests whose raw contents reach this many bytes are serialized by hand."""
+LARGE_ANSWER: Final = 1 << 20
+"""Answers of this many bytes are always read by hand, so that their outputs are views."""
 
 _RAW_INPUT_KEY: Final = bytes([7 << 3 | 2])  # ModelInferRequest.raw_input_contents
-_RAW_OUTPUT_FIELD: Final = 6  # ModelInferResponse.raw_output_contents
-_RAW_OUTPUT_KEY: Final = bytes([_RAW_OUTPUT_FIELD << 3 | 2])
+_RAW_OUTPUT_TAG: Final = 6 << 3 | 2  # ModelInferResponse.raw_output_contents
+_RAW_OUTPUT_KEY: Final = bytes([_RAW_OUTPUT_TAG])
 
 
 def _varint(value: int) -> bytes:
@@ -248,10 +249,11 @@ class _PlainInfer:
 
     Calls of a model usually repeat one shape of request and get answers that differ only
     in their raw contents. Such an answer is read by comparing its bytes with the layout
-    learned from an earlier one, instead of parsing a message: about 10 µs less per call
-    on a busy host, most of the gap to raw tritonclient. Requests whose answers keep
-    changing layout (outputs of varying shape, BYTES outputs) stop learning after
-    ``_MAX_LESSONS`` answers and are parsed from then on.
+    learned from an earlier one, and slicing views of its raw contents, instead of
+    parsing a message. Every other answer is parsed, and learned from until
+    ``_MAX_LESSONS`` answers in a row have needed parsing (outputs of varying shape,
+    answers from servers of other model versions); an answer that fits the layout
+    again starts the count over.
     """
 
     __slots__ = ("answer", "head", "lessons")
@@ -266,16 +268,27 @@ class _PlainInfer:
         if answer is not None:
             result = answer.read(data)
             if result is not None:
+                if self.lessons:
+                    self.lessons = 0
                 return result
         learning = self.lessons < _MAX_LESSONS
-        if not learning and len(data) < LARGE_REQUEST:
-            return decode_infer_response(_parse_response(data))  # (faster than splitting)
+        if not learning and len(data) < LARGE_ANSWER:
+            return decode_infer_response(_parse_answer(data))  # (faster than splitting)
         split = split_infer_response(data)  # outputs are views: no copy of a large answer
         result = decode_infer_response(split.message, None, split.raw)
         if learning:
             self.lessons += 1  # (a race between threads only miscounts a lesson)
-            self.answer = _AnswerLayout.learn(data, split)
+            layout = _AnswerLayout.learn(data, split)
+            if layout is not None:
+                self.answer = layout
         return result
+
+
+def _parse_answer(data: bytes) -> pb.ModelInferResponse:
+    try:
+        return _parse_response(data)
+    except DecodeError as exc:
+        raise InferenceError(f"the server sent a malformed infer answer ({exc})") from exc
 
 
 _MAX_LESSONS: Final = 16
@@ -407,7 +420,8 @@ class SplitAnswer(NamedTuple):
     message: pb.ModelInferResponse
     raw: list[memoryview]
     raw_start: int | None
-    """Where the first raw contents field begins, when no other field comes after it."""
+    """Where the first raw contents field begins; None when there is none, or when
+    another field comes after it."""
 
 
 def split_infer_response(data: bytes) -> SplitAnswer:
@@ -423,25 +437,17 @@ def split_infer_response(data: bytes) -> SplitAnswer:
     try:
         while position < end:
             start = position
-            key, position = _read_varint(view, position)
-            field, wire_type = key >> 3, key & 7
-            if wire_type == 2:
+            key, position = _read_key(view, position)
+            if key == _RAW_OUTPUT_TAG:
                 length, position = _read_varint(view, position)
                 if position + length > end:
                     raise ValueError("a field runs past the end")
-                if field == _RAW_OUTPUT_FIELD:
-                    if raw_start is None:
-                        raw_start = start
-                    raw.append(view[position : position + length])
-                    position += length
-                    continue
+                if raw_start is None:
+                    raw_start = start
+                raw.append(view[position : position + length])
                 position += length
-            elif wire_type == 0:
-                _, position = _read_varint(view, position)
-            elif wire_type in (1, 5):
-                position += 8 if wire_type == 1 else 4
-            else:
-                raise ValueError(f"wire type {wire_type}")
+                continue
+            position = _skip(view, position, key & 7)
             rest.append(view[start:position])
             others_after_raw = raw_start is not None
         if position != end:
@@ -450,6 +456,38 @@ def split_infer_response(data: bytes) -> SplitAnswer:
         return SplitAnswer(message, raw, None if others_after_raw else raw_start)
     except (ValueError, IndexError, DecodeError) as exc:
         raise InferenceError(f"the server sent a malformed infer answer ({exc})") from exc
+
+
+def _read_key(data: memoryview, position: int) -> tuple[int, int]:
+    """A field's key (number and wire type), as protobuf reads one: at most 5 bytes."""
+    key, after = _read_varint(data, position)
+    if after - position > 5 or key > 0xFFFFFFFF or key >> 3 == 0:
+        raise ValueError("an invalid field key")
+    return key, after
+
+
+_MAX_GROUP_DEPTH: Final = 100  # protobuf's own limit on nesting
+
+
+def _skip(data: memoryview, position: int, wire_type: int, depth: int = 0) -> int:
+    """The position after a field's value; for a group, after its end (protobuf checks
+    that the ends match when it parses the field)."""
+    if wire_type == 0:
+        return _read_varint(data, position)[1]
+    if wire_type == 2:
+        length, position = _read_varint(data, position)
+        return position + length
+    if wire_type in (1, 5):
+        return position + (8 if wire_type == 1 else 4)
+    if wire_type == 3:
+        if depth >= _MAX_GROUP_DEPTH:
+            raise ValueError("groups nested too deep")
+        while True:
+            key, position = _read_key(data, position)
+            if key & 7 == 4:
+                return position
+            position = _skip(data, position, key & 7, depth + 1)
+    raise ValueError(f"wire type {wire_type}")
 
 
 def _parameter_value(parameter: Any) -> ParameterValue:

@@ -3,10 +3,14 @@ them, for every answer, whether or not it matches the layout."""
 
 from __future__ import annotations
 
+import contextlib
+import pickle
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -64,6 +68,19 @@ def assert_same(result: InferResult, expected: InferResult) -> None:
     )
 
 
+@contextlib.contextmanager
+def unparsed() -> Iterator[None]:
+    """Answers read inside can only go through a layout: parsing one fails."""
+
+    def refuse(*_: Any) -> Any:
+        raise AssertionError("the answer was parsed")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_grpc_codec, "_parse_response", refuse)
+        patch.setattr(_grpc_codec, "split_infer_response", refuse)
+        yield
+
+
 def learned(data: bytes) -> _PlainInfer:
     plain = _PlainInfer(b"")
     assert_same(plain.read(data), parsed(data))
@@ -76,9 +93,7 @@ def test_an_answer_like_the_last_is_read_without_parsing() -> None:
     plain = learned(first.SerializeToString())
     second = answer({"Y": ("FP32", -np.arange(4.0)), "Z": ("INT64", np.array([[9, -1]]))})
     data = second.SerializeToString()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_grpc_codec, "_parse_response", None)
-        patch.setattr(_grpc_codec, "split_infer_response", None)
+    with unparsed():
         result = plain.read(data)
     assert_same(result, parsed(data))
     assert backing(result["Y"]) is data
@@ -114,12 +129,15 @@ def test_every_answer_reads_as_parsing_it_would(
     plain = learned(answer(contents()).SerializeToString())
     for _ in range(3):
         sent = answer(contents()).SerializeToString()
-        assert_same(plain.read(sent), parsed(sent))
-    assert plain.lessons == 1
+        with unparsed():
+            result = plain.read(sent)
+        assert_same(result, parsed(sent))
 
 
 def other_answers() -> dict[str, pb.ModelInferResponse]:
     floats = ("FP32", np.arange(4.0))
+    extra_raw = answer({"Y": floats})
+    extra_raw.raw_output_contents.append(np.ones(4, np.float32).tobytes())
     return {
         "another shape": answer({"Y": ("FP32", np.arange(4.0).reshape(2, 2))}),
         "another datatype": answer({"Y": ("INT32", np.arange(4))}),
@@ -139,6 +157,21 @@ def other_answers() -> dict[str, pb.ModelInferResponse]:
                 )
             ],
         ),
+        "raw and typed contents": pb.ModelInferResponse(
+            model_name="m",
+            model_version="1",
+            outputs=[
+                pb.ModelInferResponse.InferOutputTensor(name="Y", datatype="FP32", shape=[4]),
+                pb.ModelInferResponse.InferOutputTensor(
+                    name="Z",
+                    datatype="INT32",
+                    shape=[2],
+                    contents=pb.InferTensorContents(int_contents=[5, 6]),
+                ),
+            ],
+            raw_output_contents=[np.arange(4, dtype=np.float32).tobytes()],
+        ),
+        "raw contents of no output": extra_raw,
         "a BYTES output": pb.ModelInferResponse(
             model_name="m",
             model_version="1",
@@ -154,7 +187,8 @@ def other_answers() -> dict[str, pb.ModelInferResponse]:
 def test_an_answer_unlike_the_last_is_parsed(kind: str) -> None:
     plain = learned(answer({"Y": ("FP32", np.arange(4.0))}).SerializeToString())
     data = other_answers()[kind].SerializeToString()
-    assert_same(plain.read(data), parsed(data))
+    for _ in range(2):  # the second time, against what the first taught
+        assert_same(plain.read(data), parsed(data))
     again = answer({"Y": ("FP32", np.ones(4))}).SerializeToString()  # the first layout again
     assert_same(plain.read(again), parsed(again))
 
@@ -181,6 +215,26 @@ def test_answers_that_keep_changing_are_parsed_once_learning_gave_up(
     assert_same(result, parsed(large))
     assert backing(result["Y"]) is large
     assert plain.lessons == _MAX_LESSONS
+
+    # An answer that fits the last layout learned starts learning over.
+    last = answer({"Y": ("FP32", np.ones(_MAX_LESSONS))}).SerializeToString()
+    with unparsed():
+        assert_same(plain.read(last), parsed(last))
+    assert plain.lessons == 0
+    changed = answer({"Y": ("FP32", np.ones(3))}).SerializeToString()
+    assert_same(plain.read(changed), parsed(changed))
+    with unparsed():
+        assert_same(plain.read(changed), parsed(changed))
+
+
+def test_an_answer_of_no_fixed_layout_leaves_the_last_layout_in_place() -> None:
+    first = answer({"Y": ("FP32", np.arange(4.0))}).SerializeToString()
+    plain = learned(first)
+    for kind in ("a BYTES output", "parameters", "an id"):
+        data = other_answers()[kind].SerializeToString()
+        assert_same(plain.read(data), parsed(data))
+    with unparsed():
+        assert_same(plain.read(first), parsed(first))
 
 
 def backing(array: Array) -> object:
@@ -230,7 +284,7 @@ def test_raw_contents_of_a_longer_length_key_are_parsed() -> None:
     contents = np.full(4, 2.5, dtype=np.float32).tobytes()
     data = head + bytes([6 << 3 | 2, 0x90, 0x00]) + contents
     assert_same(plain.read(data), parsed(data))
-    np.testing.assert_array_equal(plain.read(data)["Y"], np.full(4, 2.5))
+    assert plain.lessons == 2  # parsed, not read through the layout
 
 
 @pytest.mark.parametrize(
@@ -274,3 +328,40 @@ def test_plain_infer_calls_of_one_shape_share_the_layout(monkeypatch: pytest.Mon
     monkeypatch.setattr(_grpc_codec, "split_infer_response", None)
     data = answer({"Y": ("FP32", -np.arange(4.0))}).SerializeToString()
     np.testing.assert_array_equal(second.read(data)["Y"], -np.arange(4.0))
+
+
+def test_a_result_read_through_the_layout_pickles_and_copies() -> None:
+    import copy
+
+    plain = learned(answer({"Y": ("FP64", np.arange(3.0))}).SerializeToString())
+    data = answer({"Y": ("FP64", np.arange(3.0) + 0.5)}).SerializeToString()
+    with unparsed():
+        result = plain.read(data)
+    for copied in (pickle.loads(pickle.dumps(result)), copy.deepcopy(result)):
+        assert_same(copied, result)
+
+
+def test_fields_protobuf_does_not_know_are_read_as_it_reads_them() -> None:
+    unknown = key(15, 3) + b"xyz"  # an unknown field in the head
+    group = bytes([14 << 3 | 3, 1 << 3 | 0, 7, 14 << 3 | 4])  # a group holding a varint
+    contents = key(6, 16) + np.arange(4, dtype=np.float32).tobytes()
+    for extra in (unknown, group):
+        data = answer({"Y": ("FP32", np.arange(4.0))}).SerializeToString()
+        data = data.replace(contents, extra + contents)  # before the raw contents
+        plain = _PlainInfer(b"")
+        assert_same(plain.read(data), parsed(data))
+        assert plain.answer is not None
+        again = data.replace(contents, key(6, 16) + np.ones(4, np.float32).tobytes())
+        with unparsed():
+            assert_same(plain.read(again), parsed(again))
+
+
+def test_a_raw_contents_key_longer_than_protobuf_reads_is_refused() -> None:
+    contents = np.arange(4, dtype=np.float32).tobytes()
+    data = answer({"Y": ("FP32", np.arange(4.0))}).SerializeToString()
+    data = data.replace(key(6, 16), bytes([0xB2, 0x80, 0x80, 0x80, 0x80, 0x00, 16]))
+    assert data.endswith(contents)
+    with pytest.raises(DecodeError):
+        parsed(data)
+    with pytest.raises(ts.InferenceError, match="malformed"):
+        _PlainInfer(b"").read(data)
