@@ -365,3 +365,12 @@ def test_a_raw_contents_key_longer_than_protobuf_reads_is_refused() -> None:
         parsed(data)
     with pytest.raises(ts.InferenceError, match="malformed"):
         _PlainInfer(b"").read(data)
+
+
+def test_a_malformed_small_answer_is_an_inference_error_once_learning_gave_up() -> None:
+    plain = _PlainInfer(b"")
+    plain.lessons = _MAX_LESSONS
+    data = answer({"Y": ("FP32", np.arange(4.0))}).SerializeToString()
+    assert_same(plain.read(data), parsed(data))
+    with pytest.raises(ts.InferenceError, match="malformed infer answer"):
+        plain.read(data[:-1])
