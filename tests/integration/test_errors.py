@@ -183,11 +183,18 @@ def test_unknown_output_refused_by_server(
 def test_wrong_shape_refused_by_server(client: Any, loop_thread: LoopThread, protocol: str) -> None:
     # The data agrees with the declared shape [2, 2]; only the model wants [4].
     request = InferRequest(model="add_sub", inputs=_add_sub_tensors((2, 2)))
+    _assert_refused_for_its_shape(client, loop_thread, protocol, request, 10.0)
+
+
+def _assert_refused_for_its_shape(
+    client: Any, loop_thread: LoopThread, protocol: str, request: InferRequest, timeout: float
+) -> None:
+    """The server refuses ``request``'s shape: InvalidArgument / 400, not retryable."""
     with pytest.raises(ts.InferenceError) as caught:
-        send_raw(client, loop_thread, request, 10.0)
+        send_raw(client, loop_thread, request, timeout)
     error = caught.value
     assert error.status == _expected_status(protocol)
-    assert error.model == "add_sub"
+    assert error.model == request.model
     assert not error.retryable
     assert "shape" in str(error)
 
@@ -199,13 +206,7 @@ def test_a_large_request_refused_by_the_server_keeps_its_status(
     # answers it as the unary call it is, so its refusal keeps its status code.
     too_long = np.zeros((1, 262144 + 1), dtype=np.float32)  # big_fixed wants [-1, 262144]
     request = InferRequest(model="big_fixed", inputs=[Tensor("X", "FP32", too_long)])
-    with pytest.raises(ts.InferenceError) as caught:
-        send_raw(client, loop_thread, request, 30.0)
-    error = caught.value
-    assert error.status == _expected_status(protocol)
-    assert error.model == "big_fixed"
-    assert not error.retryable
-    assert "shape" in str(error)
+    _assert_refused_for_its_shape(client, loop_thread, protocol, request, 30.0)
     unknown = InferRequest(model="no_such_model", inputs=request.inputs)
     with pytest.raises(ts.ModelNotFoundError):
         send_raw(client, loop_thread, unknown, 30.0)
