@@ -93,8 +93,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/threads.py")
     session.run("python", "bench/map.py")
     session.run("python", "bench/fleet.py")
-    if Path("bench/bytes.py").exists():
-        session.run("python", "bench/bytes.py")
+    session.run("python", "bench/bytes.py")
 
 
 @nox.session
