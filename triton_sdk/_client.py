@@ -229,9 +229,11 @@ class Client:
         hooks: :class:`CallHook` objects that see every attempt of every call.
         shared_memory: ``"auto"`` sends large tensors through system shared memory when
             the server shares this host (sockets otherwise, decided at the first large
-            call), ``"off"`` always uses sockets, ``"system"`` always shared memory (a
-            TritonError when the server cannot read this host's memory), ``"cuda"`` or
-            ``"cuda:<device>"`` regions of GPU memory (needs ``cuda-python``).
+            call), ``"off"`` always uses sockets, ``"system"`` always shared memory for
+            every numeric tensor, however small (a TritonError at the first call when the
+            server cannot read this host's memory), ``"cuda"`` or ``"cuda:<device>"`` the
+            same through regions of GPU memory (needs ``cuda-python``). BYTES tensors
+            always travel over the socket.
         shared_memory_outputs: ``"view"`` (the default) hands out an output that came back
             through shared memory as an array over the region itself, with no copy; the
             region is not reused while that array, or any array made from it, lives.
@@ -596,7 +598,7 @@ class Client:
         return [ModelStatistics.from_json(entry) for entry in entries]
 
     def metrics(
-        self, *, url: str | None = None, timeout: Timeout = NOT_GIVEN, headers: Headers = None
+        self, url: str | None = None, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> ServerMetrics:
         """The server's Prometheus metrics, parsed: per-model figures and server gauges.
 
@@ -787,7 +789,14 @@ class Client:
             return self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
         # A call that must not run twice keeps outputs of open size on the socket.
-        placed = place(request, plan, pool, self._output_views, options.retry.max_attempts > 1)
+        placed = place(
+            request,
+            plan,
+            pool,
+            self._output_views,
+            estimated=options.retry.max_attempts > 1,
+            forced=mode != "auto",
+        )
         if placed is None:
             result = self._run(request, options)
         else:
@@ -846,8 +855,13 @@ class Client:
             except (InferenceError, UnsupportedError) as error:
                 # Unsupported: a server without the extension (MLServer, KServe).
                 if mode != "auto" or self._server_reads_our_memory:
+                    memory = (
+                        "this host's shared memory"
+                        if pool.device is None
+                        else f"this client's memory on GPU {pool.device} (a CUDA IPC handle)"
+                    )
                     raise TritonError(
-                        f"the server at {self.url} cannot use this host's shared memory "
+                        f"the server at {self.url} cannot use {memory} "
                         f"(shared_memory={mode!r}): {error}",
                         status=error.status,
                     ) from error

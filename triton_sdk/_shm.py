@@ -119,10 +119,10 @@ def cuda_device(mode: str) -> int | None:
 
 def on_sockets(plan: PlacementPlan, mode: str, server_reads_our_memory: bool | None) -> bool:
     """Whether a request of this model goes over the socket whole, without trying regions:
-    nothing of it could be placed, the mode is off, or in "auto" the server has been found
-    unable to read this host's memory."""
-    return (
-        plan.sockets_only or mode == "off" or (mode == "auto" and server_reads_our_memory is False)
+    the mode is off, or it is "auto" and either nothing of the request could reach the
+    threshold or the server has been found unable to read this host's memory."""
+    return mode == "off" or (
+        mode == "auto" and (plan.sockets_only or server_reads_our_memory is False)
     )
 
 
@@ -220,26 +220,32 @@ class CudaRegion:
         """Copy ``array`` to the start of the region (little-endian, as the server reads)."""
         data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         try:
-            self._utils.set_shared_memory_region(self._handle, [data])
+            with _copies_on(self.device):
+                self._utils.set_shared_memory_region(self._handle, [data])
         except Exception as error:
             raise self._failed("write to", error) from error
 
     def read(self, size: int, offset: int = 0) -> memoryview:
         """``size`` bytes at ``offset``, copied to host memory (writable, this call's own).
 
-        tritonclient copies the region up to the end of what is read, then that part.
+        tritonclient copies the whole region to host memory, then the part read.
         """
         try:
-            host: np.ndarray[Any, Any] = self._utils.get_contents_as_numpy(
-                self._handle, np.uint8, [offset + size]
-            )
+            with _copies_on(self.device):
+                host: np.ndarray[Any, Any] = self._utils.get_contents_as_numpy(
+                    self._handle, np.uint8, [offset + size]
+                )
         except Exception as error:
             raise self._failed("read from", error) from error
         return host[offset:].data
 
     def _failed(self, action: str, error: Exception) -> TritonError:
         cause = error.__cause__ or error
-        return TritonError(f"cannot {action} CUDA shared memory on device {self.device}: {cause}")
+        # The CUDA runtime's messages reach us as bytes (Exception(b"out of memory")).
+        detail = cause.args[0] if len(cause.args) == 1 else cause
+        if isinstance(detail, bytes):
+            detail = detail.decode(errors="replace")
+        return TritonError(f"cannot {action} CUDA shared memory on device {self.device}: {detail}")
 
     def register_op(self) -> Op[None]:
         raw = base64.b64decode(self._utils.get_raw_handle(self._handle))
@@ -253,8 +259,25 @@ class CudaRegion:
 
     def close(self) -> None:
         handle, self._handle = self._handle, None
-        if handle is not None:  # the device memory goes with the handle's last reference
+        if handle is None:
+            return
+        # The device memory goes with the handle's last reference. ValueError: code of the
+        # user's already took it off tritonclient's list of regions (destroying every one).
+        with contextlib.suppress(ValueError):
             self._utils.destroy_shared_memory_region(handle)
+
+
+_CUDA_COPY_LOCKS: dict[int, threading.Lock] = {}
+
+
+def _copies_on(device: int) -> threading.Lock:
+    """The lock for copies to and from GPU ``device``: tritonclient makes the one stream
+    per device they share on first use, unguarded: of two threads making it at once, one
+    would have its stream destroyed while using it."""
+    lock = _CUDA_COPY_LOCKS.get(device)
+    if lock is None:
+        lock = _CUDA_COPY_LOCKS.setdefault(device, threading.Lock())
+    return lock
 
 
 AnyRegion: TypeAlias = Region | CudaRegion
@@ -426,7 +449,8 @@ class PlacementPlan:
     """What shared memory could carry for one model, worked out once per model handle.
 
     ``sockets_only`` is true when no input or output of any request can reach the
-    threshold (every shape is fixed and small): such a model's calls skip :func:`place`.
+    threshold (every shape is fixed and small): in "auto" mode such a model's calls skip
+    :func:`place`.
 
     An output whose size the config leaves open (a ``-1`` axis besides the batch) is sized
     from earlier answers: the plan keeps, per such output, the most bytes it has returned
@@ -494,12 +518,11 @@ class PlacementPlan:
         return min(math.ceil(self.open_outputs[name] * input_bytes), 2 * self._largest[name])
 
     def learn(self, request: InferRequest, result: InferResult) -> None:
-        """Note how large the outputs of open size came back for this request's inputs
-        (those far below the threshold could not be placed: they are not noted)."""
+        """Note how large the outputs of open size came back for this request's inputs."""
         input_bytes = 0
         for name in self.open_outputs:
             size = result._byte_size(name)
-            if size is None or size * 4 < self.threshold or size <= self._largest[name]:
+            if size is None or size <= self._largest[name]:
                 continue
             input_bytes = input_bytes or _input_bytes(request)
             self._note(name, size, input_bytes)
@@ -528,15 +551,17 @@ def place(
     pool: RegionPool,
     views: bool = False,
     estimated: bool = True,
+    forced: bool = False,
 ) -> tuple[InferRequest, Placement] | None:
     """The request with its large tensors in regions of ``pool``, or None if none is.
 
     ``estimated=False`` keeps outputs of open size on the socket (a call that must not run
-    twice). Runs on every call of a client whose mode allows shared memory (unless the plan
-    says the model's tensors are all small), so the common case, nothing large, is decided
-    without allocating.
+    twice). ``forced`` (the modes that name a kind of memory) places every numeric tensor
+    whose size is known, however small. Runs on every call of a client whose mode allows
+    shared memory (unless the plan says the model's tensors are all small), so the common
+    case, nothing large, is decided without allocating.
     """
-    threshold = plan.threshold
+    threshold = 1 if forced else plan.threshold
     large = [
         tensor
         for tensor in request.inputs

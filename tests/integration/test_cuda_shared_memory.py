@@ -8,6 +8,7 @@ only where this host has a CUDA device (skipped otherwise); where it has none,
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,18 +23,33 @@ from .conftest import inference_count
 SAMPLE = 262144  # FP32 elements per sample of big_fixed: 1 MiB
 
 
-def cuda_devices() -> int:
+def cuda_devices() -> tuple[int, str]:
+    """How many CUDA devices this process can use, and why none when none."""
     try:
         from cuda.bindings import runtime
-    except ImportError:
-        return 0
-    error, count = runtime.cudaGetDeviceCount()
-    return int(count) if error == runtime.cudaError_t.cudaSuccess else 0
+    except ImportError as error:
+        return 0, f"cuda-python cannot be imported ({error})"
+    status, count = runtime.cudaGetDeviceCount()
+    if status != runtime.cudaError_t.cudaSuccess:
+        return 0, f"cudaGetDeviceCount says {status.name}"
+    return int(count), "no CUDA device on this host"
 
 
-GPU = cuda_devices() > 0
-needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA device on this host")
+DEVICES, WHY_NONE = cuda_devices()
+GPU = DEVICES > 0
+needs_gpu = pytest.mark.skipif(not GPU, reason=WHY_NONE)
 without_gpu = pytest.mark.skipif(GPU, reason="this host has a CUDA device")
+
+
+def test_a_host_with_an_nvidia_gpu_runs_the_gpu_tests() -> None:
+    """A GPU that CUDA cannot reach from here (a driver older than cuda-python needs)
+    would otherwise skip every round trip below without anyone noticing."""
+    if not Path("/dev/nvidia0").exists():
+        pytest.skip("this host has no NVIDIA GPU")
+    assert GPU, (
+        f"this host has an NVIDIA GPU but {WHY_NONE}: install the cuda-python whose major "
+        "version the driver supports (nvidia-smi shows it; 'cuda-python>=12.8,<13' before R580)"
+    )
 
 
 def own_cuda(client: Any) -> list[str]:
@@ -74,8 +90,11 @@ def test_cuda_without_a_device_fails_clearly_and_sends_nothing(
         model.infer(X=np.ones((1, SAMPLE), dtype=np.float32))
     assert inference_count(server, "big_fixed") == before
     assert own_cuda(client) == []
-    small = client.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
-    assert small["OUTPUT0"].tolist() == [2, 3, 4, 5]  # small tensors need no region
+    add_sub = client.model("add_sub")
+    with pytest.raises(ts.TritonError, match=r"CUDA shared memory on device 0|cuda-python"):
+        add_sub.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])  # small tensors go there too
+    small = add_sub.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1], shared_memory="off")
+    assert small["OUTPUT0"].tolist() == [2, 3, 4, 5]
 
 
 @needs_gpu

@@ -235,6 +235,7 @@ def test_metrics_url_given_to_the_constructor_or_the_call(
     assert "scale" in {entry.model for entry in by_constructor.metrics().models}
     by_call = make_client()
     assert "scale" in {entry.model for entry in by_call.metrics(url=server.metrics_url).models}
+    assert "scale" in {entry.model for entry in by_call.metrics(server.metrics_url).models}
 
 
 def test_metrics_from_a_wrong_url(server: LocalServer, make_client: Any) -> None:

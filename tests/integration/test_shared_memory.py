@@ -170,16 +170,24 @@ def test_an_answer_that_outgrows_its_region_is_computed_again_over_the_socket(
     assert inference_count(server, "zeros") - before == 3
 
 
-def test_off_and_small_tensors_register_nothing(make_client: Any) -> None:
+def test_off_registers_nothing(make_client: Any) -> None:
     client = make_client(shared_memory="off")
     batch = np.ones((2, SAMPLE), dtype=np.float32)
     answer = client.model("big_fixed").infer(X=batch)["Y"]
     assert np.array_equal(answer, 2 * batch)
     assert not answer.flags.writeable  # a view of the answer's body, as small ones are
     assert own(client) == []
-    small = make_client(shared_memory="system")
-    assert small.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
-    assert own(small) == []
+
+
+@pytest.mark.parametrize(("shared_memory", "regions"), [("auto", 0), ("system", 4)])
+def test_small_tensors_go_through_regions_only_when_forced(
+    make_client: Any, shared_memory: str, regions: int
+) -> None:
+    client = make_client(shared_memory=shared_memory)
+    result = client.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    assert np.array_equal(result["OUTPUT0"], [2, 3, 4, 5])
+    assert np.array_equal(result["OUTPUT1"], [0, 1, 2, 3])
+    assert len(own(client)) == regions  # two inputs, two outputs
 
 
 def test_per_call_off_overrides_the_client(make_client: Any) -> None:

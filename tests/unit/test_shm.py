@@ -6,6 +6,8 @@ import base64
 import logging
 import os
 import sys
+import threading
+import time
 import types
 from types import SimpleNamespace
 from typing import Any
@@ -48,9 +50,15 @@ class Server:
     """Answers infer with zeros, and shared memory ops as a server that can (or cannot)
     read this host's memory."""
 
-    def __init__(self, readable: bool = True, regions: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        readable: bool = True,
+        regions: list[dict[str, Any]] | None = None,
+        opens_ipc_handles: bool = True,
+    ):
         self.readable = readable
         self.regions = regions or []
+        self.opens_ipc_handles = opens_ipc_handles
         self.cuda: list[ops.RegisterCudaSharedMemory] = []
 
     def __call__(self, op: Any, ctx: Any) -> Any:
@@ -67,6 +75,11 @@ class Server:
         if isinstance(op, ops.GetSystemSharedMemoryStatus):
             return list(self.regions)
         if isinstance(op, ops.RegisterCudaSharedMemory):
+            if not self.opens_ipc_handles:
+                return ts.InferenceError(
+                    f"failed to register CUDA shared memory region '{op.name}'",
+                    status="INTERNAL",
+                )
             self.cuda.append(op)
             return None
         if isinstance(op, ops.UnregisterCudaSharedMemory):
@@ -208,10 +221,8 @@ def test_a_model_whose_tensors_are_all_small_skips_placement(
     assert PlacementPlan(spec).sockets_only is sockets_only
 
 
-async def test_a_small_model_sends_over_sockets_even_when_shared_memory_is_forced(
-    mode: str,
-) -> None:
-    small = spec_of({"X": ("FP32", (4,))}, {"Y": ("FP32", (4,))})
+async def test_forced_shared_memory_carries_small_tensors_too(mode: str) -> None:
+    small = spec_of({"X": ("FP32", (4,)), "S": ("BYTES", (1,))}, {"Y": ("FP32", (4,))})
     server = Server()
 
     def handler(op: Any, ctx: Any) -> Any:
@@ -224,14 +235,29 @@ async def test_a_small_model_sends_over_sockets_even_when_shared_memory_is_force
         "grpc://test", transport=MockTransport(handler, models=[small]), shared_memory="system"
     )
     model = await resolve(client.model("m"))
-    result = await resolve(model.infer(X=np.ones(4, dtype=np.float32)))
-    assert result["Y"].shape == (4,)
-    assert [
-        call.op.call
-        for call in client._transport.calls
-        if call.op.call != "model_metadata" and call.op.call != "model_config"
-    ] == ["infer"]
-    assert sent(client)[0].shared_memory is None
+    assert PlacementPlan(model.spec).sockets_only  # what "auto" would do
+    await resolve(model.infer(X=np.ones(4, dtype=np.float32), S=[b"s"]))
+    placement = sent(client)[0].shared_memory
+    assert placement is not None
+    assert set(placement.inputs) == {"X"}  # BYTES stay on the socket
+    assert set(placement.outputs) == {"Y"}
+    assert len(server.regions) == 2
+    await resolve(model.infer(X=np.ones(4, dtype=np.float32), S=[b"s"], shared_memory="auto"))
+    assert sent(client)[1].shared_memory is None
+    await resolve(client.aclose() if mode == "async" else client.close())
+
+
+async def test_system_raises_at_the_first_call_however_small(mode: str) -> None:
+    small = spec_of({"X": ("FP32", (4,))}, {"Y": ("FP32", (4,))})
+    server = Server(readable=False)
+    kind = ts.Client if mode == "sync" else ts.AsyncClient
+    client = kind(
+        "grpc://test", transport=MockTransport(server, models=[small]), shared_memory="system"
+    )
+    model = await resolve(client.model("m"))
+    with pytest.raises(ts.TritonError, match="cannot use this host's shared memory"):
+        await resolve(model.infer(X=np.ones(4, dtype=np.float32)))
+    assert sent(client) == []
 
 
 def test_a_datatype_the_client_does_not_know_does_not_stop_a_plan() -> None:
@@ -314,11 +340,17 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """tritonclient's CUDA shared-memory utilities over host memory: what CudaRegion
     calls, with the same names and arguments. Returns the live "device" allocations."""
     allocated: dict[str, Any] = {}
+    listed: list[Any] = []  # tritonclient's allocated_shared_memory_regions()
     module = types.ModuleType("tritonclient.utils.cuda_shared_memory")
 
     def create(name: str, byte_size: int, device_id: int) -> Any:
         allocated[name] = SimpleNamespace(name=name, device=device_id, memory=bytearray(byte_size))
+        listed.append(allocated[name])
         return allocated[name]
+
+    def destroy(handle: Any) -> None:
+        listed.remove(handle)  # ValueError when no longer listed, as tritonclient's
+        allocated.pop(handle.name)
 
     def set_region(handle: Any, values: list[np.ndarray[Any, Any]]) -> None:
         data = b"".join(value.tobytes() for value in values)
@@ -332,7 +364,8 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     module.set_shared_memory_region = set_region  # type: ignore[attr-defined]
     module.get_contents_as_numpy = contents  # type: ignore[attr-defined]
     module.get_raw_handle = lambda handle: base64.b64encode(handle.name.encode())  # type: ignore[attr-defined]
-    module.destroy_shared_memory_region = lambda handle: allocated.pop(handle.name)  # type: ignore[attr-defined]
+    module.destroy_shared_memory_region = destroy  # type: ignore[attr-defined]
+    module.allocated_shared_memory_regions = lambda: listed  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setattr(tritonclient.utils, "cuda_shared_memory", module, raising=False)
     return allocated
@@ -439,6 +472,90 @@ def test_regions_taken_before_a_failure_go_back_to_the_pool(
     with pytest.raises(ts.TritonError, match="out of memory"):
         place(request, plan, pool)  # the input's region was taken, the output's was not
     assert pool.drain() == []  # the input's region, never registered, was closed
+
+
+async def test_close_frees_every_cuda_region_after_user_code_destroyed_some(
+    mode: str, fake_cuda: dict[str, Any]
+) -> None:
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    server = Server()
+    client = client_of(mode, server, "cuda")
+    model = await resolve(client.model("big"))
+    await resolve(model.infer(X=BATCH))
+    assert len(server.cuda) == 2
+    # The usual tritonclient clean-up, run by code that shares the process.
+    for handle in list(cudashm.allocated_shared_memory_regions())[:1]:
+        cudashm.destroy_shared_memory_region(handle)
+    await resolve(client.aclose() if mode == "async" else client.close())
+    assert server.cuda == []  # both unregistered: the first region's close did not stop it
+    assert cudashm.allocated_shared_memory_regions() == []
+
+
+async def test_a_server_that_cannot_open_gpu_memory_is_named_as_such(
+    mode: str, fake_cuda: dict[str, Any]
+) -> None:
+    client = client_of(mode, Server(opens_ipc_handles=False), "cuda:1")
+    model = await resolve(client.model("big"))
+    with pytest.raises(ts.TritonError, match=r"cannot use this client's memory on GPU 1 \(a CUDA"):
+        await resolve(model.infer(X=BATCH))
+    assert sent(client) == []
+    await resolve(client.aclose() if mode == "async" else client.close())
+
+
+def test_cuda_failures_say_the_runtimes_words_as_text(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    def create(name: str, byte_size: int, device_id: int) -> Any:
+        try:  # as tritonclient wraps the runtime's error
+            raise Exception(b"out of memory")
+        except Exception as error:
+            raise RuntimeError("unable to create cuda shared memory handle") from error
+
+    monkeypatch.setattr(cudashm, "create_shared_memory_region", create)
+    with pytest.raises(ts.TritonError) as caught:
+        CudaRegion("r", 1 << 30, 2)
+    assert str(caught.value) == (
+        "cannot allocate 1073741824 bytes of CUDA shared memory on device 2: out of memory"
+    )
+
+
+def test_copies_to_one_gpu_never_overlap(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    inside: list[int] = []
+    overlaps: list[int] = []
+    real_set = cudashm.set_shared_memory_region
+
+    def set_region(handle: Any, values: list[np.ndarray[Any, Any]]) -> None:
+        inside.append(1)
+        if len(inside) > 1:
+            overlaps.append(len(inside))
+        time.sleep(0.02)  # as a first use making the device's stream would take
+        real_set(handle, values)
+        inside.pop()
+
+    monkeypatch.setattr(cudashm, "set_shared_memory_region", set_region)
+    regions = [CudaRegion(f"r{n}", 64, 0) for n in range(4)]
+    threads = [
+        threading.Thread(target=region.write, args=(np.arange(4, dtype=np.float32),))
+        for region in regions
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == []
+    assert all(
+        bytes(fake_cuda[f"r{n}"].memory[:16]) == np.arange(4, dtype="<f4").tobytes()
+        for n in range(4)
+    )
+    for region in regions:
+        region.close()
 
 
 def test_big_endian_inputs_reach_gpu_memory_little_endian(fake_cuda: dict[str, Any]) -> None:
