@@ -146,6 +146,9 @@ _NOT_FOUND_HINTS = ("unknown model", "is not found", "is not available")
 _OTHER_SERVERS_NOT_FOUND = re.compile(
     r"^model \S+ (with version \S* ?)?not found|^model with name \S+ does not exist"
 )
+# An RPC the server does not have: grpc C++ and Python ("Method not found!"), Java
+# ("Method not found: ..."), Go ("unknown method ... for service ...", "unknown service").
+_NO_METHOD_HINTS = ("method not found", "unknown method", "unknown service")
 _QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
 # gRPC's own phrases: a bare "tls" or "ssl" could be part of a host name.
 _TLS_HINTS = (
@@ -192,7 +195,7 @@ def classify_status(
 def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool]:
     grpc_code = status if isinstance(status, str) else None
     http_status = status if isinstance(status, int) else None
-    if grpc_code == "UNIMPLEMENTED" and "method not found" in lowered:
+    if grpc_code == "UNIMPLEMENTED" and _has(lowered, _NO_METHOD_HINTS):
         return UnsupportedError, False  # grpc's answer for an RPC the server does not have
     if grpc_code == "NOT_FOUND" or http_status == 404:
         if _has(lowered, _NOT_READY_HINTS):

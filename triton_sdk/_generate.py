@@ -127,12 +127,18 @@ def single_response(results: list[InferResult], model: str) -> InferResult:
     return results[0]
 
 
-def response_fields(document: Any, model: str) -> dict[str, JSONValue]:
+def response_fields(
+    document: Any, model: str, request_id: str | None = None
+) -> dict[str, JSONValue]:
     """The outputs of one generate answer or event; an ``error`` field raises."""
     if not isinstance(document, dict):
-        raise InferenceError(f"generate answered with a non-object: {document!r}", model=model)
+        raise InferenceError(
+            f"generate answered with a non-object: {document!r}", model=model, request_id=request_id
+        )
     if "error" in document:
-        raise classify_message(str(document["error"]), status=200, model=model)
+        raise classify_message(
+            str(document["error"]), status=200, model=model, request_id=request_id
+        )
     return {
         name: _plain(value) for name, value in document.items() if name not in _RESPONSE_METADATA
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar, cast
 from urllib.parse import quote
@@ -313,6 +314,12 @@ def decode_infer(
     )
 
 
+# A path the server has no route for: Triton's {"error": "Not Found"}, FastAPI's
+# {"detail": "Not Found"} (MLServer, KServe), Go's "404 page not found"; web servers and
+# proxies answer with an HTML page.
+_NO_ROUTE = re.compile(r"(404:?\s*)?(page\s+)?not\s+found\.?", re.IGNORECASE)
+
+
 def error_from_response(
     status: int, body: Body, *, model: str | None = None, request_id: str | None = None
 ) -> TritonError:
@@ -329,11 +336,13 @@ def error_from_response(
         decoded = json.loads(message)
     except ValueError:
         decoded = None
-    if status == 404 and decoded == {"detail": "Not Found"}:
-        # FastAPI's answer for a path it has no route for (MLServer, KServe).
-        return UnsupportedError("Not Found", status=404, model=model, request_id=request_id)
     if isinstance(decoded, dict):
         message = _error_text(decoded, message)
+    if status == 404:
+        if decoded is None and message.startswith("<"):
+            message = "Not Found"  # a web server's or a proxy's HTML page
+        if _NO_ROUTE.fullmatch(message):
+            return UnsupportedError(message, status=404, model=model, request_id=request_id)
     return classify_status(status, message or f"HTTP {status}", model=model, request_id=request_id)
 
 
@@ -441,11 +450,11 @@ def _json_reader(what: str, model: str | None = None) -> Reader[Any]:
     return _reader(json_body, model)
 
 
-def _status_reader(model: str | None) -> Reader[None]:
+def _status_reader(model: str | None, request_id: str | None = None) -> Reader[None]:
     def nothing(header_length: int | None, body: Body) -> None:
         return None
 
-    return _reader(nothing, model)
+    return _reader(nothing, model, request_id)
 
 
 def _field_reader(field: str, model: str | None) -> Reader[Any]:
@@ -471,9 +480,9 @@ _STREAM_HINT: Final = (
 )
 
 
-def _stream_refusal_reader(model: str) -> Reader[None]:
+def _stream_refusal_reader(model: str, request_id: str | None) -> Reader[None]:
     """A generate_stream refusal; one of the inputs gets a hint about gRPC."""
-    check = _status_reader(model)
+    check = _status_reader(model, request_id)
 
     def read(status: int, header_length: int | None, body: Body) -> None:
         try:
@@ -503,10 +512,11 @@ def _generate_fields(model: str) -> Callable[[str], dict[str, JSONValue]]:
 
 def _stream_results(spec: ModelSpec, request: InferRequest) -> Callable[[str], InferResult]:
     wanted = None if request.outputs is None else {output.name for output in request.outputs}
+    request_id = request.request_id or None
 
     def convert(data: str) -> InferResult:
         event = decode_json(data.encode(), "generate_stream")
-        response_fields(event, spec.name)  # raises the error an event carries
+        response_fields(event, spec.name, request_id)  # raises the error an event carries
         return event_to_result(event, spec, wanted)
 
     return convert
@@ -572,7 +582,7 @@ class HttpCodec:
                     spec.name,
                     request.version,
                     body,
-                    _stream_refusal_reader(spec.name),
+                    _stream_refusal_reader(spec.name, request.request_id or None),
                     _stream_results(spec, request),
                 ),
             )

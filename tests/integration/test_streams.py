@@ -152,9 +152,10 @@ def test_per_response_timeout(client: Any) -> None:
 def test_a_model_error_arrives_as_inference_error(client: Any) -> None:
     # `zeros` fails on a negative count (numpy refuses the shape) inside the model.
     with pytest.raises(ts.InferenceError, match="negative dimensions") as caught:
-        list(client.model("zeros").stream(COUNT=[-1]))
+        list(client.model("zeros").stream(COUNT=[-1], request_id="r7"))
     assert type(caught.value).__module__.startswith("triton_sdk")
     assert caught.value.model == "zeros"
+    assert caught.value.request_id == "r7"
 
 
 def test_infer_on_a_decoupled_model_is_refused(client: Any, server: LocalServer) -> None:

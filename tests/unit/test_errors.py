@@ -96,6 +96,24 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         ("UNIMPLEMENTED", "Method not found!", ts.UnsupportedError, False),
         (
             "UNIMPLEMENTED",
+            "Method not found: inference.GRPCInferenceService/ModelStatistics",  # grpc-java
+            ts.UnsupportedError,
+            False,
+        ),
+        (
+            "UNIMPLEMENTED",
+            "unknown method ModelStatistics for service inference.GRPCInferenceService",  # Go
+            ts.UnsupportedError,
+            False,
+        ),
+        (
+            "UNIMPLEMENTED",
+            "unknown service inference.GRPCInferenceService",
+            ts.UnsupportedError,
+            False,
+        ),
+        (
+            "UNIMPLEMENTED",
             "ModelInfer RPC doesn't support decoupled models",
             ts.InferenceError,
             False,

@@ -69,6 +69,23 @@ def test_a_split_row_of_a_one_dimensional_bytes_output_is_an_array() -> None:
 
 
 @pytest.mark.parametrize(
+    "body",
+    [
+        b'{"error":"Not Found"}',  # Triton
+        b'{"detail":"Not Found"}',  # FastAPI: MLServer, KServe
+        b"404 page not found\n",  # Go's net/http
+        b"<html><head><title>404 Not Found</title></head><body>nginx</body></html>",
+    ],
+)
+def test_a_path_the_server_has_no_route_for_is_unsupported(body: bytes) -> None:
+    error = error_from_response(404, body)
+    assert type(error) is ts.UnsupportedError
+    assert error.status == 404
+    assert "not found" in str(error).lower()
+    assert "<" not in str(error)
+
+
+@pytest.mark.parametrize(
     ("status", "body", "kind", "message"),
     [
         (404, {"error": "Model iris with version 2 not found"}, ts.ModelNotFoundError, "iris"),
