@@ -892,15 +892,18 @@ class Client:
 
     # Lifetime
 
-    def close(self) -> None:
-        """Close the connections. The client cannot be used afterwards."""
+    def close(self, *, headers: Headers = None) -> None:
+        """Close the connections. The client cannot be used afterwards.
+
+        ``headers`` go with the calls that unregister the client's shared-memory regions.
+        """
         if self._closed:
             return
         regions = self._regions.drain()
         for pool in self._cuda_regions.values():
             regions += pool.drain()
         try:
-            options = self._settings.options(NOT_GIVEN, _ONCE, None)
+            options = self._settings.options(NOT_GIVEN, _ONCE, headers)
             for region in regions:
                 if region.registered:
                     self._unregister(region, options)

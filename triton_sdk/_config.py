@@ -91,7 +91,7 @@ class RetryBudget:
     reserve: int = attrs.field(default=100, validator=_at_least(1, integer=True))
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class RetryPolicy:
     """How failed calls are repeated.
 

@@ -19,7 +19,7 @@ JSON = Mapping[str, Any]
 """A decoded JSON object, as the server sends metadata and config (or gRPC's equivalent)."""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class TensorSpec:
     """One input or output of a model.
 
@@ -33,10 +33,10 @@ class TensorSpec:
     """
 
     name: str
-    datatype: str
-    shape: tuple[int, ...]
-    optional: bool = False
-    label_filename: str | None = None
+    datatype: str = attrs.field(kw_only=True)
+    shape: tuple[int, ...] = attrs.field(kw_only=True)
+    optional: bool = attrs.field(default=False, kw_only=True)
+    label_filename: str | None = attrs.field(default=None, kw_only=True)
 
     @property
     def dtype(self) -> np.dtype[Any]:

@@ -114,11 +114,6 @@ def test_retry_policy_none() -> None:
     assert policy.max_attempts == 1
 
 
-def test_retry_policy_is_keyword_only() -> None:
-    with pytest.raises(TypeError):
-        ts.RetryPolicy(5)  # type: ignore[call-arg]
-
-
 def test_retry_policy_is_comparable_and_evolvable() -> None:
     assert ts.RetryPolicy(max_attempts=5) == ts.RetryPolicy(max_attempts=5)
     assert attrs.evolve(ts.RetryPolicy(), deadline=2.0).deadline == 2.0

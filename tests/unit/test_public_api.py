@@ -288,3 +288,10 @@ def test_importing_the_package_imports_no_network_library() -> None:
         check=True,
     )
     assert made.stdout.split() == ["True", "False"]
+
+
+def test_constructors_take_arguments_as_the_api_writes_them() -> None:
+    spec = ts.TensorSpec("TEXT", datatype="BYTES", shape=(1,))
+    assert (spec.name, spec.datatype, spec.shape, spec.optional) == ("TEXT", "BYTES", (1,), False)
+    assert ts.RetryPolicy(5, 0.2) == ts.RetryPolicy(max_attempts=5, initial_backoff=0.2)
+    assert ts.RetryPolicy() == ts.RetryPolicy(3, 0.1, 5.0, 2.0, True, None)

@@ -564,3 +564,22 @@ def test_big_endian_inputs_reach_gpu_memory_little_endian(fake_cuda: dict[str, A
     region.write(values)
     assert bytes(fake_cuda["r"].memory[:16]) == values.astype("<f4").tobytes()
     region.close()
+
+
+async def test_close_unregisters_with_the_headers_it_is_given(mode: str) -> None:
+    server = Server()
+    client = client_of(mode, server, "system")
+    model = await resolve(client.model("big"))
+    await resolve(model.infer(X=BATCH))
+    headers = {"authorization": "Bearer t"}
+    await resolve(
+        client.aclose(headers=headers) if mode == "async" else client.close(headers=headers)
+    )
+    unregisters = [
+        call
+        for call in client._transport.calls
+        if isinstance(call.op, ops.UnregisterSystemSharedMemory)
+    ]
+    assert len(unregisters) == 2
+    assert all(dict(call.ctx.headers) == headers for call in unregisters)
+    assert server.regions == []
