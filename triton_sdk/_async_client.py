@@ -53,6 +53,7 @@ from ._config import (
     RetryBudget,
     RetryPolicy,
     TLSConfig,
+    redact_url,
 )
 from ._errors import (
     InferenceError,
@@ -151,7 +152,7 @@ _ONE_SERVER_SHM: Final = (
     'shared_memory="system" (or "cuda") needs a client of one server; a client over many '
     "endpoints sends every tensor over sockets"
 )
-_FORCED: Final = ("auto", "off")
+_MANY_ENDPOINT_MODES: Final = ("auto", "off")
 _SYSTEM: Final = ("auto", "system")
 
 
@@ -302,7 +303,7 @@ class AsyncClient:
         self._shared_memory = check_mode(shared_memory)
         self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
         self._url = str(self._settings.endpoint)
-        if self._many and self._shared_memory not in _FORCED:
+        if self._many and self._shared_memory not in _MANY_ENDPOINT_MODES:
             raise InvalidInputError(_ONE_SERVER_SHM)
         self._output_views = check_outputs(shared_memory_outputs)
         if transport is not None and not isinstance(transport, AsyncTransport):
@@ -609,7 +610,15 @@ class AsyncClient:
         8002 by default), with the client's headers and TLS files.
         """
         op = FetchMetrics(url or self._settings.metrics_url)
-        return ServerMetrics.from_text(await self._run(op, self._options(timeout, headers)))
+        try:
+            text = await self._run(op, self._options(timeout, headers))
+        except UnsupportedError as error:  # (the error names the client's URL, not this one)
+            raise UnsupportedError(
+                f"no metrics at {redact_url(op.url)} ({error.status}); Triton serves them "
+                "on its metrics port (8002 by default)",
+                status=error.status,
+            ) from error
+        return ServerMetrics.from_text(text)
 
     async def trace_settings(
         self, model: str | None = None, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
@@ -774,7 +783,7 @@ class AsyncClient:
     ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
         mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
-        if self._many and mode not in _FORCED:
+        if self._many and mode not in _MANY_ENDPOINT_MODES:
             raise InvalidInputError(_ONE_SERVER_SHM)
         if len(requests) == 1:
             if on_sockets(plan, mode, self._server_reads_our_memory):
@@ -789,7 +798,8 @@ class AsyncClient:
     async def _infer_one(
         self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory
     ) -> InferResult:
-        """One request; its large tensors through shared memory when the mode allows."""
+        """One request; its large tensors (every one in "system" and "cuda" modes) through
+        shared memory when the mode allows."""
         if on_sockets(plan, mode, self._server_reads_our_memory):
             return await self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
@@ -807,7 +817,7 @@ class AsyncClient:
         else:
             result = await self._infer_placed(request, *placed, plan, pool, options, mode)
         if plan.open_outputs:
-            plan.learn(request, result)
+            plan.learn(request, result, forced=mode != "auto")
         return result
 
     def _cuda_pool(self, mode: SharedMemory) -> RegionPool:
@@ -904,11 +914,11 @@ class AsyncClient:
         """
         if self._closed:
             return
+        options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
         regions = self._regions.drain()
         for pool in self._cuda_regions.values():
             regions += pool.drain()
         try:
-            options = self._settings.options(NOT_GIVEN, _ONCE, headers)
             for region in regions:
                 if region.registered:
                     await self._unregister(region, options)

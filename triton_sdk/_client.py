@@ -54,6 +54,7 @@ from ._config import (
     RetryBudget,
     RetryPolicy,
     TLSConfig,
+    redact_url,
 )
 from ._errors import (
     InferenceError,
@@ -152,7 +153,7 @@ _ONE_SERVER_SHM: Final = (
     'shared_memory="system" (or "cuda") needs a client of one server; a client over many '
     "endpoints sends every tensor over sockets"
 )
-_FORCED: Final = ("auto", "off")
+_MANY_ENDPOINT_MODES: Final = ("auto", "off")
 _SYSTEM: Final = ("auto", "system")
 
 
@@ -303,7 +304,7 @@ class Client:
         self._shared_memory = check_mode(shared_memory)
         self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
         self._url = str(self._settings.endpoint)
-        if self._many and self._shared_memory not in _FORCED:
+        if self._many and self._shared_memory not in _MANY_ENDPOINT_MODES:
             raise InvalidInputError(_ONE_SERVER_SHM)
         self._output_views = check_outputs(shared_memory_outputs)
         if transport is not None and not isinstance(transport, Transport):
@@ -606,7 +607,15 @@ class Client:
         8002 by default), with the client's headers and TLS files.
         """
         op = FetchMetrics(url or self._settings.metrics_url)
-        return ServerMetrics.from_text(self._run(op, self._options(timeout, headers)))
+        try:
+            text = self._run(op, self._options(timeout, headers))
+        except UnsupportedError as error:  # (the error names the client's URL, not this one)
+            raise UnsupportedError(
+                f"no metrics at {redact_url(op.url)} ({error.status}); Triton serves them "
+                "on its metrics port (8002 by default)",
+                status=error.status,
+            ) from error
+        return ServerMetrics.from_text(text)
 
     def trace_settings(
         self, model: str | None = None, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
@@ -769,7 +778,7 @@ class Client:
     ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
         mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
-        if self._many and mode not in _FORCED:
+        if self._many and mode not in _MANY_ENDPOINT_MODES:
             raise InvalidInputError(_ONE_SERVER_SHM)
         if len(requests) == 1:
             if on_sockets(plan, mode, self._server_reads_our_memory):
@@ -784,7 +793,8 @@ class Client:
     def _infer_one(
         self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory
     ) -> InferResult:
-        """One request; its large tensors through shared memory when the mode allows."""
+        """One request; its large tensors (every one in "system" and "cuda" modes) through
+        shared memory when the mode allows."""
         if on_sockets(plan, mode, self._server_reads_our_memory):
             return self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
@@ -802,7 +812,7 @@ class Client:
         else:
             result = self._infer_placed(request, *placed, plan, pool, options, mode)
         if plan.open_outputs:
-            plan.learn(request, result)
+            plan.learn(request, result, forced=mode != "auto")
         return result
 
     def _cuda_pool(self, mode: SharedMemory) -> RegionPool:
@@ -899,11 +909,11 @@ class Client:
         """
         if self._closed:
             return
+        options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
         regions = self._regions.drain()
         for pool in self._cuda_regions.values():
             regions += pool.drain()
         try:
-            options = self._settings.options(NOT_GIVEN, _ONCE, headers)
             for region in regions:
                 if region.registered:
                     self._unregister(region, options)

@@ -231,6 +231,7 @@ def unsupported_operation(error: TritonError, operation: str, url: str) -> Unsup
         f"the server at {url} does not support {operation} ({error.status}: {error.message})",
         status=error.status,
         model=error.model,
+        request_id=error.request_id,
     )
 
 

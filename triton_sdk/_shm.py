@@ -517,12 +517,17 @@ class PlacementPlan:
         ever returned (one answer to a tiny input must not size regions of gigabytes)."""
         return min(math.ceil(self.open_outputs[name] * input_bytes), 2 * self._largest[name])
 
-    def learn(self, request: InferRequest, result: InferResult) -> None:
-        """Note how large the outputs of open size came back for this request's inputs."""
+    def learn(self, request: InferRequest, result: InferResult, forced: bool = False) -> None:
+        """Note how large the outputs of open size came back for this request's inputs.
+
+        Outside ``forced`` modes, answers far below the threshold are not noted: a small
+        answer's ratio to its input (a fixed header, say) would size later regions wrong.
+        """
         input_bytes = 0
+        floor = 0 if forced else self.threshold // 4
         for name in self.open_outputs:
             size = result._byte_size(name)
-            if size is None or size <= self._largest[name]:
+            if size is None or size < floor or size <= self._largest[name]:
                 continue
             input_bytes = input_bytes or _input_bytes(request)
             self._note(name, size, input_bytes)
@@ -553,7 +558,8 @@ def place(
     estimated: bool = True,
     forced: bool = False,
 ) -> tuple[InferRequest, Placement] | None:
-    """The request with its large tensors in regions of ``pool``, or None if none is.
+    """The request with its large tensors (every one, when ``forced``) in regions of
+    ``pool``, or None if none is.
 
     ``estimated=False`` keeps outputs of open size on the socket (a call that must not run
     twice). ``forced`` (the modes that name a kind of memory) places every numeric tensor

@@ -251,8 +251,9 @@ def test_metrics_from_a_wrong_url(server: LocalServer, make_client: Any) -> None
     with pytest.raises(ts.TritonConnectionError):
         make_client(metrics_url=server.metrics_url).metrics(url=nowhere)
     # A server that answers, but has no metrics there.
-    with pytest.raises(ts.UnsupportedError, match="does not support metrics") as caught:
-        client.metrics(url=f"{server.http_url}/metrics")
+    wrong = f"{server.http_url}/metrics"
+    with pytest.raises(ts.UnsupportedError, match=f"no metrics at {wrong} \\(404\\)") as caught:
+        client.metrics(url=wrong)
     assert caught.value.status == 404
 
 

@@ -583,3 +583,24 @@ async def test_close_unregisters_with_the_headers_it_is_given(mode: str) -> None
     assert len(unregisters) == 2
     assert all(dict(call.ctx.headers) == headers for call in unregisters)
     assert server.regions == []
+
+
+@pytest.mark.parametrize(("forced", "ratio"), [(False, 1.001), (True, 251.0)])
+def test_small_answers_size_regions_only_in_forced_modes(forced: bool, ratio: float) -> None:
+    plan = PlacementPlan(RAGGED)
+    plan.learn(ragged_request(1, 1), answer(251), forced=forced)  # 4 bytes in, 1004 out
+    plan.learn(ragged_request(1, 262144), answer(262144 + 250), forced=forced)
+    assert plan.open_outputs["Y"] == pytest.approx(ratio, rel=1e-3)
+
+
+async def test_close_with_headers_it_cannot_send_keeps_the_client_open(mode: str) -> None:
+    server = Server()
+    client = client_of(mode, server, "system")
+    model = await resolve(client.model("big"))
+    await resolve(model.infer(X=BATCH))
+    bad: Any = {"authorization": 5}
+    with pytest.raises(ts.InvalidInputError):
+        await resolve(client.aclose(headers=bad) if mode == "async" else client.close(headers=bad))
+    assert len(server.regions) == 2
+    await resolve(client.aclose() if mode == "async" else client.close())
+    assert server.regions == []
