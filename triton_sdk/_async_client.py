@@ -803,6 +803,7 @@ class AsyncClient:
         if on_sockets(plan, mode, self._server_reads_our_memory):
             return await self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
+        forced = mode != "auto"
         # A call that must not run twice keeps outputs of open size on the socket.
         placed = place(
             request,
@@ -810,14 +811,14 @@ class AsyncClient:
             pool,
             self._output_views,
             estimated=options.retry.max_attempts > 1,
-            forced=mode != "auto",
+            forced=forced,
         )
         if placed is None:
             result = await self._run(request, options)
         else:
             result = await self._infer_placed(request, *placed, plan, pool, options, mode)
         if plan.open_outputs:
-            plan.learn(request, result, forced=mode != "auto")
+            plan.learn(request, result, forced=forced)
         return result
 
     def _cuda_pool(self, mode: SharedMemory) -> RegionPool:

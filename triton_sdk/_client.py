@@ -798,6 +798,7 @@ class Client:
         if on_sockets(plan, mode, self._server_reads_our_memory):
             return self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
+        forced = mode != "auto"
         # A call that must not run twice keeps outputs of open size on the socket.
         placed = place(
             request,
@@ -805,14 +806,14 @@ class Client:
             pool,
             self._output_views,
             estimated=options.retry.max_attempts > 1,
-            forced=mode != "auto",
+            forced=forced,
         )
         if placed is None:
             result = self._run(request, options)
         else:
             result = self._infer_placed(request, *placed, plan, pool, options, mode)
         if plan.open_outputs:
-            plan.learn(request, result, forced=mode != "auto")
+            plan.learn(request, result, forced=forced)
         return result
 
     def _cuda_pool(self, mode: SharedMemory) -> RegionPool:

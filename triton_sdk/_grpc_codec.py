@@ -288,7 +288,11 @@ def _parse_answer(data: bytes) -> pb.ModelInferResponse:
     try:
         return _parse_response(data)
     except DecodeError as exc:
-        raise InferenceError(f"the server sent a malformed infer answer ({exc})") from exc
+        raise _malformed(exc) from exc
+
+
+def _malformed(cause: Exception) -> InferenceError:
+    return InferenceError(f"the server sent a malformed infer answer ({cause})")
 
 
 _MAX_LESSONS: Final = 16
@@ -455,7 +459,7 @@ def split_infer_response(data: bytes) -> SplitAnswer:
         message = pb.ModelInferResponse.FromString(b"".join(rest))
         return SplitAnswer(message, raw, None if others_after_raw else raw_start)
     except (ValueError, IndexError, DecodeError) as exc:
-        raise InferenceError(f"the server sent a malformed infer answer ({exc})") from exc
+        raise _malformed(exc) from exc
 
 
 def _read_key(data: memoryview, position: int) -> tuple[int, int]:
