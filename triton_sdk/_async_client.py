@@ -117,6 +117,7 @@ from ._shm import (
     check_mode,
     check_outputs,
     cuda_device,
+    note_resend,
     on_sockets,
     place,
     stale_regions,
@@ -431,6 +432,7 @@ class AsyncClient:
             if policy.max_attempts <= 1 or not should_retry(error, idempotent=op.idempotent):
                 raise
             failures = [error]
+            note_resend(op, error)
         attempts = 1
 
         last = failures[0]
@@ -452,6 +454,7 @@ class AsyncClient:
                 return await self._send(op, ctx)
             except TritonError as error:
                 last = error
+                note_resend(op, error)
                 raise
 
         stop = StopAt(policy, options.deadline_at, self._retry_bucket)
@@ -840,16 +843,23 @@ class AsyncClient:
     ) -> InferResult:
         """``shm_request`` (``request`` with regions), or ``request`` when the regions
         cannot be registered in "auto" mode."""
+        # True while the server may be running shm_request without this call knowing how
+        # it ended: it may then write into the regions at any time.
+        abandoned = False
         try:
             if not await self._register(placement.regions, pool, mode, options):
                 return await self._run(request, options)
-            return await self._run(shm_request, options)
+            abandoned = True
+            result = await self._run(shm_request, options)
+            abandoned = placement.resent
+            return result
         except InferenceError as error:
+            abandoned = abandoned and (error.may_have_run or placement.resent)
             if not plan.outgrown(error, request, placement):
                 raise
             logger.info("%s; the request runs again with its outputs on the socket", error)
         finally:
-            pool.release(placement)
+            pool.release(placement, abandoned=abandoned)
         # The model ran, but its answer outgrew a region sized from earlier answers: it
         # runs again with the outputs on the socket.
         return await self._run(request, options)
@@ -863,6 +873,7 @@ class AsyncClient:
         if not pool.swept:
             pool.swept = True
             await self._forget_stale_regions(pool, once)
+        await self._free_abandoned(pool, once)
         for region in regions:
             if region.registered:
                 continue
@@ -895,6 +906,31 @@ class AsyncClient:
             if pool.device is None:
                 self._server_reads_our_memory = True
         return True
+
+    async def _free_abandoned(self, pool: RegionPool, options: CallOptions) -> None:
+        """Free the regions of abandoned calls (see RegionPool.release) that the server
+        no longer uses: unregistered, and absent from its list of regions."""
+        regions = pool.due_for_check()
+        if not regions:
+            return
+        try:
+            for region in regions:
+                if region.registered:
+                    # Triton refuses while a request uses the region ("it is currently in
+                    # use"); from 2.52 it accepts, and lets go of the region once that
+                    # request is done, listing it until then.
+                    with contextlib.suppress(InferenceError):
+                        await self._run(region.unregister_op(), options)
+                        region.registered = False
+            listed = {
+                str(entry.get("name")) for entry in await self._run(pool.status_op(), options)
+            }
+        except TritonError as error:
+            logger.info("regions of abandoned calls are kept for now: %s", error)
+            return
+        for region in regions:
+            if not region.registered and region.name not in listed:
+                pool.forget(region)
 
     async def _forget_stale_regions(self, pool: RegionPool, options: CallOptions) -> None:
         """Unregister regions that processes of this host left behind when they died."""

@@ -23,6 +23,7 @@ import re
 import secrets
 import socket
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
@@ -83,6 +84,9 @@ to send over the socket than to copy into a region."""
 MAX_LENT: Final = 16
 """Regions a client lends to output views at most; past that, outputs are copied, so that
 a program keeping many results does not keep as many regions registered."""
+
+CHECK_EVERY_S: Final = 1.0
+"""How often a client asks the server whether it still uses abandoned regions."""
 
 PREFIX: Final = "triton_sdk-"
 _MIN_REGION: Final = 64 * 1024
@@ -301,7 +305,11 @@ class RegionPool:
         self._idle: dict[int, list[AnyRegion]] = {}
         self._all: list[AnyRegion] = []
         self._serial = 0
-        self._lent = 0
+        self._on_loan: set[AnyRegion] = set()
+        """Regions whose memory output views use."""
+        self._abandoned: set[AnyRegion] = set()
+        """Regions of calls that ended without an answer: never used again."""
+        self._next_check = 0.0
         self._tag = f"{PREFIX}{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
 
     def status_op(self) -> Op[list[JSON]]:
@@ -336,6 +344,8 @@ class RegionPool:
             for region in regions:
                 if region not in self._all:
                     continue  # drained (the client closed) while an output view held it
+                if region in self._abandoned:
+                    continue  # freed by forget() once the server lets go of it
                 if region.registered:
                     self._idle.setdefault(region.size, []).append(region)
                 else:
@@ -344,31 +354,62 @@ class RegionPool:
 
     def may_lend(self) -> bool:
         """Whether outputs may be handed out as views (fewer than MAX_LENT regions are)."""
-        return self._lent < MAX_LENT
+        return len(self._on_loan) < MAX_LENT
 
-    def release(self, placement: Placement) -> None:
-        """Take back the regions of a finished call; those lent to output views later."""
+    def release(self, placement: Placement, *, abandoned: bool = False) -> None:
+        """Take back the regions of a finished call; those lent to output views later.
+
+        ``abandoned``: the call ended without an answer (a timeout, a cancellation, a
+        connection lost once the request was out), or an attempt of it did before a
+        retry. The server may still be running that request and write its outputs into
+        these regions at any time, so they are never used again: :meth:`due_for_check`
+        offers them for freeing until the server lets go of them.
+        """
         idle = []
-        for slot in (*placement.inputs.values(), *placement.outputs.values()):
-            if slot.lent is None:
-                idle.append(slot.region)
-            else:
-                with self._lock:
-                    self._lent += 1
-                weakref.finalize(slot.lent, self._returned, slot.region)
-                slot.lent = None
+        with self._lock:
+            for slot in (*placement.inputs.values(), *placement.outputs.values()):
+                if abandoned:
+                    self._abandoned.add(slot.region)
+                if slot.lent is None:
+                    idle.append(slot.region)
+                else:
+                    self._on_loan.add(slot.region)
+                    weakref.finalize(slot.lent, self._returned, slot.region)
+                    slot.lent = None
         self.give_back(idle)
 
     def _returned(self, region: AnyRegion) -> None:
         """The last view of a lent region is gone."""
         with self._lock:
-            self._lent -= 1
+            self._on_loan.discard(region)
         self.give_back((region,))
+
+    def due_for_check(self) -> list[AnyRegion]:
+        """The abandoned regions no output view uses, at most once per CHECK_EVERY_S (each
+        check asks the server)."""
+        if not self._abandoned:  # (the common case, decided without the lock)
+            return []
+        now = time.monotonic()
+        with self._lock:
+            if not self._abandoned or now < self._next_check:
+                return []
+            self._next_check = now + CHECK_EVERY_S
+            return [region for region in self._abandoned if region not in self._on_loan]
+
+    def forget(self, region: AnyRegion) -> None:
+        """Close an abandoned region that the server no longer uses."""
+        with self._lock:
+            self._abandoned.discard(region)
+            if region not in self._all:
+                return  # drained: closed by the client's close()
+            self._all.remove(region)
+        region.close()
 
     def drain(self) -> list[AnyRegion]:
         """Every region (to unregister and close), leaving the pool empty."""
         with self._lock:
             regions, self._all, self._idle = self._all, [], {}
+            self._abandoned = set()
         return regions
 
 
@@ -418,6 +459,9 @@ class Placement:
 
     inputs: dict[str, Slot]
     outputs: dict[str, Slot]
+    resent: bool = False
+    """The request was sent again after an attempt that may have run: that attempt may
+    still write into these regions."""
 
     @property
     def regions(self) -> list[AnyRegion]:
@@ -614,3 +658,9 @@ def place(
         requested = tuple(RequestedOutput(name) for name in wanted)
     placement = Placement(inputs, outputs)
     return attrs.evolve(request, outputs=requested, shared_memory=placement), placement
+
+
+def note_resend(op: object, error: TritonError) -> None:
+    """``op`` is sent again after ``error``; mark its regions if that attempt may have run."""
+    if error.may_have_run and isinstance(op, InferRequest) and op.shared_memory is not None:
+        op.shared_memory.resent = True

@@ -167,7 +167,7 @@ def server_statistics(server: LocalServer, model: str) -> dict[str, Any]:
     return stats[0] if stats else {}
 
 
-def _request_count(server: LocalServer, model: str) -> int:
+def request_count(server: LocalServer, model: str) -> int:
     stats = server_statistics(server, model).get("inference_stats", {})
     success = int(stats.get("success", {}).get("count", 0))
     return success + int(stats.get("fail", {}).get("count", 0))
@@ -179,10 +179,10 @@ def inference_count(server: LocalServer, model: str) -> int:
     The server bumps its counters just after it answers, so the count is read until it
     holds still for a moment.
     """
-    count = _request_count(server, model)
+    count = request_count(server, model)
     while True:
         time.sleep(0.05)
-        again = _request_count(server, model)
+        again = request_count(server, model)
         if again == count:
             return count
         count = again

@@ -6,12 +6,14 @@ What a server that cannot read this host's memory does is in tests/unit/test_shm
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ import triton_sdk as ts
 from triton_sdk._shm import MAX_LENT
 from triton_sdk.local import LocalServer
 
-from .conftest import inference_count
+from .conftest import inference_count, request_count
 
 SAMPLE = 262144  # FP32 elements per sample of big_fixed: 1 MiB
 
@@ -253,3 +255,69 @@ def test_a_killed_clients_regions_are_gone_by_the_next_clients_first_use(
         next_client.model("big_fixed").infer(X=np.ones((1, SAMPLE), dtype=np.float32))
         status = next_client.system_shared_memory_status()
         assert not [region.name for region in status if f"-{pid}-" in region.name]
+
+
+def wait_until_answered(server: LocalServer, model: str, count: int) -> None:
+    """Wait until the server has answered ``count`` requests of ``model`` in all."""
+    deadline = time.monotonic() + 30
+    while request_count(server, model) < count:
+        assert time.monotonic() < deadline, f"{model} never answered {count} requests"
+        time.sleep(0.05)
+
+
+def test_a_timed_out_calls_regions_are_not_reused_while_the_server_runs_it(
+    make_client: Any, server: LocalServer
+) -> None:
+    """The server keeps running a request whose call timed out, and writes its answer into
+    that call's regions when it is done: a later result must not change under its reader."""
+    client = make_client(shared_memory="system")
+    sleep = client.model("sleep")
+    sleep.infer(SECONDS=[0.0])
+    abandoned = set(own(client))  # the next call takes these two regions
+    before = inference_count(server, "sleep")
+    with pytest.raises(ts.TritonTimeoutError):
+        sleep.infer(SECONDS=[1.0], timeout=0.3)
+    sleep.infer(SECONDS=[0.0])  # (not read: its regions go back to the pool at once)
+    kept = sleep.infer(SECONDS=[0.0])["SLEPT"]  # a view of its region
+    assert abandoned < set(own(client))  # still registered, and others taken instead
+    wait_until_answered(server, "sleep", before + 3)  # the abandoned request is done
+    assert kept.tolist() == [0.0]
+    # Once the server has let go of them, a later call frees the abandoned regions.
+    deadline = time.monotonic() + 10
+    while abandoned & set(own(client)):
+        assert time.monotonic() < deadline, own(client)
+        time.sleep(0.2)
+        assert sleep.infer(SECONDS=[0.0])["SLEPT"].tolist() == [0.0]
+
+
+def test_a_cancelled_tasks_regions_are_not_reused_while_the_server_runs_it(
+    server: LocalServer, protocol: str
+) -> None:
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+
+    async def main() -> tuple[list[float], bool]:
+        async with ts.AsyncClient(url, shared_memory="system") as client:
+
+            async def own() -> set[str]:
+                tag = client._regions._tag + "-"
+                status = await client.system_shared_memory_status()
+                return {region.name for region in status if region.name.startswith(tag)}
+
+            sleep = await client.model("sleep")
+            await sleep.infer(SECONDS=[0.0])
+            abandoned = await own()
+            before = inference_count(server, "sleep")
+            task = asyncio.create_task(sleep.infer(SECONDS=[1.0]))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await sleep.infer(SECONDS=[0.0])
+            kept = (await sleep.infer(SECONDS=[0.0]))["SLEPT"]
+            still_registered = abandoned < await own()
+            await asyncio.to_thread(wait_until_answered, server, "sleep", before + 3)
+            return kept.tolist(), still_registered
+
+    kept, still_registered = asyncio.run(main())
+    assert kept == [0.0]
+    assert still_registered

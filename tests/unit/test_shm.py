@@ -25,6 +25,7 @@ from triton_sdk._shaping import Tensor
 from triton_sdk._shm import (
     HOST,
     CudaRegion,
+    Placement,
     PlacementPlan,
     RegionPool,
     Slot,
@@ -604,3 +605,95 @@ async def test_close_with_headers_it_cannot_send_keeps_the_client_open(mode: str
     assert len(server.regions) == 2
     await resolve(client.aclose() if mode == "async" else client.close())
     assert server.regions == []
+
+
+class RunsOn(Server):
+    """Fails the first infer once the request is out (the server may still run it), and
+    keeps using that request's regions until ``done``: refusing to unregister them as
+    Triton 2.50-2.51 do, or (``defers``) accepting and listing them until then, as 2.52+."""
+
+    def __init__(self, defers: bool) -> None:
+        super().__init__()
+        self.defers = defers
+        self.running: set[str] = set()
+        self.pending: set[str] = set()
+        self.infers = 0
+
+    def done(self) -> None:
+        self.running.clear()
+        self.regions = [r for r in self.regions if r["name"] not in self.pending]
+
+    def __call__(self, op: Any, ctx: Any) -> Any:
+        if isinstance(op, ops.InferRequest):
+            self.infers += 1
+            if self.infers == 1:
+                self.running = {slot.region.name for slot in op.shared_memory.inputs.values()}
+                self.running |= {slot.region.name for slot in op.shared_memory.outputs.values()}
+                return ts.TritonConnectionError(
+                    "connection reset", retryable=True, may_have_run=True
+                )
+        if isinstance(op, ops.UnregisterSystemSharedMemory) and op.name in self.running:
+            if not self.defers:
+                return ts.InferenceError(
+                    f"Cannot unregister shared memory region '{op.name}', it is currently in use.",
+                    status="INTERNAL",
+                )
+            self.pending.add(op.name)
+            return None
+        return super().__call__(op, ctx)
+
+
+@pytest.mark.parametrize("defers", [False, True], ids=["refuses", "defers"])
+async def test_regions_a_resent_request_used_are_freed_only_once_the_server_lets_go(
+    mode: str, defers: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("triton_sdk._shm.CHECK_EVERY_S", 0.0)
+    server = RunsOn(defers)
+    client = client_of(mode, server, "system")
+    model = await resolve(client.model("big"))
+    await resolve(model.infer(X=BATCH))  # attempt 1 may have run; attempt 2 answered
+    first = {r["name"] for r in server.regions}
+    assert server.running == first
+    await resolve(model.infer(X=BATCH))
+    second = sent(client)[-1].shared_memory
+    assert second is not None
+    assert not first & {region.name for region in second.regions}  # not used again
+    assert first < {r["name"] for r in server.regions}  # kept while the server uses them
+    server.done()
+    await resolve(model.infer(X=BATCH))
+    assert {r["name"] for r in server.regions} == {region.name for region in second.regions}
+    await resolve(client.aclose() if mode == "async" else client.close())
+    assert server.regions == []
+
+
+def test_an_abandoned_region_that_a_view_uses_is_offered_for_freeing_once_the_view_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("triton_sdk._shm.CHECK_EVERY_S", 0.0)
+    pool = RegionPool()
+    lent, idle = pool.take(1024), pool.take(1024)
+    lent.registered = idle.registered = True
+    view = np.frombuffer(lent.view(16), dtype=np.float32)
+    placement = Placement({"X": Slot(idle, 0, 16)}, {"Y": Slot(lent, 0, 16, True, view)})
+    pool.release(placement, abandoned=True)
+    assert pool.due_for_check() == [idle]
+    other = pool.take(1024)
+    assert other not in (lent, idle)  # neither is used again
+    del view
+    assert set(pool.due_for_check()) == {lent, idle}
+    pool.forget(idle)  # closed, and no longer the pool's
+    left = pool.drain()
+    assert set(left) == {lent, other}
+    for region in left:
+        region.close()
+
+
+def test_abandoned_regions_are_checked_at_most_once_a_second() -> None:
+    pool = RegionPool()
+    region = pool.take(1024)
+    region.registered = True
+    pool.release(Placement({"X": Slot(region, 0, 16)}, {}), abandoned=True)
+    assert pool.due_for_check() == [region]
+    assert pool.due_for_check() == []  # asked the server a moment ago
+    for left in pool.drain():
+        left.close()
