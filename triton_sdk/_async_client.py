@@ -117,6 +117,7 @@ from ._shm import (
     check_mode,
     check_outputs,
     cuda_device,
+    may_still_run,
     note_resend,
     on_sockets,
     place,
@@ -853,9 +854,11 @@ class AsyncClient:
             result = await self._run(shm_request, options)
             abandoned = placement.resent
             return result
-        except InferenceError as error:
-            abandoned = abandoned and (error.may_have_run or placement.resent)
-            if not plan.outgrown(error, request, placement):
+        except TritonError as error:
+            abandoned = abandoned and may_still_run(error, placement)
+            if not isinstance(error, InferenceError) or not plan.outgrown(
+                error, request, placement
+            ):
                 raise
             logger.info("%s; the request runs again with its outputs on the socket", error)
         finally:
@@ -907,29 +910,37 @@ class AsyncClient:
                 self._server_reads_our_memory = True
         return True
 
-    async def _free_abandoned(self, pool: RegionPool, options: CallOptions) -> None:
+    async def _free_abandoned(
+        self, pool: RegionPool, options: CallOptions, force: bool = False
+    ) -> None:
         """Free the regions of abandoned calls (see RegionPool.release) that the server
         no longer uses: unregistered, and absent from its list of regions."""
-        regions = pool.due_for_check()
-        if not regions:
+        calls = pool.due_for_check(force)
+        if not calls:
             return
         try:
-            for region in regions:
-                if region.registered:
-                    # Triton refuses while a request uses the region ("it is currently in
-                    # use"); from 2.52 it accepts, and lets go of the region once that
-                    # request is done, listing it until then.
-                    with contextlib.suppress(InferenceError):
+            for regions in calls:
+                for region in regions:
+                    if not region.registered:
+                        continue
+                    try:
                         await self._run(region.unregister_op(), options)
-                        region.registered = False
-            listed = {
-                str(entry.get("name")) for entry in await self._run(pool.status_op(), options)
-            }
+                    except InferenceError:
+                        # "it is currently in use" (Triton 2.50-2.51), and so are the
+                        # other regions of its call. From 2.52 the server accepts, and
+                        # lets go of the region (listing it until then) once it is done.
+                        break
+                    region.registered = False
+            unregistered = [r for regions in calls for r in regions if not r.registered]
+            if not unregistered:
+                return
+            status = await self._run(pool.status_op(), options)
         except TritonError as error:
             logger.info("regions of abandoned calls are kept for now: %s", error)
             return
-        for region in regions:
-            if not region.registered and region.name not in listed:
+        listed = {str(entry.get("name")) for entry in status}
+        for region in unregistered:
+            if region.name not in listed:
                 pool.forget(region)
 
     async def _forget_stale_regions(self, pool: RegionPool, options: CallOptions) -> None:
@@ -952,18 +963,38 @@ class AsyncClient:
         if self._closed:
             return
         options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
-        regions = self._regions.drain()
-        for pool in self._cuda_regions.values():
-            regions += pool.drain()
         try:
-            for region in regions:
-                if region.registered:
-                    await self._unregister(region, options)
-                region.close()
+            await self._drain_regions(options)
         finally:
             self._closed = True
             self._chunks.close()
             await self._transport.aclose()
+
+    async def _drain_regions(self, options: CallOptions) -> None:
+        """Unregister and free the client's regions, but not memory the server may still
+        write into (regions of abandoned calls, see RegionPool.release)."""
+        pools = [self._regions, *self._cuda_regions.values()]
+        for pool in pools:
+            await self._free_abandoned(pool, options, force=True)
+        in_use = {region for pool in pools for region in pool.abandoned()}
+        for region in [region for pool in pools for region in pool.drain()]:
+            if region in in_use:
+                logger.warning(
+                    "the server still uses shared memory %s, for a request of a call that "
+                    "ended without an answer; %s",
+                    region.name,
+                    "it is left registered"
+                    if region.registered
+                    else "the server lets go of it when that request is done",
+                )
+                # System memory: the server's own mapping keeps it. GPU memory stays
+                # allocated until this process ends.
+                if region.mapped:
+                    region.close()
+                continue
+            if region.registered:
+                await self._unregister(region, options)
+            region.close()
 
     async def _unregister(self, region: AnyRegion, options: CallOptions) -> None:
         try:

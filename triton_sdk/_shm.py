@@ -309,6 +309,8 @@ class RegionPool:
         """Regions whose memory output views use."""
         self._abandoned: set[AnyRegion] = set()
         """Regions of calls that ended without an answer: never used again."""
+        self._calls: list[tuple[AnyRegion, ...]] = []
+        """The abandoned regions, by call (one request uses them all, or none)."""
         self._next_check = 0.0
         self._tag = f"{PREFIX}{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
 
@@ -367,9 +369,10 @@ class RegionPool:
         """
         idle = []
         with self._lock:
+            if abandoned:
+                self._abandoned.update(placement.regions)
+                self._calls.append(tuple(placement.regions))
             for slot in (*placement.inputs.values(), *placement.outputs.values()):
-                if abandoned:
-                    self._abandoned.add(slot.region)
                 if slot.lent is None:
                     idle.append(slot.region)
                 else:
@@ -384,17 +387,27 @@ class RegionPool:
             self._on_loan.discard(region)
         self.give_back((region,))
 
-    def due_for_check(self) -> list[AnyRegion]:
-        """The abandoned regions no output view uses, at most once per CHECK_EVERY_S (each
-        check asks the server)."""
+    def due_for_check(self, force: bool = False) -> list[tuple[AnyRegion, ...]]:
+        """The abandoned regions that no output view uses, by call; at most once per
+        CHECK_EVERY_S unless ``force`` (each check asks the server)."""
         if not self._abandoned:  # (the common case, decided without the lock)
             return []
         now = time.monotonic()
         with self._lock:
-            if not self._abandoned or now < self._next_check:
+            if not self._abandoned or (now < self._next_check and not force):
                 return []
             self._next_check = now + CHECK_EVERY_S
-            return [region for region in self._abandoned if region not in self._on_loan]
+            self._calls = [call for call in self._calls if any(r in self._abandoned for r in call)]
+            due = (
+                tuple(r for r in call if r in self._abandoned and r not in self._on_loan)
+                for call in self._calls
+            )
+            return [call for call in due if call]
+
+    def abandoned(self) -> set[AnyRegion]:
+        """The regions still abandoned (the server may still write into them)."""
+        with self._lock:
+            return set(self._abandoned)
 
     def forget(self, region: AnyRegion) -> None:
         """Close an abandoned region that the server no longer uses."""
@@ -409,7 +422,7 @@ class RegionPool:
         """Every region (to unregister and close), leaving the pool empty."""
         with self._lock:
             regions, self._all, self._idle = self._all, [], {}
-            self._abandoned = set()
+            self._abandoned, self._calls = set(), []
         return regions
 
 
@@ -661,6 +674,23 @@ def place(
 
 
 def note_resend(op: object, error: TritonError) -> None:
-    """``op`` is sent again after ``error``; mark its regions if that attempt may have run."""
+    """``op`` is sent again after ``error``: if that attempt may have run, it may still
+    write its outputs into the regions, so the answer's outputs are copied out of them."""
     if error.may_have_run and isinstance(op, InferRequest) and op.shared_memory is not None:
         op.shared_memory.resent = True
+        for slot in op.shared_memory.outputs.values():
+            slot.view = False
+
+
+# Words of a stream that broke under the call (a proxy's reset, a connection going away):
+# what the server does with the request then is unknown.
+_BROKEN_STREAM: Final = ("rst_stream", "stream removed", "stream reset", "goaway")
+
+
+def may_still_run(error: TritonError, placement: Placement) -> bool:
+    """Whether the server may still be running a placed request after ``error`` ended
+    its call (or after an attempt that was resent)."""
+    if error.may_have_run or placement.resent or error.status in ("CANCELLED", "UNKNOWN"):
+        return True
+    lowered = error.message.lower()
+    return any(words in lowered for words in _BROKEN_STREAM)

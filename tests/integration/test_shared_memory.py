@@ -307,8 +307,8 @@ def test_a_cancelled_tasks_regions_are_not_reused_while_the_server_runs_it(
             await sleep.infer(SECONDS=[0.0])
             abandoned = await own()
             before = inference_count(server, "sleep")
-            task = asyncio.create_task(sleep.infer(SECONDS=[1.0]))
-            await asyncio.sleep(0.3)
+            task = asyncio.create_task(sleep.infer(SECONDS=[1.5]))
+            await asyncio.sleep(0.5)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

@@ -31,6 +31,7 @@ from triton_sdk._shm import (
     Slot,
     check_mode,
     cuda_device,
+    note_resend,
     place,
     stale_regions,
 )
@@ -676,11 +677,11 @@ def test_an_abandoned_region_that_a_view_uses_is_offered_for_freeing_once_the_vi
     view = np.frombuffer(lent.view(16), dtype=np.float32)
     placement = Placement({"X": Slot(idle, 0, 16)}, {"Y": Slot(lent, 0, 16, True, view)})
     pool.release(placement, abandoned=True)
-    assert pool.due_for_check() == [idle]
+    assert pool.due_for_check() == [(idle,)]
     other = pool.take(1024)
     assert other not in (lent, idle)  # neither is used again
     del view
-    assert set(pool.due_for_check()) == {lent, idle}
+    assert [set(call) for call in pool.due_for_check()] == [{lent, idle}]
     pool.forget(idle)  # closed, and no longer the pool's
     left = pool.drain()
     assert set(left) == {lent, other}
@@ -693,7 +694,79 @@ def test_abandoned_regions_are_checked_at_most_once_a_second() -> None:
     region = pool.take(1024)
     region.registered = True
     pool.release(Placement({"X": Slot(region, 0, 16)}, {}), abandoned=True)
-    assert pool.due_for_check() == [region]
+    assert pool.due_for_check() == [(region,)]
     assert pool.due_for_check() == []  # asked the server a moment ago
+    assert pool.due_for_check(force=True) == [(region,)]  # (close() asks once more)
     for left in pool.drain():
         left.close()
+
+
+class FailsOnce(Server):
+    """Answers the first infer with ``error``."""
+
+    def __init__(self, error: ts.TritonError) -> None:
+        super().__init__()
+        self.error: ts.TritonError | None = error
+
+    def __call__(self, op: Any, ctx: Any) -> Any:
+        if isinstance(op, ops.InferRequest) and self.error is not None:
+            error, self.error = self.error, None
+            return error
+        return super().__call__(op, ctx)
+
+
+@pytest.mark.parametrize(
+    ("error", "abandoned"),
+    [
+        (ts.TritonTimeoutError("Deadline Exceeded", may_have_run=True), True),
+        (ts.InferenceError("Received RST_STREAM with error code 2", status="INTERNAL"), True),
+        (ts.InferenceError("Stream removed", status="UNKNOWN"), True),
+        (ts.InferenceError("model failed: division by zero", status="INTERNAL"), False),
+        (ts.TritonConnectionError("failed to connect: connection refused"), False),
+    ],
+    ids=["timeout", "reset-stream", "stream-removed", "model-failed", "never-connected"],
+)
+async def test_a_failed_calls_regions_are_reused_only_when_the_request_is_over(
+    mode: str, error: ts.TritonError, abandoned: bool
+) -> None:
+    server = FailsOnce(error)
+    client = client_of(mode, server, "system")
+    model = await resolve(client.model("big"))
+    with pytest.raises(type(error)):
+        await resolve(model.infer(X=BATCH))
+    first = {r["name"] for r in server.regions}
+    await resolve(model.infer(X=BATCH))
+    second = sent(client)[-1].shared_memory
+    assert second is not None
+    reused = first == {region.name for region in second.regions}
+    assert reused is not abandoned
+    await resolve(client.aclose() if mode == "async" else client.close())
+
+
+def test_a_resent_requests_outputs_are_copied_out_of_their_regions() -> None:
+    pool = RegionPool()
+    region = pool.take(1024)
+    placement = Placement({}, {"Y": Slot(region, 0, 16, True)})
+    request = InferRequest(model="big", inputs=[], shared_memory=placement)
+    note_resend(request, ts.TritonConnectionError("failed to connect", retryable=True))
+    assert placement.outputs["Y"].view  # that attempt never reached the server
+    assert not placement.resent
+    note_resend(request, ts.TritonConnectionError("reset", retryable=True, may_have_run=True))
+    assert not placement.outputs["Y"].view  # the first attempt may write into it later
+    assert placement.resent
+    for left in pool.drain():
+        left.close()
+
+
+async def test_close_leaves_regions_the_server_still_uses(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = RunsOn(defers=False)
+    client = client_of(mode, server, "system")
+    model = await resolve(client.model("big"))
+    await resolve(model.infer(X=BATCH))  # resent: its regions are abandoned
+    in_use = set(server.running)
+    assert in_use
+    await resolve(client.aclose() if mode == "async" else client.close())
+    assert {r["name"] for r in server.regions} == in_use  # refused while in use
+    assert "the server still uses shared memory" in caplog.text
