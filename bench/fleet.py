@@ -98,7 +98,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--millis", type=float, default=10.0, help="ms each request holds")
     args = parser.parse_args()
-    print(f"triton-sdk {ts.__version__}, {args.threads} threads, {args.millis} ms per request")
+    print(f"triton-sdk-py {ts.__version__}, {args.threads} threads, {args.millis} ms per request")
     with tempfile.TemporaryDirectory() as folder:
         models = repository(Path(folder))
         servers = [LocalServer(models) for _ in range(3)]
