@@ -117,6 +117,7 @@ from ._shm import (
     check_mode,
     check_outputs,
     cuda_device,
+    guards_regions_in_use,
     may_still_run,
     note_resend,
     on_sockets,
@@ -322,6 +323,9 @@ class AsyncClient:
         # None: not tried yet. Regions are registered with one server, and the calls of a
         # client over many endpoints go to any of them: sockets only.
         self._server_reads_our_memory: bool | None = False if self._many else None
+        self._server_guards_regions: bool | None = None
+        """Whether the server refuses to unregister a region a request uses (None: not
+        asked yet); see _free_abandoned."""
         self._closed = False
         self._openai_url = openai_url.rstrip("/") if openai_url else None
         self._route = check_route(route)
@@ -919,6 +923,14 @@ class AsyncClient:
         if not calls:
             return
         try:
+            if self._server_guards_regions is None:
+                metadata = await self._run(GetServerMetadata(), options)
+                self._server_guards_regions = guards_regions_in_use(metadata)
+            if not self._server_guards_regions:
+                # Unregistering a region under a running request could crash this server:
+                # they stay registered, until the next client on this host finds this
+                # process gone.
+                return
             for regions in calls:
                 for region in regions:
                     if not region.registered:
@@ -980,8 +992,8 @@ class AsyncClient:
         for region in [region for pool in pools for region in pool.drain()]:
             if region in in_use:
                 logger.warning(
-                    "the server still uses shared memory %s, for a request of a call that "
-                    "ended without an answer; %s",
+                    "the server may still use shared memory %s, for a request of a call "
+                    "that ended without an answer; %s",
                     region.name,
                     "it is left registered"
                     if region.registered

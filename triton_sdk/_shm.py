@@ -682,6 +682,16 @@ def note_resend(op: object, error: TritonError) -> None:
             slot.view = False
 
 
+def guards_regions_in_use(metadata: Mapping[str, Any]) -> bool:
+    """Whether the server (its ``server_metadata``) keeps a region a request uses when
+    asked to unregister it: Triton from 2.50 refuses (2.52: defers) that. Older servers
+    unmap it under the request, which can crash them."""
+    version = re.match(r"(\d+)\.(\d+)", str(metadata.get("version", "")))
+    if str(metadata.get("name")) != "triton" or version is None:
+        return False
+    return (int(version[1]), int(version[2])) >= (2, 50)
+
+
 # Words of a stream that broke under the call (a proxy's reset, a connection going away):
 # what the server does with the request then is unknown.
 _BROKEN_STREAM: Final = ("rst_stream", "stream removed", "stream reset", "goaway")

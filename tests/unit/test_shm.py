@@ -31,6 +31,7 @@ from triton_sdk._shm import (
     Slot,
     check_mode,
     cuda_device,
+    guards_regions_in_use,
     note_resend,
     place,
     stale_regions,
@@ -62,8 +63,11 @@ class Server:
         self.regions = regions or []
         self.opens_ipc_handles = opens_ipc_handles
         self.cuda: list[ops.RegisterCudaSharedMemory] = []
+        self.version = "2.51.0"
 
     def __call__(self, op: Any, ctx: Any) -> Any:
+        if isinstance(op, ops.GetServerMetadata):
+            return {"name": "triton", "version": self.version, "extensions": []}
         if isinstance(op, ops.RegisterSystemSharedMemory):
             if not self.readable:
                 return ts.InferenceError(
@@ -766,7 +770,64 @@ async def test_close_leaves_regions_the_server_still_uses(
     model = await resolve(client.model("big"))
     await resolve(model.infer(X=BATCH))  # resent: its regions are abandoned
     in_use = set(server.running)
-    assert in_use
+    await resolve(model.infer(X=BATCH))  # in other regions
+    assert in_use < {r["name"] for r in server.regions}
     await resolve(client.aclose() if mode == "async" else client.close())
     assert {r["name"] for r in server.regions} == in_use  # refused while in use
-    assert "the server still uses shared memory" in caplog.text
+    assert "the server may still use shared memory" in caplog.text
+
+
+async def test_close_keeps_gpu_memory_the_server_may_still_write(
+    mode: str, fake_cuda: dict[str, Any]
+) -> None:
+    class RunsOnGpu(RunsOn):
+        def __call__(self, op: Any, ctx: Any) -> Any:
+            if isinstance(op, ops.UnregisterCudaSharedMemory) and op.name in self.running:
+                return ts.InferenceError("it is currently in use", status="INTERNAL")
+            return super().__call__(op, ctx)
+
+    server = RunsOnGpu(defers=False)
+    client = client_of(mode, server, "cuda")
+    model = await resolve(client.model("big"))
+    await resolve(model.infer(X=BATCH))  # resent: its regions are abandoned
+    await resolve(model.infer(X=BATCH))
+    assert len(fake_cuda) == 4
+    await resolve(client.aclose() if mode == "async" else client.close())
+    assert set(fake_cuda) == server.running  # the others were freed
+    assert {r.name for r in server.cuda} == server.running
+
+
+async def test_a_server_before_2_50_keeps_abandoned_regions_registered(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unregistering a region under a running request could crash such a server."""
+    monkeypatch.setattr("triton_sdk._shm.CHECK_EVERY_S", 0.0)
+    server = RunsOn(defers=False)
+    server.version = "2.49.0"
+    client = client_of(mode, server, "system")
+    model = await resolve(client.model("big"))
+    await resolve(model.infer(X=BATCH))  # resent: its regions are abandoned
+    abandoned = set(server.running)
+    await resolve(model.infer(X=BATCH))  # (a check is due: it sends no unregister)
+    await resolve(client.aclose() if mode == "async" else client.close())
+    unregistered = {
+        call.op.name
+        for call in client._transport.calls
+        if isinstance(call.op, ops.UnregisterSystemSharedMemory)
+    }
+    assert not unregistered & abandoned
+    assert {r["name"] for r in server.regions} == abandoned
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "guards"),
+    [
+        ("triton", "2.50.0", True),
+        ("triton", "2.63.0", True),
+        ("triton", "2.49.0", False),
+        ("triton", "", False),
+        ("mlserver", "1.7.1", False),
+    ],
+)
+def test_which_servers_keep_a_region_in_use(name: str, version: str, guards: bool) -> None:
+    assert guards_regions_in_use({"name": name, "version": version}) is guards
