@@ -276,7 +276,7 @@ def test_a_timed_out_calls_regions_are_not_reused_while_the_server_runs_it(
     abandoned = set(own(client))  # the next call takes these two regions
     before = inference_count(server, "sleep")
     with pytest.raises(ts.TritonTimeoutError):
-        sleep.infer(SECONDS=[1.0], timeout=0.3)
+        sleep.infer(SECONDS=[2.0], timeout=0.3)
     sleep.infer(SECONDS=[0.0])  # (not read: its regions go back to the pool at once)
     kept = sleep.infer(SECONDS=[0.0])["SLEPT"]  # a view of its region
     assert abandoned < set(own(client))  # still registered, and others taken instead
