@@ -134,7 +134,8 @@ def main() -> int:
     args = parser.parse_args()
 
     print(
-        f"Python {platform.python_version()}, triton-sdk-py {ts.__version__}, numpy {np.__version__}"
+        f"Python {platform.python_version()}, triton-sdk-py {ts.__version__}, "
+        f"numpy {np.__version__}"
     )
     with (
         tempfile.TemporaryDirectory() as folder,
