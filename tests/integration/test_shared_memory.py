@@ -291,10 +291,8 @@ def test_a_timed_out_calls_regions_are_not_reused_while_the_server_runs_it(
 
 
 def test_a_cancelled_tasks_regions_are_not_reused_while_the_server_runs_it(
-    server: LocalServer, protocol: str
+    server: LocalServer, url: str
 ) -> None:
-    url = server.grpc_url if protocol == "grpc" else server.http_url
-
     async def main() -> tuple[list[float], bool]:
         async with ts.AsyncClient(url, shared_memory="system") as client:
 
