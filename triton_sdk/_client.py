@@ -728,7 +728,8 @@ class Client:
         try:
             metadata = self._run(GetModelMetadata(name, version), options)
         except ModelNotFoundError as error:
-            raise self._not_found(error, name, options) from None
+            # The suggestions replace the error; the transport's failure stays its cause.
+            raise self._not_found(error, name, options) from error.__cause__
         config: JSON | None = None
         if self._has_config:
             try:

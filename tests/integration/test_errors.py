@@ -82,14 +82,20 @@ def test_unknown_model_handle(client: Any) -> None:
     assert caught.value.status in ("NOT_FOUND", 404)
 
 
-def test_an_unknown_model_names_the_close_ones_and_the_repository(client: Any) -> None:
+def test_an_unknown_model_names_the_close_ones_and_the_repository(
+    client: Any, protocol: str
+) -> None:
     with pytest.raises(ts.ModelNotFoundError) as caught:
         client.model("text_embd")
     message = str(caught.value)
     assert "did you mean 'text_embed'?" in message
     assert "The repository has 'accumulate'" in message
     assert caught.value.model == "text_embd"
-    assert caught.value.__cause__ is None  # one message, not a chain of the transport's
+    # The suggestions replace the error, not its cause: gRPC's failure stays reachable.
+    if protocol == "grpc":
+        assert isinstance(caught.value.__cause__, grpc.RpcError)
+    else:
+        assert caught.value.__cause__ is None  # an HTTP error answer has no exception
 
 
 def test_unknown_model_infer(client: Any, loop_thread: LoopThread) -> None:
