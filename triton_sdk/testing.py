@@ -49,6 +49,7 @@ from ._ops import (
     IsModelReady,
     IsServerLive,
     IsServerReady,
+    ListModels,
     Op,
     StreamOp,
 )
@@ -85,8 +86,9 @@ class MockTransport:
     :class:`TritonError` is raised.
 
     ``models`` are served without the handler: their metadata, config and readiness,
-    and a live and ready server; other names raise ModelNotFoundError. An op neither
-    answers raises an InferenceError with status ``"UNIMPLEMENTED"``.
+    the repository index (``ListModels``: these models, ready), and a live and ready
+    server; other names raise ModelNotFoundError. An op neither answers raises an
+    InferenceError with status ``"UNIMPLEMENTED"``.
     """
 
     def __init__(self, handler: Handler | None = None, *, models: Iterable[ModelSpec] = ()) -> None:
@@ -100,6 +102,8 @@ class MockTransport:
     def _canned(self, op: Op[Any] | StreamOp[Any]) -> object:
         if isinstance(op, IsServerLive | IsServerReady):
             return True
+        if isinstance(op, ListModels) and self.models:
+            return repository_index(self.models.values())
         if isinstance(op, GetModelMetadata | GetModelConfig | IsModelReady):
             spec = self.models.get(op.name)
             if spec is None:
@@ -201,6 +205,16 @@ def model_metadata(spec: ModelSpec) -> JSON:
         "inputs": [_tensor_metadata(t, spec.batched) for t in spec.inputs.values()],
         "outputs": [_tensor_metadata(t, spec.batched) for t in spec.outputs.values()],
     }
+
+
+def repository_index(specs: Iterable[ModelSpec]) -> list[JSON]:
+    """The repository index a server reports when ``specs`` are loaded: one ready entry
+    per version (one without a version for a spec that lists none)."""
+    return [
+        {"name": spec.name, "state": "READY", **({"version": version} if version else {})}
+        for spec in specs
+        for version in spec.versions or ("",)
+    ]
 
 
 def _tensor_config(tensor: TensorSpec) -> JSON:

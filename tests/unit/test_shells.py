@@ -684,10 +684,11 @@ async def test_model_reads_metadata_then_config_with_the_same_headers(shell: She
 
 async def test_an_unknown_model_raises_model_not_found(shell: Shell) -> None:
     with pytest.raises(ts.ModelNotFoundError) as info:
-        await resolve(shell.client.model("nope"))
-    assert info.value.model == "nope"
-    # The repository is listed to name what there is (the mock answers nothing to that).
-    assert ops_sent(shell.mock) == [ops.GetModelMetadata("nope"), ops.ListModels()]
+        await resolve(shell.client.model("doubel"))
+    assert info.value.model == "doubel"
+    # The repository is listed to name what there is: models= answers it.
+    assert ops_sent(shell.mock) == [ops.GetModelMetadata("doubel"), ops.ListModels()]
+    assert "did you mean 'double'?" in str(info.value)
 
 
 # 9. Sequences
@@ -913,6 +914,23 @@ def test_a_coroutine_handler_with_the_blocking_client_raises_type_error() -> Non
         model = client.model("double")  # served by models=, without the handler
         with pytest.raises(TypeError, match="AsyncClient"):
             model.infer(X=[[1.0]])
+
+
+async def test_models_answer_an_unknown_name_without_the_handler(connect: Connect) -> None:
+    """The docs' handler raises NotImplementedError for every op but inference: an
+    unknown model still raises ModelNotFoundError, as a server would."""
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        raise NotImplementedError(op)
+
+    client, _ = connect(handler, models=(DOUBLE, TALKER))
+    with pytest.raises(ts.ModelNotFoundError, match="The repository has 'double', 'talker'"):
+        await resolve(client.model("nope"))
+    index = await resolve(client.models())
+    assert [(entry.name, entry.state) for entry in index] == [
+        ("double", "READY"),
+        ("talker", "READY"),
+    ]
 
 
 async def test_an_op_without_answer_raises_unimplemented(connect: Connect) -> None:
