@@ -39,6 +39,9 @@ SPECIAL_TOKENS = (
     "mask_token",
 )
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+# What a template without a tokenizer config sees: templates that close each turn with
+# eos_token (most do) render instead of failing on an undefined name.
+PLAIN_TOKENS: Mapping[str, str] = {"bos_token": "", "eos_token": ""}
 
 
 class ChatTemplateError(InvalidInputError):
@@ -54,12 +57,13 @@ class ChatTemplate:
         templates: the template source by name (``"default"`` for a single template; a
             tokenizer config may also have ``"tool_use"``, chosen when tools are given).
         special_tokens: ``bos_token``, ``eos_token``, ... as the tokenizer config has them
-            (none for a template given as a string).
+            (``bos_token`` and ``eos_token`` empty for a template given as a string or a
+            .jinja file).
         origin: where the template came from, for error messages.
     """
 
     templates: Mapping[str, str]
-    special_tokens: Mapping[str, str] = attrs.field(factory=dict)
+    special_tokens: Mapping[str, str] = attrs.field(factory=lambda: dict(PLAIN_TOKENS))
     origin: str = "the chat_template argument"
 
     def render(
@@ -109,7 +113,9 @@ def load_chat_template(value: str | os.PathLike[str], origin: str | None = None)
     """A template from Jinja source, or from a path to a tokenizer_config.json, a .jinja file,
     or a directory holding either (as a Hugging Face model directory does)."""
     if isinstance(value, str) and ("{{" in value or "{%" in value):
-        return ChatTemplate({"default": value}, {}, origin or "the chat_template argument")
+        return ChatTemplate(
+            {"default": value}, PLAIN_TOKENS, origin or "the chat_template argument"
+        )
     path = Path(value)
     if path.is_dir():
         for candidate in ("tokenizer_config.json", "chat_template.jinja"):
@@ -127,7 +133,7 @@ def load_chat_template(value: str | os.PathLike[str], origin: str | None = None)
         )
     text = path.read_text(encoding="utf-8")
     if path.suffix != ".json":
-        return ChatTemplate({"default": text}, {}, str(path))
+        return ChatTemplate({"default": text}, PLAIN_TOKENS, str(path))
     config = json.loads(text)
     tokens = {
         name: token["content"] if isinstance(token, Mapping) else str(token)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import tokenizers
 import transformers
+from transformers.utils.chat_template_utils import render_jinja_template
 
 from triton_sdk.llm import ChatTemplateError, load_chat_template
 
@@ -128,6 +129,20 @@ def test_a_template_string_and_a_jinja_file(tmp_path: Path) -> None:
     from_string = load_chat_template(source).render(messages)
     assert load_chat_template(tmp_path / "chat.jinja").render(messages) == from_string
     assert from_string.endswith("<|im_start|>assistant\n")
+
+
+def test_a_plain_template_sees_empty_bos_and_eos_tokens(tmp_path: Path) -> None:
+    """Without a tokenizer config, bos_token and eos_token are empty strings (as API.md
+    says), so a template that closes each turn with eos_token renders."""
+    source = (TEMPLATES / "alternating.jinja").read_text(encoding="utf-8")
+    (tmp_path / "chat.jinja").write_text(source, encoding="utf-8")
+    messages = CONVERSATIONS["several_turns"]
+    expected = render_jinja_template(
+        [messages], chat_template=source, add_generation_prompt=True, bos_token="", eos_token=""
+    )[0][0]
+    assert load_chat_template(source).render(messages) == expected
+    assert load_chat_template(tmp_path / "chat.jinja").render(messages) == expected
+    assert expected.startswith("[INST] Hi [/INST]  Hello!  [INST]")
 
 
 def test_named_templates_pick_tool_use_when_tools_are_given(tmp_path: Path) -> None:
