@@ -29,12 +29,12 @@ class Classification:
     @classmethod
     def parse(cls, text: str | bytes) -> Classification:
         """Parse ``"score:index"`` or ``"score:index:label"`` (labels may contain ':')."""
-        value = text.decode("utf-8") if isinstance(text, bytes) else text
-        parts = value.split(":", 2)
-        try:
+        try:  # (UnicodeDecodeError is a ValueError)
+            value = text.decode("utf-8") if isinstance(text, bytes) else text
+            parts = value.split(":", 2)
             score, index = float(parts[0]), int(parts[1])
         except (ValueError, IndexError) as exc:
-            raise InferenceError(f"cannot read classification {value!r}") from exc
+            raise InferenceError(f"cannot read classification {text!r}") from exc
         return cls(score, index, parts[2] if len(parts) == 3 else None)
 
 

@@ -384,6 +384,19 @@ def log_updates(
     }
     if not updates:
         raise InvalidInputError("give at least one log setting to update")
+    for name, value, kind in (
+        ("file", file, str),
+        ("info", info, bool),
+        ("warning", warning, bool),
+        ("error", error, bool),
+        ("verbose_level", verbose_level, int),
+        ("format", format, str),
+    ):
+        # bool is an int to Python: a switch given as 1, or a level given as True, is refused.
+        if value is not None and (type(value) is not kind):
+            raise InvalidInputError(
+                f"{name} must be of type {kind.__name__}, got the {type(value).__name__} {value!r}"
+            )
     if verbose_level is not None and not 0 <= verbose_level < 2**32:
         raise InvalidInputError(f"verbose_level must be in [0, 2**32), got {verbose_level}")
     return updates

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import math
 import operator
 from collections.abc import Iterator, Mapping, Sequence
@@ -179,10 +180,25 @@ class InferResult(Displayable, Mapping[str, Array]):
                 f"output {name!r} is {self.datatype(name)}, not BYTES: use as_numpy",
                 model=self.model_name,
             )
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            raise InvalidInputError(
+                f"as_strings: unknown encoding {encoding!r}", model=self.model_name
+            ) from None
         decoded = np.empty(array.shape, dtype=np.object_)
         flat = decoded.reshape(-1)
-        for index, item in enumerate(array.reshape(-1)):
-            flat[index] = item.decode(encoding) if isinstance(item, bytes) else str(item)
+        items = array.reshape(-1)
+        index = 0
+        try:
+            for index, item in enumerate(items):
+                flat[index] = item.decode(encoding) if isinstance(item, bytes) else str(item)
+        except UnicodeDecodeError as error:
+            raise InvalidInputError(
+                f"output {name!r} element {index} is not {encoding} text ({error.reason} at "
+                f"byte {error.start}: {items[index][:40]!r}); use as_numpy for its bytes",
+                model=self.model_name,
+            ) from error
         return decoded
 
     def datatype(self, name: str) -> str:

@@ -109,8 +109,10 @@ def test_classification_from_bytes() -> None:
     assert Classification.parse("0.5:0:고양이".encode()) == Classification(0.5, 0, "고양이")
 
 
-@pytest.mark.parametrize("text", ["", "bird", "0.9", "x:1:bird", "0.9:two:bird", "0.9:1.5"])
-def test_malformed_classification_is_an_inference_error(text: str) -> None:
+@pytest.mark.parametrize(
+    "text", ["", "bird", "0.9", "x:1:bird", "0.9:two:bird", "0.9:1.5", b"0.9:1:\xff"]
+)
+def test_malformed_classification_is_an_inference_error(text: str | bytes) -> None:
     with pytest.raises(ts.InferenceError, match="classification"):
         Classification.parse(text)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -470,6 +471,26 @@ def test_log_updates_carry_only_the_given_settings_typed() -> None:
 def test_empty_log_update_is_refused() -> None:
     with pytest.raises(ts.InvalidInputError, match="at least one"):
         log_updates(file=None, info=None, warning=None, error=None, verbose_level=None, format=None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("verbose_level", "x", "verbose_level must be of type int, got the str 'x'"),
+        ("verbose_level", True, "verbose_level must be of type int, got the bool True"),
+        ("info", 1, "info must be of type bool, got the int 1"),
+        ("file", 0, "file must be of type str"),
+    ],
+)
+def test_a_log_setting_of_the_wrong_type_is_refused(
+    setting: str, value: object, message: str
+) -> None:
+    given: dict[str, Any] = dict.fromkeys(
+        ("file", "info", "warning", "error", "verbose_level", "format")
+    )
+    given[setting] = value
+    with pytest.raises(ts.InvalidInputError, match=re.escape(message)):
+        log_updates(**given)
 
 
 def test_labelled_server_samples_keep_their_labels() -> None:

@@ -351,6 +351,19 @@ def test_as_strings_on_a_non_bytes_output() -> None:
         make_result(SCORES=SCORES).as_strings("SCORES")
 
 
+def test_as_strings_on_bytes_that_are_not_text_names_the_element() -> None:
+    raw = np.array([[b"ok"], [b"\xff\xfe"]], dtype=np.object_)
+    with pytest.raises(ts.InvalidInputError) as info:
+        make_result(NAMES=raw).as_strings("NAMES")
+    message = str(info.value)
+    assert "'NAMES' element 1 is not utf-8 text" in message
+    assert "b'\\xff\\xfe'" in message
+    assert isinstance(info.value.__cause__, UnicodeDecodeError)
+    assert make_result(NAMES=raw).as_strings("NAMES", "latin-1")[1, 0] == "\xff\xfe"
+    with pytest.raises(ts.InvalidInputError, match="unknown encoding 'klingon'"):
+        make_result(NAMES=raw).as_strings("NAMES", "klingon")
+
+
 def test_unknown_output() -> None:
     result = make_result(SCORES=SCORES, NAMES=NAMES)
     for access in (result.__getitem__, result.as_numpy, result.as_strings):
