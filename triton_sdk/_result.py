@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import math
 import operator
 from collections.abc import Iterator, Mapping, Sequence
@@ -180,12 +179,6 @@ class InferResult(Displayable, Mapping[str, Array]):
                 f"output {name!r} is {self.datatype(name)}, not BYTES: use as_numpy",
                 model=self.model_name,
             )
-        try:
-            codecs.lookup(encoding)
-        except LookupError:
-            raise InvalidInputError(
-                f"as_strings: unknown encoding {encoding!r}", model=self.model_name
-            ) from None
         decoded = np.empty(array.shape, dtype=np.object_)
         flat = decoded.reshape(-1)
         items = array.reshape(-1)
@@ -199,6 +192,8 @@ class InferResult(Displayable, Mapping[str, Array]):
                 f"byte {error.start}: {items[index][:40]!r}); use as_numpy for its bytes",
                 model=self.model_name,
             ) from error
+        except LookupError as error:  # an unknown encoding, or one that is not for text
+            raise InvalidInputError(f"as_strings: {error}", model=self.model_name) from None
         return decoded
 
     def datatype(self, name: str) -> str:

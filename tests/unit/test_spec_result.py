@@ -360,8 +360,10 @@ def test_as_strings_on_bytes_that_are_not_text_names_the_element() -> None:
     assert "b'\\xff\\xfe'" in message
     assert isinstance(info.value.__cause__, UnicodeDecodeError)
     assert make_result(NAMES=raw).as_strings("NAMES", "latin-1")[1, 0] == "\xff\xfe"
-    with pytest.raises(ts.InvalidInputError, match="unknown encoding 'klingon'"):
+    with pytest.raises(ts.InvalidInputError, match="unknown encoding: klingon"):
         make_result(NAMES=raw).as_strings("NAMES", "klingon")
+    with pytest.raises(ts.InvalidInputError, match="'base64' is not a text encoding"):
+        make_result(NAMES=raw).as_strings("NAMES", "base64")
 
 
 def test_unknown_output() -> None:
