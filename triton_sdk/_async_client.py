@@ -56,12 +56,14 @@ from ._config import (
     redact_url,
 )
 from ._errors import (
+    MALFORMED_ANSWER,
     InferenceError,
     InvalidInputError,
     ModelNotFoundError,
     TritonError,
     TritonTimeoutError,
     UnsupportedError,
+    unreadable_answer,
     unsupported_operation,
 )
 from ._generate import JSONValue
@@ -314,6 +316,9 @@ class AsyncClient:
                 f"transport must be a ts.AsyncTransport, got {type(transport).__name__}"
             )
         self._retry_bucket = _bucket(retry_budget)
+        # What the client's own transports raise on an answer they cannot read becomes an
+        # InferenceError; a transport given here (a test double) raises what it raises.
+        self._malformed: tuple[type[Exception], ...] = MALFORMED_ANSWER if transport is None else ()
         if transport is None:
             transport = _open_transport(self._settings, self._retry_bucket)
         self._transport = transport
@@ -400,11 +405,21 @@ class AsyncClient:
         """One attempt, seen by the hooks."""
         hooks = self._settings.hooks
         if not hooks:
-            return await self._transport.acall(op, ctx)
+            try:
+                return await self._transport.acall(op, ctx)
+            except TritonError:
+                raise
+            except self._malformed as exc:
+                raise unreadable_answer(exc, op.call, op.model) from exc
         ctx.url = self._url
         run_before_send(hooks, op, ctx)
         try:
-            result = await self._transport.acall(op, ctx)
+            try:
+                result = await self._transport.acall(op, ctx)
+            except TritonError:
+                raise
+            except self._malformed as exc:
+                raise unreadable_answer(exc, op.call, op.model) from exc
         except TritonError as error:
             for hook in hooks:
                 hook.on_error(op, ctx, error)
@@ -438,6 +453,8 @@ class AsyncClient:
                 raise
             failures = [error]
             note_resend(op, error)
+        except self._malformed as exc:
+            raise unreadable_answer(exc, op.call, op.model) from exc
         attempts = 1
 
         last = failures[0]
@@ -485,10 +502,15 @@ class AsyncClient:
         run_before_send(hooks, op, ctx)
         responses = self._transport.astream(op, ctx)
         try:
-            async for item in responses:
-                for hook in hooks:
-                    hook.after_receive(op, ctx, item)
-                yield item
+            try:
+                async for item in responses:
+                    for hook in hooks:
+                        hook.after_receive(op, ctx, item)
+                    yield item
+            except TritonError:
+                raise
+            except self._malformed as exc:
+                raise unreadable_answer(exc, op.call, op.model) from exc
         except TritonError as error:
             for hook in hooks:
                 hook.on_error(op, ctx, error)
@@ -744,7 +766,10 @@ class AsyncClient:
                 if error.status is None:
                     raise
                 self._has_config = False
-        return ModelSpec.from_metadata(metadata, config, max_batch_size=max_batch_size)
+        try:
+            return ModelSpec.from_metadata(metadata, config, max_batch_size=max_batch_size)
+        except MALFORMED_ANSWER as exc:
+            raise unreadable_answer(exc, "model_metadata and model_config", name) from exc
 
     async def _not_found(
         self, error: ModelNotFoundError, name: str, options: CallOptions

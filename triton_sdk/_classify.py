@@ -29,6 +29,12 @@ class Classification:
     @classmethod
     def parse(cls, text: str | bytes) -> Classification:
         """Parse ``"score:index"`` or ``"score:index:label"`` (labels may contain ':')."""
+        if not isinstance(text, str | bytes):
+            raise InferenceError(
+                f"cannot read classification {text!r}: the server answered with a "
+                f"{type(text).__name__}, not Triton's 'score:index:label' text (a server "
+                "without Triton's classification extension ignores the request for it)"
+            )
         try:  # (UnicodeDecodeError is a ValueError)
             value = text.decode("utf-8") if isinstance(text, bytes) else text
             parts = value.split(":", 2)
@@ -42,5 +48,9 @@ def parse_classifications(
     array: np.ndarray[Any, Any], *, batched: bool
 ) -> list[list[Classification]]:
     """Per sample, the list of classes of a classification output (best first)."""
+    if batched and not array.shape:
+        raise InferenceError("cannot read classifications from an answer without a batch axis")
+    if not array.size:
+        return [[] for _ in range(array.shape[0] if batched else 1)]
     rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
     return [[Classification.parse(item) for item in row] for row in rows]

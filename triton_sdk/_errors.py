@@ -224,6 +224,19 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
     return InferenceError, http_status in _RETRYABLE_HTTP
 
 
+# What reading an answer that is not what the protocol promises raises (a key missing, a
+# list where an object belongs, a number out of range): the server's fault, not the caller's.
+MALFORMED_ANSWER = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
+def unreadable_answer(exc: BaseException, what: str, model: str | None = None) -> InferenceError:
+    """The error for an answer to ``what`` that could not be read (raise it ``from exc``)."""
+    return InferenceError(
+        f"the server's answer to {what} could not be read: {type(exc).__name__}: {exc}",
+        model=model,
+    )
+
+
 def unsupported_operation(error: TritonError, operation: str, url: str) -> UnsupportedError:
     """The error of a server that has no endpoint for ``operation`` (gRPC UNIMPLEMENTED, an
     HTTP 404 for the path itself), naming the operation and the server."""

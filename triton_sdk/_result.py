@@ -217,12 +217,26 @@ class InferResult(Displayable, Mapping[str, Array]):
 
     def without_batch_axis(self) -> InferResult:
         """The result of a one-sample batch, with axis 0 removed from every output."""
+        self._check_rows(1)
         # array[0, ...] keeps a 0-d array where array[0] of a 1-D object array is bare bytes
         return self._map_arrays(lambda array: array[0, ...])
 
     def split_rows(self, count: int) -> list[InferResult]:
         """One result per sample of a batch of ``count``, axis 0 removed."""
+        self._check_rows(count)
         return [self._map_arrays(operator.itemgetter((index, ...))) for index in range(count)]
+
+    def _check_rows(self, count: int) -> None:
+        """Refuse an answer to a batch of ``count`` whose outputs have another batch axis
+        (taking its first rows would hand out the wrong values)."""
+        for name in self._outputs:
+            shape = self[name].shape
+            if not shape or shape[0] != count:
+                raise InferenceError(
+                    f"output {name!r} came back with shape {list(shape)}: the answer to a "
+                    f"batch of {count} should have {count} along its first axis",
+                    model=self.model_name,
+                )
 
     @classmethod
     def concatenate(cls, parts: Sequence[InferResult]) -> InferResult:
@@ -230,8 +244,22 @@ class InferResult(Displayable, Mapping[str, Array]):
         first = parts[0]
         if len(parts) == 1:
             return first
+        outputs = {}
+        for name in first:
+            arrays = [part[name] for part in parts]
+            shapes = {array.shape[1:] for array in arrays}
+            datatypes = {part.datatype(name) for part in parts}
+            if len(shapes) > 1 or len(datatypes) > 1 or any(not a.shape for a in arrays):
+                raise InferenceError(
+                    f"the chunks of a batch larger than max_batch_size answered output "
+                    f"{name!r} with shapes {[list(a.shape) for a in arrays]} and datatypes "
+                    f"{sorted(datatypes)}, which cannot be joined into one batch; send at "
+                    "most max_batch_size samples per call to read each answer as it is",
+                    model=first.model_name,
+                )
+            outputs[name] = np.concatenate(arrays)
         return InferResult(
-            {name: np.concatenate([part[name] for part in parts]) for name in first},
+            outputs,
             datatypes=first._datatypes,
             model_name=first.model_name,
             model_version=first.model_version,
@@ -310,6 +338,17 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
     return flat.reshape(shape)
 
 
+def _fits(values: np.ndarray[Any, Any], target: np.dtype[Any]) -> bool:
+    """Whether JSON numbers are whole and within an integer dtype's range (a cast would
+    wrap them silently)."""
+    if values.dtype.kind not in "iubf":
+        return False
+    if values.dtype.kind == "f" and not np.all(np.mod(values, 1) == 0):
+        return False
+    limits = np.iinfo(target)
+    return bool(values.min() >= limits.min and values.max() <= limits.max)
+
+
 def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: object) -> Array:
     """Decode one output sent as JSON ``data`` (an HTTP response without binary parts)."""
     count = _count(shape, name)
@@ -317,11 +356,26 @@ def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: obj
         items = data if isinstance(data, list) else [data]
         array = np.empty(len(items), dtype=np.object_)
         for index, item in enumerate(items):
-            array[index] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+            if isinstance(item, str):
+                array[index] = item.encode("utf-8")
+            elif isinstance(item, bytes):
+                array[index] = item
+            else:
+                raise InferenceError(
+                    f"output {name!r}: BYTES JSON data holds the {type(item).__name__} {item!r}, "
+                    "not a string"
+                )
     else:
         try:
-            array = np.asarray(data, dtype=wire_dtype(datatype)).reshape(-1)
-        except (KeyError, ValueError, TypeError) as exc:
+            target = wire_dtype(datatype)
+            raw = np.asarray(data)
+            if target.kind in "iu" and raw.size and not _fits(raw, target):
+                raise InferenceError(
+                    f"output {name!r}: {datatype} JSON data holds values that are not "
+                    f"{datatype} integers (from {raw.min()!r} to {raw.max()!r})"
+                )
+            array = raw.astype(target).reshape(-1)
+        except (KeyError, ValueError, TypeError, OverflowError) as exc:
             raise InferenceError(f"output {name!r}: cannot read {datatype} JSON data") from exc
     if array.size != count:
         raise InferenceError(f"output {name!r}: {array.size} values for shape {list(shape)}")

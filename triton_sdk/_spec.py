@@ -264,6 +264,7 @@ def _tensor_spec(metadata: JSON, config: JSON, max_batch_size: int) -> TensorSpe
     datatype = str(metadata.get("datatype") or "")
     if not datatype and "data_type" in config:
         datatype = config_type_to_datatype(str(config["data_type"]))
+    numpy_dtype(datatype)  # a datatype Triton does not have is refused here, not at infer
     label_filename = str(config.get("label_filename") or "") or None
     return TensorSpec(
         name=str(metadata["name"]),

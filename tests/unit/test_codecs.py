@@ -30,6 +30,7 @@ from triton_sdk._http_codec import (
     error_from_response,
 )
 from triton_sdk._request import InferRequest, RequestedOutput
+from triton_sdk._result import decode_json_output
 from triton_sdk._shaping import Tensor
 from triton_sdk._transports._grpc import channel_options
 from triton_sdk._wire import declared_count, tensor_payload
@@ -197,6 +198,44 @@ def binary_response(
     header = {**fields, "outputs": [description for description, _ in outputs]}
     encoded = json.dumps(header).encode()
     return encoded + b"".join(data for _, data in outputs), len(encoded)
+
+
+def test_a_negative_binary_data_size_is_refused() -> None:
+    data = np.arange(4, dtype="<f4").tobytes()
+    described = {"datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}}
+    body, length = binary_response(
+        [
+            ({"name": "A", **described}, data[:8]),
+            ({"name": "B", **described, "parameters": {"binary_data_size": -8}}, data[8:]),
+        ]
+    )
+    with pytest.raises(ts.InferenceError, match="'B': binary_data_size -8 is not a size"):
+        decode_infer(body, length)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data", "message"),
+    [
+        ("INT8", [300], "not INT8 integers"),
+        ("UINT8", [-1], "not UINT8 integers"),
+        ("INT32", [1.5], "not INT32 integers"),
+        ("INT64", [2**70], "not INT64 integers"),
+        ("BYTES", [3], "holds the int 3, not a string"),
+        ("BYTES", [None], "holds the NoneType None"),
+    ],
+)
+def test_json_data_that_would_change_on_the_way_in_is_refused(
+    datatype: str, data: list[Any], message: str
+) -> None:
+    with pytest.raises(ts.InferenceError, match=message):
+        decode_json_output("OUT", datatype, [1], data)
+
+
+def test_json_data_that_fits_is_read() -> None:
+    assert decode_json_output("OUT", "INT8", [2], [-128, 127]).tolist() == [-128, 127]
+    assert decode_json_output("OUT", "UINT64", [1], [2**64 - 1]).tolist() == [2**64 - 1]
+    assert decode_json_output("OUT", "INT32", [1], [2.0]).tolist() == [2]
+    assert decode_json_output("OUT", "FP32", [1], [0.5]).tolist() == [0.5]
 
 
 def test_decode_infer_binary_outputs() -> None:

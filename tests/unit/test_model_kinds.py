@@ -738,9 +738,38 @@ def test_split_rows_gives_one_result_per_sample() -> None:
         assert row.parameters == {"p": 1}
 
 
-def test_split_rows_of_fewer_than_the_batch() -> None:
+@pytest.mark.parametrize("count", [2, 5])
+def test_split_rows_refuses_an_answer_with_another_batch_size(count: int) -> None:
     result = result_of({"OUT": np.arange(4, dtype=np.float32).reshape(4, 1)})
-    assert [row["OUT"].tolist() for row in result.split_rows(2)] == [[0.0], [1.0]]
+    with pytest.raises(ts.InferenceError, match=r"shape \[4, 1\]: the answer to a batch of"):
+        result.split_rows(count)
+
+
+@pytest.mark.parametrize("shape", [(2,), (), (0, 2)])
+def test_a_sample_answer_without_its_batch_axis_is_refused(shape: tuple[int, ...]) -> None:
+    """A batched model's answer to one sample must have one row: taking row 0 of an
+    answer that dropped its batch axis would hand out the wrong values."""
+    result = result_of({"OUT": np.full(shape, 5.0, dtype=np.float32)})
+    with pytest.raises(ts.InferenceError, match="'OUT' came back with shape"):
+        result.without_batch_axis()
+
+
+def test_chunks_that_cannot_be_joined_raise_inference_error() -> None:
+    parts = [
+        result_of({"OUT": np.zeros((2, 3), dtype=np.float32)}),
+        result_of({"OUT": np.zeros((2, 5), dtype=np.float32)}),
+    ]
+    with pytest.raises(ts.InferenceError, match=r"shapes \[\[2, 3\], \[2, 5\]\]"):
+        InferResult.concatenate(parts)
+    joined = InferResult.concatenate([parts[0], parts[0]])
+    assert joined["OUT"].shape == (4, 3)
+
+
+def test_classify_answered_with_plain_scores_says_why() -> None:
+    """A server without Triton's classification extension answers with the scores."""
+    with pytest.raises(ts.InferenceError, match="not Triton's 'score:index:label' text"):
+        parse_classifications(np.array([[0.1, 0.9]], dtype=np.float32), batched=True)
+    assert parse_classifications(np.zeros((0,), dtype=np.object_), batched=True) == []
 
 
 # ModelCore._requests

@@ -65,7 +65,13 @@ def test_a_split_row_of_a_one_dimensional_bytes_output_is_an_array() -> None:
     rows = result.split_rows(2)
     assert [row.as_strings("S") for row in rows] == ["a", "b"]
     assert rows[0]["S"].shape == ()
-    assert result.without_batch_axis().as_strings("S") == "a"
+    sample = ts.InferResult(
+        {"S": np.array([b"a"], dtype=object)},
+        datatypes={"S": "BYTES"},
+        model_name="m",
+        model_version="1",
+    )
+    assert sample.without_batch_axis().as_strings("S") == "a"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,101 @@
+"""Answers that break the protocol, from a server on a real loopback socket: every one
+raises an InferenceError naming the call, never a raw KeyError or TypeError."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+import triton_sdk as ts
+
+from ._both import resolve
+
+METADATA = {
+    "name": "m",
+    "versions": ["1"],
+    "platform": "python",
+    "inputs": [{"name": "X", "datatype": "FP32", "shape": [1]}],
+    "outputs": [{"name": "Y", "datatype": "FP32", "shape": [1]}],
+}
+CONFIG = {"name": "m", "max_batch_size": 0}
+
+# The answer to each path; a test puts what it needs here.
+ANSWERS: dict[str, object] = {}
+
+
+class Answering(BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        body = json.dumps(ANSWERS.get(self.path, {"error": "Not Found"})).encode()
+        self.send_response(200 if self.path in ANSWERS else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answering)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(params=["sync", "async"])
+async def client(request: pytest.FixtureRequest, url: str) -> AsyncIterator[Any]:
+    ANSWERS.clear()
+    ANSWERS.update({"/v2/models/m": METADATA, "/v2/models/m/config": CONFIG})
+    kind = ts.Client if request.param == "sync" else ts.AsyncClient
+    opened = kind(url, retry=ts.RetryPolicy(max_attempts=1))
+    yield opened
+    if isinstance(opened, ts.AsyncClient):
+        await opened.aclose()
+    else:
+        opened.close()
+
+
+@pytest.mark.parametrize(
+    ("outputs", "cause"),
+    [
+        ([{"datatype": "FP32", "shape": [1], "data": [1.0]}], KeyError),  # no name
+        ([{"name": "Y", "datatype": "FP32", "shape": None, "data": [1.0]}], TypeError),
+        (None, TypeError),
+    ],
+)
+async def test_an_infer_answer_that_breaks_the_protocol(
+    client: Any, outputs: object, cause: type[Exception]
+) -> None:
+    ANSWERS["/v2/models/m/infer"] = {"model_name": "m", "outputs": outputs}
+    model = await resolve(client.model("m"))
+    with pytest.raises(ts.InferenceError, match="the server's answer to infer could not be read"):
+        await resolve(model.infer(X=[1.0]))
+
+
+async def test_metadata_that_breaks_the_protocol(client: Any) -> None:
+    ANSWERS["/v2/models/m"] = {**METADATA, "inputs": [{"datatype": "FP32", "shape": [1]}]}
+    with pytest.raises(ts.InferenceError, match="could not be read: KeyError") as info:
+        await resolve(client.model("m"))
+    assert isinstance(info.value.__cause__, KeyError)
+    ANSWERS["/v2/models/m"] = {**METADATA, "inputs": [{**METADATA["inputs"][0], "datatype": "X"}]}  # type: ignore[index]
+    with pytest.raises(ts.InferenceError, match="unknown Triton datatype 'X'"):
+        await resolve(client.model("m"))
+
+
+async def test_statistics_that_break_the_protocol(client: Any) -> None:
+    ANSWERS["/v2/models/stats"] = [1]
+    with pytest.raises(ts.InferenceError, match="could not be read"):
+        await resolve(client.model_statistics())
