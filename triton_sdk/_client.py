@@ -763,6 +763,8 @@ class Client:
                 self._has_config = False
         try:
             return ModelSpec.from_metadata(metadata, config, max_batch_size=max_batch_size)
+        except TritonError:  # (InvalidInputError is a ValueError: a max_batch_size= mistake)
+            raise
         except MALFORMED_ANSWER as exc:
             raise unreadable_answer(exc, "model_metadata and model_config", name) from exc
 

@@ -99,3 +99,8 @@ async def test_statistics_that_break_the_protocol(client: Any) -> None:
     ANSWERS["/v2/models/stats"] = [1]
     with pytest.raises(ts.InferenceError, match="could not be read"):
         await resolve(client.model_statistics())
+
+
+async def test_a_max_batch_size_mistake_stays_an_invalid_input_error(client: Any) -> None:
+    with pytest.raises(ts.InvalidInputError, match="needs a leading -1"):
+        await resolve(client.model("m", max_batch_size=4))
