@@ -404,15 +404,9 @@ class AsyncClient:
     async def _send(self, op: Op[T], ctx: CallContext) -> T:
         """One attempt, seen by the hooks."""
         hooks = self._settings.hooks
-        if not hooks:
-            try:
-                return await self._transport.acall(op, ctx)
-            except TritonError:
-                raise
-            except self._malformed as exc:
-                raise unreadable_answer(exc, op.call, op.model) from exc
-        ctx.url = self._url
-        run_before_send(hooks, op, ctx)
+        if hooks:
+            ctx.url = self._url
+            run_before_send(hooks, op, ctx)
         try:
             try:
                 result = await self._transport.acall(op, ctx)
