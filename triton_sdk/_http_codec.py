@@ -11,7 +11,7 @@ import base64
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, NoReturn, TypeAlias, TypeVar, cast
 from urllib.parse import quote
 
 import attrs
@@ -404,6 +404,26 @@ class HttpStream(Generic[T]):
     headers: Mapping[str, str]
     check: Reader[None]
     decoder: Callable[[], EventDecoder[T]]
+    model: str | None = None
+
+    def opens(self, status: int, content_type: str | None) -> bool:
+        """Whether an answer opens the stream: a 200 that is an event stream (or does
+        not say what it is)."""
+        return status == 200 and (
+            not content_type
+            or content_type.partition(";")[0].strip().lower() == "text/event-stream"
+        )
+
+    def refuse(self, status: int, content_type: str | None, body: Body) -> NoReturn:
+        """Raise the error of an answer that does not open the stream: the server's
+        refusal, or a 200 of another kind (a proxy's page, a server that ignored
+        ``Accept``), which would otherwise read as a stream of no events."""
+        self.check(status, None, body)
+        raise InferenceError(
+            f"the server answered {self.path} with {content_type}, not an event stream: "
+            f"{bytes(body[:200])!r}",
+            model=self.model,
+        )
 
 
 class EventDecoder(Generic[T]):
@@ -600,7 +620,7 @@ class HttpCodec:
     ) -> HttpStream[T]:
         path = model_path(self.base, name, version, "/generate_stream")
         return HttpStream(
-            "POST", path, [body], _STREAM_HEADERS, check, lambda: EventDecoder(convert)
+            "POST", path, [body], _STREAM_HEADERS, check, lambda: EventDecoder(convert), name
         )
 
     def _routed(self, op: Op[Any]) -> HttpCall[Any]:

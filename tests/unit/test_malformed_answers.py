@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import attrs
 import pytest
 
 import triton_sdk as ts
@@ -24,17 +25,27 @@ METADATA = {
 }
 CONFIG = {"name": "m", "max_batch_size": 0}
 
-# The answer to each path; a test puts what it needs here.
+# The answer to each path; a test puts what it needs here: JSON, or a Page as it is.
 ANSWERS: dict[str, object] = {}
+
+
+@attrs.frozen
+class Page:
+    content_type: str
+    body: bytes
 
 
 class Answering(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
-        body = json.dumps(ANSWERS.get(self.path, {"error": "Not Found"})).encode()
+        answer = ANSWERS.get(self.path, {"error": "Not Found"})
+        if not isinstance(answer, Page):
+            answer = Page("application/json", json.dumps(answer).encode())
+        body = answer.body
         self.send_response(200 if self.path in ANSWERS else 404)
-        self.send_header("Content-Type", "application/json")
+        if answer.content_type:
+            self.send_header("Content-Type", answer.content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -104,3 +115,26 @@ async def test_statistics_that_break_the_protocol(client: Any) -> None:
 async def test_a_max_batch_size_mistake_stays_an_invalid_input_error(client: Any) -> None:
     with pytest.raises(ts.InvalidInputError, match="needs a leading -1"):
         await resolve(client.model("m", max_batch_size=4))
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        Page("text/html; charset=utf-8", b"<html><body>Sign in</body></html>"),
+        Page("application/json", b'{"text_output": "not a stream"}'),
+    ],
+)
+async def test_a_stream_answered_with_something_else_raises(client: Any, page: Page) -> None:
+    # A proxy's page or a server that ignored Accept holds no events: not an empty stream.
+    ANSWERS["/v2/models/m/generate_stream"] = page
+    model = await resolve(client.model("m"))
+    with pytest.raises(ts.InferenceError, match="not an event stream") as info:
+        await resolve(model.generate_stream(X=1.0))
+    assert page.content_type in str(info.value)
+    assert repr(page.body[:20])[2:-1] in str(info.value)
+
+
+async def test_a_stream_of_events_without_a_content_type_is_read(client: Any) -> None:
+    ANSWERS["/v2/models/m/generate_stream"] = Page("", b'data: {"Y": 2.0}\n\n')
+    model = await resolve(client.model("m"))
+    assert await resolve(model.generate_stream(X=1.0)) == [{"Y": 2.0}]

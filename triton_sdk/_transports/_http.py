@@ -130,13 +130,18 @@ class HttpTransport:
         except _HTTP_FAILURES as exc:
             raise http_error(exc, op, ctx.timeout, self._url) from exc
         try:
+            content_type = response.getheader("Content-Type")
+            if not call.opens(response.status, content_type):
+                try:
+                    refusal = response.read()
+                except _HTTP_FAILURES as exc:
+                    raise http_error(exc, op, ctx.timeout, self._url) from exc
+                call.refuse(response.status, content_type, refusal)
             decoder = call.decoder()
             while True:
                 # read1 rather than readline: readline reports a stream that broke off as
                 # a clean end, read1 raises IncompleteRead.
                 try:
-                    if response.status != 200:
-                        call.check(response.status, None, response.read())
                     data = response.read1(65536)
                     items = decoder.feed(data) if data else decoder.finish()
                 except _HTTP_FAILURES as exc:  # UnicodeDecodeError is a ValueError
@@ -322,8 +327,9 @@ class AsyncHttpTransport:
         decoder = call.decoder()
         try:
             async with self._request(call, ctx, each) as response:
-                if response.status != 200:
-                    call.check(response.status, None, await response.read())
+                content_type = response.headers.get("Content-Type")
+                if not call.opens(response.status, content_type):
+                    call.refuse(response.status, content_type, await response.read())
                 async for data in response.content.iter_any():
                     for item in decoder.feed(data):
                         yield item
