@@ -41,6 +41,8 @@ RULES: list[tuple[str, str]] = [
     # Syntax.
     (r"\basync def ", "def "),
     (r"\basync for ", "for "),
+    (r"\banext\(", "next("),
+    (r"\bStopAsyncIteration\b", "StopIteration"),
     (r"\bawait ", ""),
     (r"__aenter__", "__enter__"),
     (r"__aexit__", "__exit__"),

@@ -437,7 +437,12 @@ class AsyncClient:
         try:
             if self._settings.hooks:
                 return await self._send(op, options.context(op))
-            return await self._transport.acall(op, options.context(op))  # (_send, inlined)
+            try:
+                return await self._transport.acall(op, options.context(op))  # (_send, inlined)
+            except TritonError:
+                raise
+            except self._malformed as exc:
+                raise unreadable_answer(exc, op.call, op.model) from exc
         except UnsupportedError as error:
             if error.status is None:
                 raise
@@ -447,8 +452,6 @@ class AsyncClient:
                 raise
             failures = [error]
             note_resend(op, error)
-        except self._malformed as exc:
-            raise unreadable_answer(exc, op.call, op.model) from exc
         attempts = 1
 
         last = failures[0]
@@ -496,15 +499,19 @@ class AsyncClient:
         run_before_send(hooks, op, ctx)
         responses = self._transport.astream(op, ctx)
         try:
-            try:
-                async for item in responses:
-                    for hook in hooks:
-                        hook.after_receive(op, ctx, item)
-                    yield item
-            except TritonError:
-                raise
-            except self._malformed as exc:
-                raise unreadable_answer(exc, op.call, op.model) from exc
+            while True:
+                # Only reading the answer is guarded: a hook's own KeyError is its own.
+                try:
+                    item = await anext(responses)
+                except StopAsyncIteration:
+                    break
+                except TritonError:
+                    raise
+                except self._malformed as exc:
+                    raise unreadable_answer(exc, op.call, op.model) from exc
+                for hook in hooks:
+                    hook.after_receive(op, ctx, item)
+                yield item
         except TritonError as error:
             for hook in hooks:
                 hook.on_error(op, ctx, error)

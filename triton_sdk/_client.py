@@ -436,7 +436,12 @@ class Client:
         try:
             if self._settings.hooks:
                 return self._send(op, options.context(op))
-            return self._transport.call(op, options.context(op))  # (_send, inlined)
+            try:
+                return self._transport.call(op, options.context(op))  # (_send, inlined)
+            except TritonError:
+                raise
+            except self._malformed as exc:
+                raise unreadable_answer(exc, op.call, op.model) from exc
         except UnsupportedError as error:
             if error.status is None:
                 raise
@@ -446,8 +451,6 @@ class Client:
                 raise
             failures = [error]
             note_resend(op, error)
-        except self._malformed as exc:
-            raise unreadable_answer(exc, op.call, op.model) from exc
         attempts = 1
 
         last = failures[0]
@@ -495,15 +498,19 @@ class Client:
         run_before_send(hooks, op, ctx)
         responses = self._transport.stream(op, ctx)
         try:
-            try:
-                for item in responses:
-                    for hook in hooks:
-                        hook.after_receive(op, ctx, item)
-                    yield item
-            except TritonError:
-                raise
-            except self._malformed as exc:
-                raise unreadable_answer(exc, op.call, op.model) from exc
+            while True:
+                # Only reading the answer is guarded: a hook's own KeyError is its own.
+                try:
+                    item = next(responses)
+                except StopIteration:
+                    break
+                except TritonError:
+                    raise
+                except self._malformed as exc:
+                    raise unreadable_answer(exc, op.call, op.model) from exc
+                for hook in hooks:
+                    hook.after_receive(op, ctx, item)
+                yield item
         except TritonError as error:
             for hook in hooks:
                 hook.on_error(op, ctx, error)

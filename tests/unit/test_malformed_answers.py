@@ -138,3 +138,31 @@ async def test_a_stream_of_events_without_a_content_type_is_read(client: Any) ->
     ANSWERS["/v2/models/m/generate_stream"] = Page("", b'data: {"Y": 2.0}\n\n')
     model = await resolve(client.model("m"))
     assert await resolve(model.generate_stream(X=1.0)) == [{"Y": 2.0}]
+
+
+class FailingHook(ts.CallHook):
+    def __init__(self, call: str) -> None:
+        self.call = call
+
+    def after_receive(self, op: Any, ctx: ts.CallContext, result: object) -> None:
+        if op.call == self.call:
+            raise KeyError("the hook's own")
+
+
+async def model_then_stream(client: Any) -> object:
+    model = await resolve(client.model("m"))
+    return await resolve(model.generate_stream(X=1.0))
+
+
+@pytest.mark.parametrize("kind", [ts.Client, ts.AsyncClient])
+@pytest.mark.parametrize("call", ["model_metadata", "generate_stream"])
+async def test_a_failing_hook_is_not_blamed_on_the_answer(url: str, kind: Any, call: str) -> None:
+    ANSWERS.clear()
+    ANSWERS.update({"/v2/models/m": METADATA, "/v2/models/m/config": CONFIG})
+    ANSWERS["/v2/models/m/generate_stream"] = Page("text/event-stream", b'data: {"Y": 2.0}\n\n')
+    client = kind(url, hooks=[FailingHook(call)])
+    try:
+        with pytest.raises(KeyError, match="the hook's own"):
+            await resolve(model_then_stream(client))
+    finally:
+        await resolve(client.aclose() if isinstance(client, ts.AsyncClient) else client.close())
