@@ -350,7 +350,8 @@ def _fits(values: np.ndarray[Any, Any], target: np.dtype[Any]) -> bool:
 
 
 def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: object) -> Array:
-    """Decode one output sent as JSON ``data`` (an HTTP response without binary parts)."""
+    """Decode one output sent as values rather than raw bytes: JSON ``data`` (an HTTP
+    response without binary parts) or a gRPC answer's typed contents."""
     count = _count(shape, name)
     if datatype == "BYTES":
         items = data if isinstance(data, list) else [data]
@@ -362,7 +363,7 @@ def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: obj
                 array[index] = item
             else:
                 raise InferenceError(
-                    f"output {name!r}: BYTES JSON data holds the {type(item).__name__} {item!r}, "
+                    f"output {name!r}: its BYTES values hold the {type(item).__name__} {item!r}, "
                     "not a string"
                 )
     else:
@@ -371,12 +372,12 @@ def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: obj
             raw = np.asarray(data)
             if target.kind in "iu" and raw.size and not _fits(raw, target):
                 raise InferenceError(
-                    f"output {name!r}: {datatype} JSON data holds values that are not "
+                    f"output {name!r}: its {datatype} values are not all "
                     f"{datatype} integers (from {raw.min()!r} to {raw.max()!r})"
                 )
             array = raw.astype(target).reshape(-1)
         except (KeyError, ValueError, TypeError, OverflowError) as exc:
-            raise InferenceError(f"output {name!r}: cannot read {datatype} JSON data") from exc
+            raise InferenceError(f"output {name!r}: cannot read its {datatype} values") from exc
     if array.size != count:
         raise InferenceError(f"output {name!r}: {array.size} values for shape {list(shape)}")
     return array.reshape(shape)

@@ -216,12 +216,12 @@ def test_a_negative_binary_data_size_is_refused() -> None:
 @pytest.mark.parametrize(
     ("datatype", "data", "message"),
     [
-        ("INT8", [300], "not INT8 integers"),
-        ("UINT8", [-1], "not UINT8 integers"),
-        ("INT32", [1.5], "not INT32 integers"),
-        ("INT64", [2**70], "not INT64 integers"),
-        ("BYTES", [3], "holds the int 3, not a string"),
-        ("BYTES", [None], "holds the NoneType None"),
+        ("INT8", [300], "not all INT8 integers"),
+        ("UINT8", [-1], "not all UINT8 integers"),
+        ("INT32", [1.5], "not all INT32 integers"),
+        ("INT64", [2**70], "not all INT64 integers"),
+        ("BYTES", [3], "hold the int 3, not a string"),
+        ("BYTES", [None], "hold the NoneType None"),
     ],
 )
 def test_json_data_that_would_change_on_the_way_in_is_refused(
@@ -743,6 +743,26 @@ def test_decode_infer_response_typed_contents() -> None:
     assert result["I"].dtype == np.int32
     assert result.as_strings("S").tolist() == ["a", "é"]
     assert result["F"].tolist() == [0.25]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "field", "values"),
+    [
+        ("INT8", "int_contents", [300, 1]),
+        ("INT16", "int_contents", [-40000]),
+        ("UINT8", "uint_contents", [256]),
+        ("UINT16", "uint_contents", [2**31]),
+    ],
+)
+def test_typed_contents_out_of_the_output_range_are_refused(
+    datatype: str, field: str, values: list[int]
+) -> None:
+    # The protobuf fields are 32 bits wide: a cast to the narrower output would wrap.
+    response = pb.ModelInferResponse(model_name="m")
+    output = response.outputs.add(name="O", datatype=datatype, shape=[len(values)])
+    getattr(output.contents, field).extend(values)
+    with pytest.raises(ts.InferenceError, match=f"'O': its {datatype} values are not all"):
+        decode_infer_response(response)
 
 
 def test_decode_infer_response_refuses_wrong_sizes() -> None:
