@@ -830,7 +830,8 @@ class AsyncClient:
         async def chunk(request: InferRequest) -> InferResult:
             return await self._infer_one(request, plan, options, mode)
 
-        return InferResult.concatenate(await self._chunks.run(chunk, requests))
+        rows = [len(request.inputs[0].array) for request in requests]
+        return InferResult.concatenate(await self._chunks.run(chunk, requests), rows=rows)
 
     async def _infer_one(
         self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory

@@ -825,7 +825,8 @@ class Client:
         def chunk(request: InferRequest) -> InferResult:
             return self._infer_one(request, plan, options, mode)
 
-        return InferResult.concatenate(self._chunks.run(chunk, requests))
+        rows = [len(request.inputs[0].array) for request in requests]
+        return InferResult.concatenate(self._chunks.run(chunk, requests), rows=rows)
 
     def _infer_one(
         self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory

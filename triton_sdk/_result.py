@@ -239,9 +239,18 @@ class InferResult(Displayable, Mapping[str, Array]):
                 )
 
     @classmethod
-    def concatenate(cls, parts: Sequence[InferResult]) -> InferResult:
-        """Join the results of consecutive batch chunks along axis 0, in order."""
+    def concatenate(
+        cls, parts: Sequence[InferResult], *, rows: Sequence[int] | None = None
+    ) -> InferResult:
+        """Join the results of consecutive batch chunks along axis 0, in order.
+
+        ``rows``, the batch size each chunk was sent with, is checked against each
+        answer's first axis before joining: an answer with other rows raises
+        :class:`InferenceError` rather than shifting every row after it."""
         first = parts[0]
+        if rows is not None:
+            for part, count in zip(parts, rows, strict=True):
+                part._check_rows(count)
         if len(parts) == 1:
             return first
         outputs = {}

@@ -631,6 +631,17 @@ async def test_a_failed_chunk_fails_the_call(connect: Connect) -> None:
         await resolve(model.infer(X=np.arange(10, dtype=np.float32).reshape(10, 1)))
 
 
+async def test_a_chunk_answered_with_other_rows_fails_the_call(connect: Connect) -> None:
+    # One row per chunk, whatever was sent: joining them would misplace every row.
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        return {"Y": op.inputs[0].array[:1]}
+
+    client, _ = connect(handler)
+    model = await resolve(client.model("double"))
+    with pytest.raises(ts.InferenceError, match=r"shape \[1, 1\]: the answer to a batch of 4"):
+        await resolve(model.infer(X=np.arange(10, dtype=np.float32).reshape(10, 1)))
+
+
 # 7. Timeouts
 
 
