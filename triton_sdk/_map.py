@@ -54,10 +54,14 @@ def default_batch_size(spec: ModelSpec) -> int:
 
 def check_samples(samples: object) -> None:
     """``map`` takes an iterable (or, on AsyncModel, an async iterable) of samples."""
-    if not isinstance(samples, Iterable | AsyncIterable) or isinstance(samples, str | bytes):
+    if (
+        not isinstance(samples, Iterable | AsyncIterable)
+        or isinstance(samples, str | bytes)
+        or (isinstance(samples, np.ndarray) and samples.ndim == 0)  # iterable in type only
+    ):
         raise InvalidInputError(
             f"map takes an iterable of samples (mappings of input name to value), "
-            f"got {type(samples).__name__}"
+            f"got {'a 0-d array' if isinstance(samples, np.ndarray) else type(samples).__name__}"
         )
 
 

@@ -212,6 +212,7 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
     "map outputs=5": (lambda e: e.probe.map([SAMPLE], outputs=5), "output"),
     "map(None)": (lambda e: e.probe.map(None), "samples"),
     "map(5)": (lambda e: e.probe.map(5), "samples"),
+    "map(a 0-d array)": (lambda e: e.probe.map(np.array(None, dtype=object)), "samples"),
     "inputs mapping with int and str names": (
         lambda e: e.probe.infer({1: [1.0], "Z": [1.0]}),
         "input",
