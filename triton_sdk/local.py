@@ -48,7 +48,10 @@ __all__ = ["LocalServer", "ServerStartError", "TritonInstallation", "find_triton
 StrPath = str | os.PathLike[str]
 
 _EXIT_TIMEOUT_SECONDS: Final = 5
-_PORT_ATTEMPTS: Final = 3
+_START_ATTEMPTS: Final = 3
+# The Python backend sometimes aborts on this while its models load, under load
+# (triton-inference-server/server#8882); the same start succeeds when tried again.
+_KNOWN_START_CRASH: Final = "boost::interprocess::lock_exception"
 
 
 class ServerStartError(TritonError, RuntimeError):
@@ -461,7 +464,7 @@ class LocalServer:
         backends = _backend_directory(installation, self._workdir)
         env = _server_environment(installation, models_environment(self.python_env))
         keep_ports = self._ports
-        for attempt in range(_PORT_ATTEMPTS):
+        for attempt in range(_START_ATTEMPTS):
             ports = keep_ports or tuple(_free_ports(3, self.host))
             self._ports = (ports[0], ports[1], ports[2])
             try:
@@ -469,9 +472,10 @@ class LocalServer:
                 return self
             except ServerStartError:
                 log = _tail(self.log_path, 200)
-                port_clash = "address already in use" in log.lower()
+                port_clash = "address already in use" in log.lower() and keep_ports is None
+                known_crash = _KNOWN_START_CRASH in log
                 self._cleanup_process()
-                if keep_ports is not None or not port_clash or attempt == _PORT_ATTEMPTS - 1:
+                if not (port_clash or known_crash) or attempt == _START_ATTEMPTS - 1:
                     # The error names the log: keep it, drop the rest of the work folder.
                     self._remove_workdir(keep_log=True)
                     raise

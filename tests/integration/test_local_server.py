@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 
 import triton_sdk as ts
@@ -78,6 +79,48 @@ def test_model_that_cannot_load_fails_with_its_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ServerStartError, match="weights are missing"):
         LocalServer(repository, startup_timeout=60).start()
+
+
+def test_a_start_that_aborts_in_the_known_python_backend_crash_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real server, behind a wrapper whose first run dies as tritonserver sometimes does.
+    real = find_tritonserver()
+    runs = tmp_path / "runs"
+    wrapper = tmp_path / "tritonserver"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"echo run >> {runs}\n"
+        f'if [ "$(wc -l < {runs})" -eq 1 ]; then\n'
+        '  echo "terminate called after throwing an instance of '
+        "'boost::interprocess::lock_exception'\"\n"
+        "  kill -ABRT $$\n"
+        "fi\n"
+        f'exec {real.binary} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(
+        "triton_sdk.local.find_tritonserver", lambda: attrs.evolve(real, binary=wrapper)
+    )
+    with LocalServer(EXAMPLE_MODELS) as server, ts.Client(server.grpc_url) as client:
+        assert client.is_ready()
+    assert runs.read_text().count("run") == 2
+
+
+def test_a_start_that_aborts_otherwise_is_not_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = tmp_path / "runs"
+    wrapper = tmp_path / "tritonserver"
+    wrapper.write_text(f"#!/bin/sh\necho run >> {runs}\necho 'Segmentation fault'\nkill -ABRT $$\n")
+    wrapper.chmod(0o755)
+    real = find_tritonserver()
+    monkeypatch.setattr(
+        "triton_sdk.local.find_tritonserver", lambda: attrs.evolve(real, binary=wrapper)
+    )
+    with pytest.raises(ServerStartError, match="exited with code -6"):
+        LocalServer(EXAMPLE_MODELS).start()
+    assert runs.read_text().count("run") == 1
 
 
 def test_missing_repository_is_refused(tmp_path: Path) -> None:
