@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
@@ -1737,8 +1737,9 @@ class AsyncChatCompletions:
             url, options_ = target
             body = chat_body(model, messages, options, stream=stream, tools=tools)
             if stream:
-                events = await apost_events(url, body, **_openai_call(options_, model))
-                return AsyncResponseStream(_parsed(events, ChatCompletionChunk.from_openai_dict))
+                parse_chat = ChatCompletionChunk.from_openai_dict
+                events = await apost_events(url, body, parse_chat, **_openai_call(options_, model))
+                return AsyncResponseStream(events)
             answer = await apost_json(url, body, **_openai_call(options_, model))
             return ChatCompletion.from_openai_dict(answer)
         handle = await client._llm_model(model, timeout, headers)
@@ -1803,8 +1804,9 @@ class AsyncCompletions:
             url, options_ = target
             body = completion_body(model, prompt, options, stream=stream)
             if stream:
-                events = await apost_events(url, body, **_openai_call(options_, model))
-                return AsyncResponseStream(_parsed(events, CompletionChunk.from_openai_dict))
+                parse = CompletionChunk.from_openai_dict
+                events = await apost_events(url, body, parse, **_openai_call(options_, model))
+                return AsyncResponseStream(events)
             answer = await apost_json(url, body, **_openai_call(options_, model))
             return Completion.from_openai_dict(answer)
         handle = await client._llm_model(model, timeout, headers)
@@ -1816,13 +1818,3 @@ class AsyncCompletions:
 
 def _openai_call(options: CallOptions, model: str) -> OpenAICall:
     return {"timeout": options.timeout, "headers": options.headers, "model": model}
-
-
-async def _parsed(
-    events: AsyncIterator[dict[str, object]], parse: Callable[[dict[str, object]], T]
-) -> AsyncIterator[T]:
-    try:
-        async for event in events:
-            yield parse(event)
-    finally:
-        await aclose_iterator(events)

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
@@ -1720,8 +1720,9 @@ class ChatCompletions:
             url, options_ = target
             body = chat_body(model, messages, options, stream=stream, tools=tools)
             if stream:
-                events = post_events(url, body, **_openai_call(options_, model))
-                return ResponseStream(_parsed(events, ChatCompletionChunk.from_openai_dict))
+                parse_chat = ChatCompletionChunk.from_openai_dict
+                events = post_events(url, body, parse_chat, **_openai_call(options_, model))
+                return ResponseStream(events)
             answer = post_json(url, body, **_openai_call(options_, model))
             return ChatCompletion.from_openai_dict(answer)
         handle = client._llm_model(model, timeout, headers)
@@ -1786,8 +1787,9 @@ class Completions:
             url, options_ = target
             body = completion_body(model, prompt, options, stream=stream)
             if stream:
-                events = post_events(url, body, **_openai_call(options_, model))
-                return ResponseStream(_parsed(events, CompletionChunk.from_openai_dict))
+                parse = CompletionChunk.from_openai_dict
+                events = post_events(url, body, parse, **_openai_call(options_, model))
+                return ResponseStream(events)
             answer = post_json(url, body, **_openai_call(options_, model))
             return Completion.from_openai_dict(answer)
         handle = client._llm_model(model, timeout, headers)
@@ -1799,13 +1801,3 @@ class Completions:
 
 def _openai_call(options: CallOptions, model: str) -> OpenAICall:
     return {"timeout": options.timeout, "headers": options.headers, "model": model}
-
-
-def _parsed(
-    events: Iterator[dict[str, object]], parse: Callable[[dict[str, object]], T]
-) -> Iterator[T]:
-    try:
-        for event in events:
-            yield parse(event)
-    finally:
-        close_iterator(events)

@@ -6,6 +6,7 @@ Each function returns the most specific :class:`TritonError` (the rules are the 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from .._call import AnyOp
@@ -112,6 +113,26 @@ _NEVER_CONNECTED = (
 
 def closed_error(exc: BaseException) -> TritonError:
     return TritonError(f"the client's connection is closed ({exc})")
+
+
+def closed_by_aclose() -> TritonError:
+    return closed_error(RuntimeError("closed by aclose()"))
+
+
+def closed_in_flight() -> TritonError:
+    """The error of a call that closing the client cut off."""
+    return closed_error(RuntimeError("closed while the call was in flight"))
+
+
+def cancelled_by_close(closed: bool) -> bool:
+    """Whether a CancelledError in a call came from the client's own close, which cancels
+    the calls in flight, rather than from a cancellation of the caller's task (which must
+    go on as it is)."""
+    if not closed:
+        return False
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return cancelling is None or cancelling() == 0
 
 
 def refused_error(exc: ValueError) -> TritonError:

@@ -24,7 +24,14 @@ from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError, TritonError, TritonTimeoutError
 from .._grpc_codec import SERVICE, GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
 from .._ops import FetchMetrics, Op, StreamOp
-from ._errors import closed_error, grpc_error, refused_error
+from ._errors import (
+    cancelled_by_close,
+    closed_by_aclose,
+    closed_error,
+    closed_in_flight,
+    grpc_error,
+    refused_error,
+)
 from ._http_pool import ssl_context
 from ._loop import check_loop
 from ._metrics import fetch_metrics, fetch_metrics_async
@@ -148,6 +155,15 @@ _ALGORITHMS: Final = {
 }
 
 
+def _call_error(
+    exc: grpc.RpcError, op: Op[Any] | StreamOp[Any], ctx: CallContext, tls: bool, closed: bool
+) -> TritonError:
+    """A failed call's error; a call that closing the client cancelled says so."""
+    if closed:
+        return closed_in_flight()
+    return grpc_error(exc, op, tls=tls, timeout=ctx.timeout)
+
+
 class GrpcTransport:
     """Blocking gRPC. grpc's channel is thread-safe, so one transport serves all threads."""
 
@@ -189,7 +205,7 @@ class GrpcTransport:
         except ValueError as exc:  # a closed channel, or metadata grpc will not send
             raise self._refused(exc) from exc
         except grpc.RpcError as exc:
-            raise grpc_error(exc, op, tls=self.endpoint.tls, timeout=ctx.timeout) from exc
+            raise self._failed(exc, op, ctx) from exc
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         encoded = encode_stream(op)
@@ -237,9 +253,7 @@ class GrpcTransport:
                 if message is _END:
                     return
                 if isinstance(message, grpc.RpcError):
-                    raise grpc_error(
-                        message, op, tls=self.endpoint.tls, timeout=ctx.timeout
-                    ) from message
+                    raise self._failed(message, op, ctx) from message
                 item, final = stream.read(message)
                 if item is not None:
                     yield item
@@ -250,6 +264,11 @@ class GrpcTransport:
 
     def _refused(self, exc: ValueError) -> TritonError:
         return closed_error(exc) if self._closed else refused_error(exc)
+
+    def _failed(
+        self, exc: grpc.RpcError, op: Op[Any] | StreamOp[Any], ctx: CallContext
+    ) -> TritonError:
+        return _call_error(exc, op, ctx, self.endpoint.tls, self._closed)
 
     def close(self) -> None:
         self._closed = True
@@ -278,7 +297,7 @@ class AsyncGrpcTransport:
         if self._stub is not None:
             return self._stub
         if self._closed:
-            raise closed_error(RuntimeError("closed by aclose()"))
+            raise closed_by_aclose()
         target = self.endpoint.authority
         if self._credentials is not None:
             self._channel = grpc.aio.secure_channel(
@@ -299,7 +318,11 @@ class AsyncGrpcTransport:
         try:
             reply = await self._unary(encoded, ctx)
         except grpc.RpcError as exc:
-            raise grpc_error(exc, op, tls=self.endpoint.tls, timeout=ctx.timeout) from exc
+            raise self._failed(exc, op, ctx) from exc
+        except asyncio.CancelledError as exc:
+            if cancelled_by_close(self._closed):  # aclose() cancelled the call
+                raise closed_in_flight() from exc
+            raise
         return encoded.read(reply)
 
     def _unary(self, call: GrpcCall[Any], ctx: CallContext) -> Any:
@@ -319,7 +342,11 @@ class AsyncGrpcTransport:
             try:
                 reply = await self._unary(encoded, ctx)
             except grpc.RpcError as exc:
-                raise grpc_error(exc, op, tls=self.endpoint.tls, timeout=ctx.timeout) from exc
+                raise self._failed(exc, op, ctx) from exc
+            except asyncio.CancelledError as exc:
+                if cancelled_by_close(self._closed):  # aclose() cancelled the call
+                    raise closed_in_flight() from exc
+                raise
             yield encoded.read(reply)
             return
         async for item in self._stream(encoded, op, ctx):
@@ -350,9 +377,18 @@ class AsyncGrpcTransport:
                     if final:
                         return
             except grpc.RpcError as exc:
-                raise grpc_error(exc, op, tls=self.endpoint.tls, timeout=ctx.timeout) from exc
+                raise self._failed(exc, op, ctx) from exc
+            except asyncio.CancelledError as exc:
+                if cancelled_by_close(self._closed):  # aclose() cancelled the call
+                    raise closed_in_flight() from exc
+                raise
         finally:
             call.cancel()
+
+    def _failed(
+        self, exc: grpc.RpcError, op: Op[Any] | StreamOp[Any], ctx: CallContext
+    ) -> TritonError:
+        return _call_error(exc, op, ctx, self.endpoint.tls, self._closed)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -26,7 +26,13 @@ from .._errors import TritonError
 from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, is_triton
 from .._ops import FetchMetrics, GetServerMetadata, Op, StreamOp
 from .._request import InferRequest
-from ._errors import closed_error, http_error
+from ._errors import (
+    cancelled_by_close,
+    closed_by_aclose,
+    closed_error,
+    closed_in_flight,
+    http_error,
+)
 from ._http_pool import (
     AnswerLost,
     ConnectionPool,
@@ -143,14 +149,18 @@ class HttpTransport:
                 # a clean end, read1 raises IncompleteRead.
                 try:
                     data = response.read1(65536)
+                    if not data and self._pool.closed:  # close() cut the stream
+                        raise closed_in_flight()
                     items = decoder.feed(data) if data else decoder.finish()
                 except _HTTP_FAILURES as exc:  # UnicodeDecodeError is a ValueError
+                    if self._pool.closed:
+                        raise closed_in_flight() from exc
                     raise http_error(exc, op, ctx.timeout, self._url) from exc
                 yield from items
                 if not data:
                     break
         finally:
-            connection.close()
+            self._pool.end_stream(connection)
 
     def close(self) -> None:
         self._pool.close()
@@ -224,10 +234,11 @@ class AsyncHttpTransport:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._reading: set[aiohttp.ClientResponse] = set()  # answers being read
 
     def _open(self) -> aiohttp.ClientSession:
         if self._closed:
-            raise closed_error(RuntimeError("closed by aclose()"))
+            raise closed_by_aclose()
         connector = aiohttp.TCPConnector(limit=_ASYNC_CONNECTIONS, ssl=self._ssl)
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -310,14 +321,24 @@ class AsyncHttpTransport:
         timeout = aiohttp.ClientTimeout(total=ctx.timeout)
         try:
             async with self._request(call, ctx, timeout) as response:
-                data = await _body(response)
+                self._reading.add(response)
+                try:
+                    data = await _body(response)
+                finally:
+                    self._reading.discard(response)
                 status = response.status
                 length = header_length(response.headers.get(HEADER_LENGTH))
         except _AIOHTTP_FAILURES as exc:
+            if self._closed:
+                raise closed_in_flight() from exc
             error = http_error(exc, op, ctx.timeout, self._url)
             # Failing to connect is the one failure that proves nothing went out.
             error.may_have_run = not isinstance(exc, aiohttp.ClientConnectorError)
             raise error from exc
+        except asyncio.CancelledError as exc:
+            if cancelled_by_close(self._closed):  # aclose() cancelled the call
+                raise closed_in_flight() from exc
+            raise
         return call.read(status, length, data)
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
@@ -327,14 +348,24 @@ class AsyncHttpTransport:
         decoder = call.decoder()
         try:
             async with self._request(call, ctx, each) as response:
-                content_type = response.headers.get("Content-Type")
-                if not call.opens(response.status, content_type):
-                    call.refuse(response.status, content_type, await response.read())
-                async for data in response.content.iter_any():
-                    for item in decoder.feed(data):
-                        yield item
+                self._reading.add(response)
+                try:
+                    content_type = response.headers.get("Content-Type")
+                    if not call.opens(response.status, content_type):
+                        call.refuse(response.status, content_type, await response.read())
+                    async for data in response.content.iter_any():
+                        for item in decoder.feed(data):
+                            yield item
+                finally:
+                    self._reading.discard(response)
         except _AIOHTTP_FAILURES as exc:
+            if self._closed:
+                raise closed_in_flight() from exc
             raise http_error(exc, op, ctx.timeout, self._url) from exc
+        except asyncio.CancelledError as exc:
+            if cancelled_by_close(self._closed):  # aclose() cancelled the call
+                raise closed_in_flight() from exc
+            raise
         for item in decoder.finish():
             yield item
 
@@ -359,6 +390,11 @@ class AsyncHttpTransport:
 
     async def aclose(self) -> None:
         self._closed = True
+        # Closing a session drops its connections without telling the answers being read,
+        # whose readers would then wait forever: tell them.
+        for response in self._reading:
+            response.content.set_exception(closed_by_aclose())
+        self._reading.clear()
         sessions = [*self._retired, *([self._session] if self._session else [])]
         self._session = None
         self._retired.clear()

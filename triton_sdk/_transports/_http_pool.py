@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import math
 import select
@@ -261,6 +262,7 @@ class ConnectionPool:
         self._max_idle = max_idle
         self._max_age = max_age
         self._closed = False
+        self._streaming: set[http.client.HTTPConnection] = set()  # connections of streams
         self._host = endpoint.host
         self._port = endpoint.port
         self._context = ssl_context(tls) if endpoint.tls else None
@@ -372,6 +374,8 @@ class ConnectionPool:
             connection.close()
         else:
             self._idle.append(connection)
+            if self.closed:  # close() ran meanwhile (another thread): it may have missed this
+                self.close()
         data = decompress(data, response.getheader("Content-Encoding"))
         return response.status, header_length(response.getheader(HEADER_LENGTH)), data
 
@@ -385,22 +389,37 @@ class ConnectionPool:
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Send a request on a connection of its own, for an answer read piece by piece.
 
-        The caller closes the connection when done; ``timeout`` bounds each read.
+        The caller hands the connection to :meth:`end_stream` when done; ``timeout``
+        bounds each read. :meth:`close` cuts the streams still open.
         """
         if self._closed:
             raise PoolClosed("the client's connections are closed")
         connection = self._connect(timeout)
+        self._streaming.add(connection)
         try:
             connection.request(method, path, body, dict(headers))
             return connection, connection.getresponse()
         except BaseException:
-            connection.close()
+            self.end_stream(connection)
             raise
+
+    def end_stream(self, connection: http.client.HTTPConnection) -> None:
+        self._streaming.discard(connection)
+        connection.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         self._closed = True
         while self._idle:
             self._idle.pop().close()
+        for connection in list(self._streaming):
+            # A shutdown wakes a reader blocked in another thread; close() alone does not.
+            with contextlib.suppress(OSError):
+                if connection.sock is not None:
+                    connection.sock.shutdown(socket.SHUT_RDWR)
 
     def __del__(self) -> None:
         # A client dropped without close() should not leave sockets to the collector.

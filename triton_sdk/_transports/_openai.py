@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ from .._openai_route import error_from_body, event_error
 __all__ = ["OpenAICall", "apost_events", "apost_json", "post_events", "post_json"]
 
 JSONObject = dict[str, Any]
+T = TypeVar("T")
 
 
 class OpenAICall(TypedDict):
@@ -130,18 +131,43 @@ def post_json(
     return _json(raw, url, model)
 
 
+class EventStream(Generic[T]):
+    """The events of one answer, each parsed; closing it, read or not, closes the
+    connection, which cancels the request on the server."""
+
+    def __init__(
+        self,
+        events: Generator[JSONObject, None, None],
+        parse: Callable[[JSONObject], T],
+        connection: http.client.HTTPConnection,
+    ) -> None:
+        self._events = events
+        self._parse = parse
+        self._connection = connection
+
+    def __iter__(self) -> EventStream[T]:
+        return self
+
+    def __next__(self) -> T:
+        return self._parse(next(self._events))
+
+    def close(self) -> None:
+        self._events.close()  # a generator not yet started runs no finally: close here too
+        self._connection.close()
+
+
 def post_events(
     url: str,
     body: JSONObject,
+    parse: Callable[[JSONObject], T],
     *,
     timeout: float | None,
     headers: Mapping[str, str] | None,
     model: str | None,
-) -> Iterator[JSONObject]:
-    """Send the request now (its errors are raised here), and return its events; closing
-    them closes the connection, which cancels the request on the server."""
+) -> EventStream[T]:
+    """Send the request now (its errors are raised here), and return its events, parsed."""
     connection, response = _open(url, body, timeout, headers, True, model)
-    return _events(connection, response, url, model, timeout)
+    return EventStream(_events(connection, response, url, model, timeout), parse, connection)
 
 
 def _events(
@@ -150,7 +176,7 @@ def _events(
     url: str,
     model: str | None,
     timeout: float | None,
-) -> Iterator[JSONObject]:
+) -> Generator[JSONObject, None, None]:
     try:
         while line := response.readline():
             if _done(line):
@@ -210,6 +236,9 @@ async def _aopen(
     except _aiohttp_failures() as exc:
         await session.close()
         raise _failure(exc, url, model, timeout) from exc
+    except BaseException:  # cancelled while waiting for the answer
+        await session.close()
+        raise
     return session, response
 
 
@@ -232,18 +261,46 @@ async def apost_json(
     return _json(raw, url, model)
 
 
+class AsyncEventStream(Generic[T]):
+    """The asyncio twin of :class:`EventStream`."""
+
+    def __init__(
+        self,
+        events: AsyncGenerator[JSONObject, None],
+        parse: Callable[[JSONObject], T],
+        session: aiohttp.ClientSession,
+        response: aiohttp.ClientResponse,
+    ) -> None:
+        self._events = events
+        self._parse = parse
+        self._session = session
+        self._response = response
+
+    def __aiter__(self) -> AsyncEventStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        return self._parse(await self._events.__anext__())
+
+    async def aclose(self) -> None:
+        await self._events.aclose()  # a generator not yet started runs no finally
+        self._response.release()
+        await self._session.close()
+
+
 async def apost_events(
     url: str,
     body: JSONObject,
+    parse: Callable[[JSONObject], T],
     *,
     timeout: float | None,
     headers: Mapping[str, str] | None,
     model: str | None,
-) -> AsyncIterator[JSONObject]:
-    """Send the request now (its errors are raised here), and return its events; closing
-    them closes the connection, which cancels the request on the server."""
+) -> AsyncEventStream[T]:
+    """Send the request now (its errors are raised here), and return its events, parsed."""
     session, response = await _aopen(url, body, timeout, headers, True, model)
-    return _aevents(session, response, url, model, timeout)
+    events = _aevents(session, response, url, model, timeout)
+    return AsyncEventStream(events, parse, session, response)
 
 
 async def _aevents(
@@ -252,7 +309,7 @@ async def _aevents(
     url: str,
     model: str | None,
     timeout: float | None,
-) -> AsyncIterator[JSONObject]:
+) -> AsyncGenerator[JSONObject, None]:
     import aiohttp
 
     try:

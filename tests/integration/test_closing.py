@@ -1,0 +1,101 @@
+"""Closing a client while its calls and streams are in flight, against the real server:
+each of them ends at once with the closed client's error, never a raw CancelledError and
+never a wait for the rest of the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import triton_sdk as ts
+from triton_sdk.local import LocalServer
+
+from .conftest import server_url
+
+LONG = 60
+DELAY_MS = 100  # the stream would take 6 s
+
+
+def is_closed_error(error: BaseException) -> bool:
+    return type(error) is ts.TritonError and "closed" in str(error)
+
+
+def test_closing_a_client_ends_the_stream_another_thread_reads(
+    server: LocalServer, protocol: str
+) -> None:
+    client = ts.Client(server_url(server, protocol))
+    stream = client.model("repeat").stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS)
+    outcome: list[object] = []
+    first = threading.Event()
+
+    def read() -> None:
+        try:
+            for _ in stream:
+                first.set()
+            outcome.append("ended")
+        except BaseException as error:
+            outcome.append(error)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert first.wait(10)
+    closed_at = time.monotonic()
+    client.close()
+    reader.join(5)
+    assert not reader.is_alive(), "the reader still waits for the rest of the stream"
+    assert time.monotonic() - closed_at < 2
+    (error,) = outcome
+    assert isinstance(error, BaseException), error
+    assert is_closed_error(error), error
+
+
+@pytest.mark.parametrize("what", ["stream", "calls"])
+def test_aclose_ends_what_is_in_flight_with_the_closed_error(
+    server: LocalServer, protocol: str, what: str
+) -> None:
+    async def main() -> list[BaseException | object]:
+        client = ts.AsyncClient(server_url(server, protocol), retry=ts.RetryPolicy.none())
+        if what == "stream":
+            repeat = await client.model("repeat")
+
+            async def work() -> object:
+                return [r async for r in repeat.stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS)]
+
+            tasks = [asyncio.create_task(work())]
+        else:
+            sleep = await client.model("sleep")
+            tasks = [asyncio.create_task(sleep.infer(SECONDS=[3.0])) for _ in range(4)]
+        await asyncio.sleep(0.5)
+        closed_at = time.monotonic()
+        await client.aclose()
+        outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=5)
+        assert time.monotonic() - closed_at < 2
+        # Nobody cancelled the tasks themselves (Task.cancelling is Python 3.11+).
+        assert all(getattr(task, "cancelling", lambda: 0)() == 0 for task in tasks)
+        return outcomes
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(outcome, BaseException) for outcome in outcomes), outcomes
+    assert all(is_closed_error(outcome) for outcome in outcomes), outcomes  # type: ignore[arg-type]
+
+
+def test_cancelling_the_reader_still_cancels_it(server: LocalServer, protocol: str) -> None:
+    # The closed error is for aclose(): a task cancelled by its caller stays cancelled.
+    async def main() -> None:
+        async with ts.AsyncClient(server_url(server, protocol)) as client:
+            repeat = await client.model("repeat")
+
+            async def work() -> None:
+                async for _ in repeat.stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS):
+                    pass
+
+            task = asyncio.create_task(work())
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())

@@ -1,0 +1,92 @@
+"""A streamed ``create()`` on the OpenAI route sends its request at once: closing the
+stream before reading a chunk must still hang up, which cancels the request upstream.
+A stdlib server on loopback stands in for the frontend and records the hang-up."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+import triton_sdk as ts
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+CHUNKS = 50  # 0.1 s apart: 5 s when nobody hangs up
+
+
+class Streaming(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    hung_up: threading.Event
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "t"}, "finish_reason": None}],
+        }
+        data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        try:
+            for _ in range(CHUNKS):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            type(self).hung_up.set()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def frontend() -> Iterator[tuple[str, threading.Event]]:
+    hung_up = threading.Event()
+    handler = type("Handler", (Streaming,), {"hung_up": hung_up})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", hung_up
+    server.shutdown()
+    server.server_close()
+
+
+def test_closing_an_unread_stream_hangs_up(frontend: tuple[str, threading.Event]) -> None:
+    url, hung_up = frontend
+    with (
+        ts.Client("http://127.0.0.1:9", openai_url=url, route="openai") as client,
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always", ResourceWarning)
+        stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        stream.close()
+        assert hung_up.wait(3), "the request still streams after close()"
+        del stream
+        gc.collect()
+    # Closed by close(), not left to the garbage collector.
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_aclosing_an_unread_stream_hangs_up(frontend: tuple[str, threading.Event]) -> None:
+    url, hung_up = frontend
+
+    async def main() -> None:
+        async with ts.AsyncClient("http://127.0.0.1:9", openai_url=url, route="openai") as client:
+            stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            await stream.aclose()
+
+    asyncio.run(main())
+    assert hung_up.wait(3), "the request still streams after aclose()"
