@@ -31,7 +31,7 @@ from ._base import (
     merge_fields,
     with_suggestions,
 )
-from ._call import CallContext, CallHook, CallOptions, run_before_send
+from ._call import CallContext, CallHook, CallOptions, StreamStop, run_before_send
 from ._chat_template import Message
 from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
@@ -486,12 +486,14 @@ class AsyncClient:
                 raise
             raise final from error
 
-    def _stream(self, op: StreamOp[T], options: CallOptions) -> AsyncIterator[T]:
+    def _stream(self, op: StreamOp[T], options: CallOptions) -> AsyncResponseStream[T]:
         """The responses of a streamed op; never retried."""
         if self._closed:
             raise closed_error("AsyncClient")
         # Streams are never retried: the retry deadline does not cut their waits.
-        return self._responses(op, attrs.evolve(options, deadline_at=None).context(op))
+        ctx = attrs.evolve(options, deadline_at=None).context(op)
+        ctx._stop = stop = StreamStop()
+        return AsyncResponseStream(self._responses(op, ctx), stop)
 
     async def _responses(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         hooks = self._settings.hooks
@@ -513,6 +515,8 @@ class AsyncClient:
                     hook.after_receive(op, ctx, item)
                 yield item
         except TritonError as error:
+            if ctx._stop is not None and ctx._stop.requested:
+                return  # stopped from another thread: the reader's loop just ends
             for hook in hooks:
                 hook.on_error(op, ctx, error)
             raise
@@ -1217,9 +1221,7 @@ class AsyncModel(ModelCore):
             streaming=True,
         )
         op = StreamInfer(request, self.spec)
-        return AsyncResponseStream(
-            self._client._stream(op, self._client._options(timeout, headers))
-        )
+        return self._client._stream(op, self._client._options(timeout, headers))
 
     async def generate(
         self,
@@ -1254,9 +1256,7 @@ class AsyncModel(ModelCore):
         """Like :meth:`generate`, yielding the fields of each response as it arrives."""
         merged = merge_fields(fields, named_fields)
         op = GenerateStream(self.spec, self.version, merged, parameters)
-        return AsyncResponseStream(
-            self._client._stream(op, self._client._options(timeout, headers))
-        )
+        return self._client._stream(op, self._client._options(timeout, headers))
 
     async def chat(
         self,
@@ -1360,7 +1360,7 @@ class AsyncModel(ModelCore):
         self, call: LLMCall, assembler: StreamAssembler[Chunk], timeout: Timeout, headers: Headers
     ) -> AsyncResponseStream[Chunk]:
         events = self.generate_stream(call.fields, timeout=timeout, headers=headers)
-        return AsyncResponseStream(_assembled(events, assembler))
+        return AsyncResponseStream(_assembled(events, assembler), events._stop)
 
     def sequence(self, sequence_id: int | str | None = None) -> AsyncModelSequence:
         """A sequence of requests to a stateful model: ``async with model.sequence() as seq:``.

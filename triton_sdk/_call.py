@@ -8,7 +8,7 @@ hooks see and may change (headers, timeout) and that the transport obeys.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -20,7 +20,7 @@ from ._errors import TritonError
 from ._ops import Op, StreamOp
 from ._retry import attempt_timeout
 
-__all__ = ["AnyOp", "CallContext", "CallHook", "CallOptions", "run_before_send"]
+__all__ = ["AnyOp", "CallContext", "CallHook", "CallOptions", "StreamStop", "run_before_send"]
 
 AnyOp = Op[Any] | StreamOp[Any]
 
@@ -53,6 +53,31 @@ class CallContext:
     attempt: int = 1
     state: dict[str, Any] = attrs.field(factory=dict, repr=False)
     url: str = ""
+    # A stream's: how a thread other than the reader's stops it (ResponseStream.close).
+    _stop: StreamStop | None = attrs.field(default=None, init=False, repr=False, eq=False)
+
+
+class StreamStop:
+    """Stops a stream that another thread is reading. The transport gives ``cancel`` (which
+    makes the reader's wait end) once the stream is open; a stopped stream ends quietly,
+    as one left with ``break`` does."""
+
+    __slots__ = ("_cancel", "requested")
+
+    def __init__(self) -> None:
+        self._cancel: Callable[[], object] | None = None
+        self.requested = False
+
+    def arm(self, cancel: Callable[[], object]) -> None:
+        """Called by the transport when the stream is open."""
+        self._cancel = cancel
+        if self.requested:  # stopped while it opened
+            cancel()
+
+    def request(self) -> None:
+        self.requested = True
+        if self._cancel is not None:
+            self._cancel()
 
 
 class CallHook:

@@ -32,7 +32,7 @@ from ._base import (
     merge_fields,
     with_suggestions,
 )
-from ._call import CallContext, CallHook, CallOptions, run_before_send
+from ._call import CallContext, CallHook, CallOptions, StreamStop, run_before_send
 from ._chat_template import Message
 from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
@@ -485,12 +485,14 @@ class Client:
                 raise
             raise final from error
 
-    def _stream(self, op: StreamOp[T], options: CallOptions) -> Iterator[T]:
+    def _stream(self, op: StreamOp[T], options: CallOptions) -> ResponseStream[T]:
         """The responses of a streamed op; never retried."""
         if self._closed:
             raise closed_error("Client")
         # Streams are never retried: the retry deadline does not cut their waits.
-        return self._responses(op, attrs.evolve(options, deadline_at=None).context(op))
+        ctx = attrs.evolve(options, deadline_at=None).context(op)
+        ctx._stop = stop = StreamStop()
+        return ResponseStream(self._responses(op, ctx), stop)
 
     def _responses(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         hooks = self._settings.hooks
@@ -512,6 +514,8 @@ class Client:
                     hook.after_receive(op, ctx, item)
                 yield item
         except TritonError as error:
+            if ctx._stop is not None and ctx._stop.requested:
+                return  # stopped from another thread: the reader's loop just ends
             for hook in hooks:
                 hook.on_error(op, ctx, error)
             raise
@@ -1210,7 +1214,7 @@ class Model(ModelCore):
             streaming=True,
         )
         op = StreamInfer(request, self.spec)
-        return ResponseStream(self._client._stream(op, self._client._options(timeout, headers)))
+        return self._client._stream(op, self._client._options(timeout, headers))
 
     def generate(
         self,
@@ -1245,7 +1249,7 @@ class Model(ModelCore):
         """Like :meth:`generate`, yielding the fields of each response as it arrives."""
         merged = merge_fields(fields, named_fields)
         op = GenerateStream(self.spec, self.version, merged, parameters)
-        return ResponseStream(self._client._stream(op, self._client._options(timeout, headers)))
+        return self._client._stream(op, self._client._options(timeout, headers))
 
     def chat(
         self,
@@ -1349,7 +1353,7 @@ class Model(ModelCore):
         self, call: LLMCall, assembler: StreamAssembler[Chunk], timeout: Timeout, headers: Headers
     ) -> ResponseStream[Chunk]:
         events = self.generate_stream(call.fields, timeout=timeout, headers=headers)
-        return ResponseStream(_assembled(events, assembler))
+        return ResponseStream(_assembled(events, assembler), events._stop)
 
     def sequence(self, sequence_id: int | str | None = None) -> ModelSequence:
         """A sequence of requests to a stateful model: ``with model.sequence() as seq:``.

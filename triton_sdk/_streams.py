@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from ._call import StreamStop
 
 __all__ = ["AsyncResponseStream", "ResponseStream"]
 
@@ -19,10 +22,11 @@ class ResponseStream(Generic[T]):
     frees the stream; ``with model.stream(...) as responses:`` makes that explicit.
     """
 
-    __slots__ = ("_iterator",)
+    __slots__ = ("_iterator", "_stop")
 
-    def __init__(self, iterator: Iterator[T]) -> None:
+    def __init__(self, iterator: Iterator[T], stop: StreamStop | None = None) -> None:
         self._iterator = iterator
+        self._stop = stop
 
     def __iter__(self) -> ResponseStream[T]:
         return self
@@ -31,7 +35,11 @@ class ResponseStream(Generic[T]):
         return next(self._iterator)
 
     def close(self) -> None:
-        """Stop reading: cancel the request if it is still running."""
+        """Stop reading: cancel the request if it is still running. From another thread
+        than the one reading, the reader's loop then ends as after its last response."""
+        if self._stop is not None and getattr(self._iterator, "gi_running", False):
+            self._stop.request()  # another thread waits in it: it cannot be closed from here
+            return
         close = getattr(self._iterator, "close", None)
         if close is not None:
             close()
@@ -54,10 +62,11 @@ class ResponseStream(Generic[T]):
 class AsyncResponseStream(Generic[T]):
     """The asyncio twin of :class:`ResponseStream`: ``async for``, ``aclose``, ``async with``."""
 
-    __slots__ = ("_iterator",)
+    __slots__ = ("_iterator", "_stop")
 
-    def __init__(self, iterator: AsyncIterator[T]) -> None:
+    def __init__(self, iterator: AsyncIterator[T], stop: StreamStop | None = None) -> None:
         self._iterator = iterator
+        self._stop = stop
 
     def __aiter__(self) -> AsyncResponseStream[T]:
         return self
@@ -66,10 +75,18 @@ class AsyncResponseStream(Generic[T]):
         return await self._iterator.__anext__()
 
     async def aclose(self) -> None:
-        """Stop reading: cancel the request if it is still running."""
+        """Stop reading: cancel the request if it is still running. From another task
+        than the one reading, the reader's loop then ends as after its last response."""
         aclose = getattr(self._iterator, "aclose", None)
-        if aclose is not None:
+        if aclose is None:
+            return
+        try:
             await aclose()
+        except RuntimeError as exc:
+            # Another task waits in it: "aclose(): asynchronous generator is already running".
+            if self._stop is None or "already running" not in str(exc):
+                raise
+            self._stop.request()
 
     async def __aenter__(self) -> AsyncResponseStream[T]:
         return self

@@ -99,3 +99,60 @@ def test_cancelling_the_reader_still_cancels_it(server: LocalServer, protocol: s
                 await task
 
     asyncio.run(main())
+
+
+def test_closing_a_stream_another_thread_reads_ends_its_loop(
+    server: LocalServer, protocol: str
+) -> None:
+    with ts.Client(server_url(server, protocol)) as client:
+        stream = client.model("repeat").stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS)
+        seen: list[int] = []
+        outcome: list[object] = []
+
+        def read() -> None:
+            try:
+                for result in stream:
+                    seen.append(int(result["OUT"][0]))
+                outcome.append("ended")
+            except BaseException as error:
+                outcome.append(error)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        while not seen and reader.is_alive():
+            time.sleep(0.01)
+        time.sleep(0.05)  # the reader is back waiting in the stream
+        stream.close()  # while the reader waits for the next response
+        reader.join(3)
+        assert not reader.is_alive(), "the reader still waits for the rest of the stream"
+        assert outcome == ["ended"]
+        assert len(seen) < LONG // 2
+        # The client goes on serving.
+        assert [r["OUT"].tolist() for r in client.model("repeat").stream(IN=[5])] == [[5]]
+
+
+def test_aclosing_a_stream_another_task_reads_ends_its_loop(
+    server: LocalServer, protocol: str
+) -> None:
+    async def main() -> None:
+        async with ts.AsyncClient(server_url(server, protocol)) as client:
+            repeat = await client.model("repeat")
+            stream = repeat.stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS)
+            seen: list[int] = []
+            first = asyncio.Event()
+
+            async def read() -> str:
+                async for result in stream:
+                    seen.append(int(result["OUT"][0]))
+                    first.set()
+                return "ended"
+
+            reader = asyncio.create_task(read())
+            await asyncio.wait_for(first.wait(), 10)
+            await asyncio.sleep(0.05)  # the reader is back waiting in the stream
+            await stream.aclose()  # while the reader awaits the next response
+            assert await asyncio.wait_for(reader, 3) == "ended"
+            assert len(seen) < LONG // 2
+            assert [r["OUT"].tolist() async for r in repeat.stream(IN=[5])] == [[5]]
+
+    asyncio.run(main())

@@ -232,6 +232,8 @@ class GrpcTransport:
             )
         except ValueError as exc:
             raise self._refused(exc) from exc
+        if ctx._stop is not None:
+            ctx._stop.arm(call.cancel)
         messages: queue.Queue[Any] = queue.Queue()
 
         def read() -> None:
@@ -359,6 +361,8 @@ class AsyncGrpcTransport:
         call = self._open().ModelStreamInfer(
             metadata=self._metadata(ctx.headers), compression=self._compression
         )
+        if ctx._stop is not None:
+            ctx._stop.arm(call.cancel)
         timeout = ctx.timeout
         try:
             try:
@@ -379,6 +383,8 @@ class AsyncGrpcTransport:
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
             except asyncio.CancelledError as exc:
+                if ctx._stop is not None and ctx._stop.requested and call.cancelled():
+                    return  # stopped by another task (ResponseStream.aclose)
                 if cancelled_by_close(self._closed):  # aclose() cancelled the call
                     raise closed_in_flight() from exc
                 raise

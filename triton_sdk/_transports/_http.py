@@ -39,6 +39,7 @@ from ._http_pool import (
     PoolClosed,
     body_of,
     header_length,
+    interrupt,
     ssl_context,
 )
 from ._loop import check_loop
@@ -135,6 +136,8 @@ class HttpTransport:
             raise closed_error(exc) from exc
         except _HTTP_FAILURES as exc:
             raise http_error(exc, op, ctx.timeout, self._url) from exc
+        if ctx._stop is not None:
+            ctx._stop.arm(lambda: interrupt(connection))
         try:
             content_type = response.getheader("Content-Type")
             if not call.opens(response.status, content_type):
@@ -202,6 +205,10 @@ async def _body(response: aiohttp.ClientResponse) -> Body:
             f"the answer's body ended at {filled} of its {length} bytes (Content-Length)"
         )
     return body
+
+
+class _Stopped(Exception):
+    """Ends the read of a stream that another task stopped (ResponseStream.aclose)."""
 
 
 class AsyncHttpTransport:
@@ -349,6 +356,8 @@ class AsyncHttpTransport:
         try:
             async with self._request(call, ctx, each) as response:
                 self._reading.add(response)
+                if ctx._stop is not None:
+                    ctx._stop.arm(lambda: response.content.set_exception(_Stopped()))
                 try:
                     content_type = response.headers.get("Content-Type")
                     if not call.opens(response.status, content_type):
@@ -358,6 +367,8 @@ class AsyncHttpTransport:
                             yield item
                 finally:
                     self._reading.discard(response)
+        except _Stopped:
+            return
         except _AIOHTTP_FAILURES as exc:
             if self._closed:
                 raise closed_in_flight() from exc

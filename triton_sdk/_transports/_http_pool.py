@@ -247,6 +247,15 @@ class PoolClosed(Exception):
     """The pool was closed: no new exchange may start."""
 
 
+def interrupt(connection: http.client.HTTPConnection) -> None:
+    """End the reads of a connection that another thread is blocked in (a shutdown wakes
+    it; closing the socket alone does not)."""
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 class ConnectionPool:
     """Keep-alive ``http.client`` connections, handed to one thread at a time."""
 
@@ -416,10 +425,7 @@ class ConnectionPool:
         while self._idle:
             self._idle.pop().close()
         for connection in list(self._streaming):
-            # A shutdown wakes a reader blocked in another thread; close() alone does not.
-            with contextlib.suppress(OSError):
-                if connection.sock is not None:
-                    connection.sock.shutdown(socket.SHUT_RDWR)
+            interrupt(connection)
 
     def __del__(self) -> None:
         # A client dropped without close() should not leave sockets to the collector.
