@@ -90,3 +90,59 @@ def test_aclosing_an_unread_stream_hangs_up(frontend: tuple[str, threading.Event
 
     asyncio.run(main())
     assert hung_up.wait(3), "the request still streams after aclose()"
+
+
+def test_closing_a_stream_another_thread_reads_ends_its_loop(
+    frontend: tuple[str, threading.Event],
+) -> None:
+    url, hung_up = frontend
+    with ts.Client("http://127.0.0.1:9", openai_url=url, route="openai") as client:
+        stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        seen: list[object] = []
+        outcome: list[object] = []
+
+        def read() -> None:
+            try:
+                for chunk in stream:
+                    seen.append(chunk)
+                outcome.append("ended")
+            except BaseException as error:
+                outcome.append(error)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        while not seen and reader.is_alive():
+            time.sleep(0.01)
+        time.sleep(0.05)  # the reader is back waiting for the next chunk
+        stream.close()
+        reader.join(3)
+        assert outcome == ["ended"]
+        assert len(seen) < CHUNKS // 2
+        assert hung_up.wait(3)
+
+
+def test_aclosing_a_stream_another_task_reads_ends_its_loop(
+    frontend: tuple[str, threading.Event],
+) -> None:
+    url, hung_up = frontend
+
+    async def main() -> None:
+        async with ts.AsyncClient("http://127.0.0.1:9", openai_url=url, route="openai") as client:
+            stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            first = asyncio.Event()
+
+            async def read() -> int:
+                count = 0
+                async for _ in stream:
+                    count += 1
+                    first.set()
+                return count
+
+            reader = asyncio.create_task(read())
+            await asyncio.wait_for(first.wait(), 3)
+            await asyncio.sleep(0.05)  # the reader is back waiting for the next chunk
+            await stream.aclose()
+            assert await asyncio.wait_for(reader, 3) < CHUNKS // 2
+
+    asyncio.run(main())
+    assert hung_up.wait(3)

@@ -5,6 +5,7 @@ server-sent-event stream up to ``data: [DONE]``, blocking (``http.client``) and 
 from __future__ import annotations
 
 import http.client
+import inspect
 import json
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
 from .._errors import InferenceError, TritonError, classify_transport_error
 from .._openai_route import error_from_body, event_error
+from ._http_pool import interrupt
 
 __all__ = ["OpenAICall", "apost_events", "apost_json", "post_events", "post_json"]
 
@@ -144,14 +146,25 @@ class EventStream(Generic[T]):
         self._events = events
         self._parse = parse
         self._connection = connection
+        self._stopped = False
 
     def __iter__(self) -> EventStream[T]:
         return self
 
     def __next__(self) -> T:
-        return self._parse(next(self._events))
+        try:
+            return self._parse(next(self._events))
+        except TritonError:
+            if self._stopped:  # closed by another thread: the reader's loop just ends
+                raise StopIteration from None
+            raise
 
     def close(self) -> None:
+        if inspect.getgeneratorstate(self._events) == inspect.GEN_RUNNING:
+            # Another thread reads: cut the connection under it.
+            self._stopped = True
+            interrupt(self._connection)
+            return
         self._events.close()  # a generator not yet started runs no finally: close here too
         self._connection.close()
 
@@ -275,15 +288,29 @@ class AsyncEventStream(Generic[T]):
         self._parse = parse
         self._session = session
         self._response = response
+        self._stopped = False
 
     def __aiter__(self) -> AsyncEventStream[T]:
         return self
 
     async def __anext__(self) -> T:
-        return self._parse(await self._events.__anext__())
+        try:
+            return self._parse(await self._events.__anext__())
+        except TritonError:
+            if self._stopped:  # closed by another task: the reader's loop just ends
+                raise StopAsyncIteration from None
+            raise
 
     async def aclose(self) -> None:
-        await self._events.aclose()  # a generator not yet started runs no finally
+        try:
+            await self._events.aclose()  # a generator not yet started runs no finally
+        except RuntimeError as exc:
+            if "already running" not in str(exc):
+                raise
+            # Another task reads: end its wait.
+            self._stopped = True
+            self._response.content.set_exception(_cut_short(str(self._response.url), None))
+            return
         self._response.release()
         await self._session.close()
 
