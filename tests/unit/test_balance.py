@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -352,3 +354,30 @@ async def test_a_cancelled_call_leaves_nothing_in_flight() -> None:
     await asyncio.gather(*calls, return_exceptions=True)
     assert [state.in_flight for state in transport.endpoints()] == [0, 0]
     assert all(state.healthy for state in transport.endpoints())
+
+
+class Streaming:
+    """An asyncio transport whose streams record when they are closed."""
+
+    def __init__(self, closed: list[str]) -> None:
+        self.closed = closed
+
+    async def astream(self, op: object, ctx: object) -> AsyncIterator[int]:
+        try:
+            for item in range(10):
+                yield item
+        finally:
+            self.closed.append("inner")
+
+
+async def test_closing_a_stream_closes_the_endpoints_stream_at_once() -> None:
+    # At once, not when the collector gets to it: closing is what cancels the request.
+    closed: list[str] = []
+    endpoints = [parse_url("grpc://127.0.0.1:8001")]
+    transport = AsyncBalancedTransport(endpoints, lambda endpoint: Streaming(closed), {})  # type: ignore[arg-type, return-value]
+    ctx = CallContext("stream", None, {}, None)
+    stream: Any = transport.astream(READY, ctx)  # type: ignore[arg-type]
+    assert await anext(stream) == 0
+    await stream.aclose()
+    assert closed == ["inner"]
+    assert [state.in_flight for state in transport.endpoints()] == [0]

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from .._balance import Balancer, Discovery, EndpointState, Member
 from .._call import CallContext
+from .._concurrency import aclose_iterator
 from .._config import Endpoint
 from .._errors import TritonError
 from .._ops import IsServerReady, Op, StreamOp
@@ -250,13 +251,15 @@ class AsyncBalancedTransport:
             self._after_failure()
             raise
         failure: TritonError | None = None
+        responses = route.member.transport.astream(op, ctx)
         try:
-            async for item in route.member.transport.astream(op, ctx):
+            async for item in responses:
                 yield item
         except TritonError as error:
             failure = error
             raise
         finally:
+            await aclose_iterator(responses)  # cancels the call now, not when collected
             if failure is None:
                 self.balancer.succeeded(route, op)
             else:

@@ -20,6 +20,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from .._call import CallContext
 from .._compression import Compression
+from .._concurrency import aclose_iterator
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError, TritonError, TritonTimeoutError
 from .._grpc_codec import SERVICE, GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
@@ -351,8 +352,12 @@ class AsyncGrpcTransport:
                 raise
             yield encoded.read(reply)
             return
-        async for item in self._stream(encoded, op, ctx):
-            yield item
+        responses = self._stream(encoded, op, ctx)
+        try:
+            async for item in responses:
+                yield item
+        finally:
+            await aclose_iterator(responses)  # cancels the call now, not when collected
 
     async def _stream(
         self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
