@@ -37,12 +37,20 @@ class ResponseStream(Generic[T]):
     def close(self) -> None:
         """Stop reading: cancel the request if it is still running. From another thread
         than the one reading, the reader's loop then ends as after its last response."""
-        if self._stop is not None and getattr(self._iterator, "gi_running", False):
-            self._stop.request()  # another thread waits in it: it cannot be closed from here
-            return
         close = getattr(self._iterator, "close", None)
-        if close is not None:
+        if close is None:
+            return
+        if self._stop is None:
             close()
+            return
+        # Stop first: should another thread be reading (now, or by the time close() runs),
+        # it ends its wait, and close() then finds the generator busy.
+        self._stop.request()
+        try:
+            close()
+        except ValueError as exc:
+            if "already executing" not in str(exc):
+                raise
 
     def __enter__(self) -> ResponseStream[T]:
         return self
@@ -80,13 +88,16 @@ class AsyncResponseStream(Generic[T]):
         aclose = getattr(self._iterator, "aclose", None)
         if aclose is None:
             return
+        if self._stop is None:
+            await aclose()
+            return
+        self._stop.request()  # as in ResponseStream.close
         try:
             await aclose()
         except RuntimeError as exc:
             # Another task waits in it: "aclose(): asynchronous generator is already running".
-            if self._stop is None or "already running" not in str(exc):
+            if "already running" not in str(exc):
                 raise
-            self._stop.request()
 
     async def __aenter__(self) -> AsyncResponseStream[T]:
         return self

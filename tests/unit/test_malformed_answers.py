@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -33,6 +34,7 @@ ANSWERS: dict[str, object] = {}
 class Page:
     content_type: str
     body: bytes
+    delay: float = 0.0  # seconds before the head of the answer
 
 
 class Answering(BaseHTTPRequestHandler):
@@ -43,6 +45,7 @@ class Answering(BaseHTTPRequestHandler):
         if not isinstance(answer, Page):
             answer = Page("application/json", json.dumps(answer).encode())
         body = answer.body
+        time.sleep(answer.delay)
         self.send_response(200 if self.path in ANSWERS else 404)
         if answer.content_type:
             self.send_header("Content-Type", answer.content_type)
@@ -166,3 +169,24 @@ async def test_a_failing_hook_is_not_blamed_on_the_answer(url: str, kind: Any, c
             await resolve(model_then_stream(client))
     finally:
         await resolve(client.aclose() if isinstance(client, ts.AsyncClient) else client.close())
+
+
+def test_closing_a_stream_still_waiting_for_its_answer_from_another_thread(url: str) -> None:
+    # A model slow to its first response: the stop must not wait for it.
+    ANSWERS.clear()
+    ANSWERS.update({"/v2/models/m": METADATA, "/v2/models/m/config": CONFIG})
+    ANSWERS["/v2/models/m/generate_stream"] = Page(
+        "text/event-stream", b'data: {"Y": 2.0}\n\n', delay=5.0
+    )
+    with ts.Client(url) as client:
+        stream = client.model("m").generate_stream(X=1.0)
+        outcome: list[object] = []
+        reader = threading.Thread(target=lambda: outcome.append(list(stream)))
+        reader.start()
+        time.sleep(0.3)  # the request is out; its answer is 5 s away
+        stopped_at = time.monotonic()
+        stream.close()
+        reader.join(3)
+        assert not reader.is_alive(), "the reader still waits for the answer"
+        assert time.monotonic() - stopped_at < 2
+        assert outcome == [[]]

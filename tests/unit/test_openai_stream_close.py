@@ -87,9 +87,12 @@ def test_aclosing_an_unread_stream_hangs_up(frontend: tuple[str, threading.Event
         async with ts.AsyncClient("http://127.0.0.1:9", openai_url=url, route="openai") as client:
             stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
             await stream.aclose()
+            # While the stream is still referenced: hung up by aclose(), not by the collector.
+            hung = await asyncio.to_thread(hung_up.wait, 3)
+            assert hung, "the request still streams after aclose()"
+            assert stream is not None
 
     asyncio.run(main())
-    assert hung_up.wait(3), "the request still streams after aclose()"
 
 
 def test_closing_a_stream_another_thread_reads_ends_its_loop(

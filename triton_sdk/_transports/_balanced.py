@@ -259,12 +259,14 @@ class AsyncBalancedTransport:
             failure = error
             raise
         finally:
-            await aclose_iterator(responses)  # cancels the call now, not when collected
-            if failure is None:
-                self.balancer.succeeded(route, op)
-            else:
-                self.balancer.failed(route, op, failure)
-                self._after_failure()
+            try:
+                await aclose_iterator(responses)  # cancels the call now, not when collected
+            finally:
+                if failure is None:
+                    self.balancer.succeeded(route, op)
+                else:
+                    self.balancer.failed(route, op, failure)
+                    self._after_failure()
 
     async def aclose(self) -> None:
         self._closed = True

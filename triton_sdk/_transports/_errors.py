@@ -120,19 +120,24 @@ def closed_by_aclose() -> TritonError:
 
 
 def closed_in_flight() -> TritonError:
-    """The error of a call that closing the client cut off."""
-    return closed_error(RuntimeError("closed while the call was in flight"))
+    """The error of a call that closing the client cut off (it had gone out)."""
+    error = closed_error(RuntimeError("closed while the call was in flight"))
+    error.may_have_run = True
+    return error
+
+
+def task_cancelled() -> bool:
+    """Whether the running task has been asked to cancel (always False before Python
+    3.11, which cannot tell)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is not None and cancelling() > 0
 
 
 def cancelled_by_close(closed: bool) -> bool:
     """Whether a CancelledError in a call came from the client's own close, which cancels
     the calls in flight, rather than from a cancellation of the caller's task (which must
     go on as it is)."""
-    if not closed:
-        return False
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
-    return cancelling is None or cancelling() == 0
+    return closed and not task_cancelled()
 
 
 def refused_error(exc: ValueError) -> TritonError:

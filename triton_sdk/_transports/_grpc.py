@@ -32,6 +32,7 @@ from ._errors import (
     closed_in_flight,
     grpc_error,
     refused_error,
+    task_cancelled,
 )
 from ._http_pool import ssl_context
 from ._loop import check_loop
@@ -388,7 +389,8 @@ class AsyncGrpcTransport:
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
             except asyncio.CancelledError as exc:
-                if ctx._stop is not None and ctx._stop.requested and call.cancelled():
+                stop = ctx._stop
+                if stop is not None and stop.requested and not task_cancelled():
                     return  # stopped by another task (ResponseStream.aclose)
                 if cancelled_by_close(self._closed):  # aclose() cancelled the call
                     raise closed_in_flight() from exc

@@ -128,23 +128,27 @@ class HttpTransport:
         call = self._codec.encode_stream(op)
         body, size = body_of(call.body)
         headers = {**ctx.headers, **call.headers, "Content-Length": str(size)}
+        stop = ctx._stop
         try:
             connection, response = self._pool.open_stream(
-                call.method, call.path, body, headers, ctx.timeout
+                call.method,
+                call.path,
+                body,
+                headers,
+                ctx.timeout,
+                None if stop is None else lambda sent: stop.arm(lambda: interrupt(sent)),
             )
         except PoolClosed as exc:
             raise closed_error(exc) from exc
         except _HTTP_FAILURES as exc:
-            raise http_error(exc, op, ctx.timeout, self._url) from exc
-        if ctx._stop is not None:
-            ctx._stop.arm(lambda: interrupt(connection))
+            raise self._failed(exc, op, ctx) from exc
         try:
             content_type = response.getheader("Content-Type")
             if not call.opens(response.status, content_type):
                 try:
                     refusal = response.read()
                 except _HTTP_FAILURES as exc:
-                    raise http_error(exc, op, ctx.timeout, self._url) from exc
+                    raise self._failed(exc, op, ctx) from exc
                 call.refuse(response.status, content_type, refusal)
             decoder = call.decoder()
             while True:
@@ -156,14 +160,18 @@ class HttpTransport:
                         raise closed_in_flight()
                     items = decoder.feed(data) if data else decoder.finish()
                 except _HTTP_FAILURES as exc:  # UnicodeDecodeError is a ValueError
-                    if self._pool.closed:
-                        raise closed_in_flight() from exc
-                    raise http_error(exc, op, ctx.timeout, self._url) from exc
+                    raise self._failed(exc, op, ctx) from exc
                 yield from items
                 if not data:
                     break
         finally:
             self._pool.end_stream(connection)
+
+    def _failed(self, exc: BaseException, op: StreamOp[Any], ctx: CallContext) -> TritonError:
+        """A stream's failure; one that close() cut says the client closed."""
+        if self._pool.closed:
+            return closed_in_flight()
+        return http_error(exc, op, ctx.timeout, self._url)
 
     def close(self) -> None:
         self._pool.close()
@@ -330,6 +338,8 @@ class AsyncHttpTransport:
             async with self._request(call, ctx, timeout) as response:
                 self._reading.add(response)
                 try:
+                    if self._closed:  # aclose() ran while the answer's head arrived
+                        raise closed_in_flight()
                     data = await _body(response)
                 finally:
                     self._reading.discard(response)
@@ -359,6 +369,8 @@ class AsyncHttpTransport:
                 if ctx._stop is not None:
                     ctx._stop.arm(lambda: response.content.set_exception(_Stopped()))
                 try:
+                    if self._closed:  # aclose() ran while the answer's head arrived
+                        raise closed_in_flight()
                     content_type = response.headers.get("Content-Type")
                     if not call.opens(response.status, content_type):
                         call.refuse(response.status, content_type, await response.read())
@@ -404,7 +416,7 @@ class AsyncHttpTransport:
         # Closing a session drops its connections without telling the answers being read,
         # whose readers would then wait forever: tell them.
         for response in self._reading:
-            response.content.set_exception(closed_by_aclose())
+            response.content.set_exception(closed_in_flight())
         self._reading.clear()
         sessions = [*self._retired, *([self._session] if self._session else [])]
         self._session = None

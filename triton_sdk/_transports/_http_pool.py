@@ -11,7 +11,7 @@ import ssl
 import time
 import types
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from .._compression import decompress
@@ -395,11 +395,13 @@ class ConnectionPool:
         body: Any,
         headers: Mapping[str, str],
         timeout: float | None,
+        sent: Callable[[http.client.HTTPConnection], object] | None = None,
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Send a request on a connection of its own, for an answer read piece by piece.
 
         The caller hands the connection to :meth:`end_stream` when done; ``timeout``
-        bounds each read. :meth:`close` cuts the streams still open.
+        bounds each read; ``sent`` sees the connection once the request is out, before
+        the wait for the answer. :meth:`close` cuts the streams still open.
         """
         if self._closed:
             raise PoolClosed("the client's connections are closed")
@@ -407,7 +409,12 @@ class ConnectionPool:
         self._streaming.add(connection)
         try:
             connection.request(method, path, body, dict(headers))
-            return connection, connection.getresponse()
+            if sent is not None:
+                sent(connection)
+            response = connection.getresponse()
+            if self._closed:  # close() ran before this stream's socket could be cut
+                raise ConnectionAbortedError("the client was closed")
+            return connection, response
         except BaseException:
             self.end_stream(connection)
             raise

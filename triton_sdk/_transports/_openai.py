@@ -5,7 +5,6 @@ server-sent-event stream up to ``data: [DONE]``, blocking (``http.client``) and 
 from __future__ import annotations
 
 import http.client
-import inspect
 import json
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
@@ -160,13 +159,17 @@ class EventStream(Generic[T]):
             raise
 
     def close(self) -> None:
-        if inspect.getgeneratorstate(self._events) == inspect.GEN_RUNNING:
-            # Another thread reads: cut the connection under it.
-            self._stopped = True
-            interrupt(self._connection)
-            return
-        self._events.close()  # a generator not yet started runs no finally: close here too
-        self._connection.close()
+        # Cut the connection first: should another thread be reading, its wait ends, and
+        # closing the generator finds it busy.
+        self._stopped = True
+        interrupt(self._connection)
+        try:
+            self._events.close()
+        except ValueError as exc:
+            if "already executing" not in str(exc):
+                raise
+            return  # the reader's generator closes the connection as it ends
+        self._connection.close()  # a generator not yet started runs no finally
 
 
 def post_events(
