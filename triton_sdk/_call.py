@@ -66,7 +66,7 @@ class StreamStop:
 
     def __init__(self) -> None:
         self._cancel: Callable[[], object] | None = None
-        self.requested = False
+        self.requested: bool = False
 
     def arm(self, cancel: Callable[[], object]) -> None:
         """Called by the transport when the stream is open."""
