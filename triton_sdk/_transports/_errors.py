@@ -133,11 +133,12 @@ def task_cancelled() -> bool:
     return cancelling is not None and cancelling() > 0
 
 
-def cancelled_by_close(closed: bool) -> bool:
-    """Whether a CancelledError in a call came from the client's own close, which cancels
-    the calls in flight, rather than from a cancellation of the caller's task (which must
-    go on as it is)."""
-    return closed and not task_cancelled()
+def raise_if_cut_by_close(exc: asyncio.CancelledError, closed: bool) -> None:
+    """Raise the closed client's error in place of a CancelledError that came from the
+    client's own close (which cancels the calls in flight); a cancellation of the
+    caller's task is left to go on as it is."""
+    if closed and not task_cancelled():
+        raise closed_in_flight() from exc
 
 
 def refused_error(exc: ValueError) -> TritonError:

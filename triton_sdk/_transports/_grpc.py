@@ -26,11 +26,11 @@ from .._errors import InvalidInputError, TritonError, TritonTimeoutError
 from .._grpc_codec import SERVICE, GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
 from .._ops import FetchMetrics, Op, StreamOp
 from ._errors import (
-    cancelled_by_close,
     closed_by_aclose,
     closed_error,
     closed_in_flight,
     grpc_error,
+    raise_if_cut_by_close,
     refused_error,
     task_cancelled,
 )
@@ -324,8 +324,7 @@ class AsyncGrpcTransport:
         except grpc.RpcError as exc:
             raise self._failed(exc, op, ctx) from exc
         except asyncio.CancelledError as exc:
-            if cancelled_by_close(self._closed):  # aclose() cancelled the call
-                raise closed_in_flight() from exc
+            raise_if_cut_by_close(exc, self._closed)
             raise
         return encoded.read(reply)
 
@@ -348,8 +347,7 @@ class AsyncGrpcTransport:
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
             except asyncio.CancelledError as exc:
-                if cancelled_by_close(self._closed):  # aclose() cancelled the call
-                    raise closed_in_flight() from exc
+                raise_if_cut_by_close(exc, self._closed)
                 raise
             yield encoded.read(reply)
             return
@@ -392,8 +390,7 @@ class AsyncGrpcTransport:
                 stop = ctx._stop
                 if stop is not None and stop.requested and not task_cancelled():
                     return  # stopped by another task (ResponseStream.aclose)
-                if cancelled_by_close(self._closed):  # aclose() cancelled the call
-                    raise closed_in_flight() from exc
+                raise_if_cut_by_close(exc, self._closed)
                 raise
         finally:
             call.cancel()

@@ -27,11 +27,11 @@ from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, 
 from .._ops import FetchMetrics, GetServerMetadata, Op, StreamOp
 from .._request import InferRequest
 from ._errors import (
-    cancelled_by_close,
     closed_by_aclose,
     closed_error,
     closed_in_flight,
     http_error,
+    raise_if_cut_by_close,
 )
 from ._http_pool import (
     AnswerLost,
@@ -353,8 +353,7 @@ class AsyncHttpTransport:
             error.may_have_run = not isinstance(exc, aiohttp.ClientConnectorError)
             raise error from exc
         except asyncio.CancelledError as exc:
-            if cancelled_by_close(self._closed):  # aclose() cancelled the call
-                raise closed_in_flight() from exc
+            raise_if_cut_by_close(exc, self._closed)
             raise
         return call.read(status, length, data)
 
@@ -386,8 +385,7 @@ class AsyncHttpTransport:
                 raise closed_in_flight() from exc
             raise http_error(exc, op, ctx.timeout, self._url) from exc
         except asyncio.CancelledError as exc:
-            if cancelled_by_close(self._closed):  # aclose() cancelled the call
-                raise closed_in_flight() from exc
+            raise_if_cut_by_close(exc, self._closed)
             raise
         for item in decoder.finish():
             yield item
