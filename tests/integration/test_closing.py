@@ -5,7 +5,6 @@ never a wait for the rest of the stream."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
+from .._reader import StreamReader
 from .conftest import server_url
 
 LONG = 60
@@ -27,27 +27,13 @@ def test_closing_a_client_ends_the_stream_another_thread_reads(
     server: LocalServer, protocol: str
 ) -> None:
     client = ts.Client(server_url(server, protocol))
-    stream = client.model("repeat").stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS)
-    outcome: list[object] = []
-    first = threading.Event()
-
-    def read() -> None:
-        try:
-            for _ in stream:
-                first.set()
-            outcome.append("ended")
-        except BaseException as error:
-            outcome.append(error)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    assert first.wait(10)
+    reader = StreamReader(client.model("repeat").stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS))
+    reader.wait_until_waiting()
     closed_at = time.monotonic()
     client.close()
     reader.join(5)
-    assert not reader.is_alive(), "the reader still waits for the rest of the stream"
     assert time.monotonic() - closed_at < 2
-    (error,) = outcome
+    (error,) = reader.outcome
     assert isinstance(error, BaseException), error
     assert is_closed_error(error), error
 
@@ -106,27 +92,12 @@ def test_closing_a_stream_another_thread_reads_ends_its_loop(
 ) -> None:
     with ts.Client(server_url(server, protocol)) as client:
         stream = client.model("repeat").stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS)
-        seen: list[int] = []
-        outcome: list[object] = []
-
-        def read() -> None:
-            try:
-                for result in stream:
-                    seen.append(int(result["OUT"][0]))
-                outcome.append("ended")
-            except BaseException as error:
-                outcome.append(error)
-
-        reader = threading.Thread(target=read)
-        reader.start()
-        while not seen and reader.is_alive():
-            time.sleep(0.01)
-        time.sleep(0.05)  # the reader is back waiting in the stream
+        reader = StreamReader(stream)
+        reader.wait_until_waiting()
         stream.close()  # while the reader waits for the next response
         reader.join(3)
-        assert not reader.is_alive(), "the reader still waits for the rest of the stream"
-        assert outcome == ["ended"]
-        assert len(seen) < LONG // 2
+        assert reader.outcome == ["ended"]
+        assert len(reader.seen) < LONG // 2
         # The client goes on serving.
         assert [r["OUT"].tolist() for r in client.model("repeat").stream(IN=[5])] == [[5]]
 

@@ -18,6 +18,8 @@ import pytest
 
 import triton_sdk as ts
 
+from .._reader import StreamReader
+
 MESSAGES = [{"role": "user", "content": "hi"}]
 CHUNKS = 50  # 0.1 s apart: 5 s when nobody hangs up
 
@@ -101,26 +103,12 @@ def test_closing_a_stream_another_thread_reads_ends_its_loop(
     url, hung_up = frontend
     with ts.Client("http://127.0.0.1:9", openai_url=url, route="openai") as client:
         stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
-        seen: list[object] = []
-        outcome: list[object] = []
-
-        def read() -> None:
-            try:
-                for chunk in stream:
-                    seen.append(chunk)
-                outcome.append("ended")
-            except BaseException as error:
-                outcome.append(error)
-
-        reader = threading.Thread(target=read)
-        reader.start()
-        while not seen and reader.is_alive():
-            time.sleep(0.01)
-        time.sleep(0.05)  # the reader is back waiting for the next chunk
+        reader = StreamReader(stream)
+        reader.wait_until_waiting()
         stream.close()
         reader.join(3)
-        assert outcome == ["ended"]
-        assert len(seen) < CHUNKS // 2
+        assert reader.outcome == ["ended"]
+        assert len(reader.seen) < CHUNKS // 2
         assert hung_up.wait(3)
 
 
