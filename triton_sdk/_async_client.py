@@ -1739,7 +1739,7 @@ class AsyncChatCompletions:
             if stream:
                 parse_chat = ChatCompletionChunk.from_openai_dict
                 events = await apost_events(url, body, parse_chat, **_openai_call(options_, model))
-                return AsyncResponseStream(events)
+                return AsyncResponseStream(events, events.stop)
             answer = await apost_json(url, body, **_openai_call(options_, model))
             return ChatCompletion.from_openai_dict(answer)
         handle = await client._llm_model(model, timeout, headers)
@@ -1806,7 +1806,7 @@ class AsyncCompletions:
             if stream:
                 parse = CompletionChunk.from_openai_dict
                 events = await apost_events(url, body, parse, **_openai_call(options_, model))
-                return AsyncResponseStream(events)
+                return AsyncResponseStream(events, events.stop)
             answer = await apost_json(url, body, **_openai_call(options_, model))
             return Completion.from_openai_dict(answer)
         handle = await client._llm_model(model, timeout, headers)

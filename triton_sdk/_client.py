@@ -1726,7 +1726,7 @@ class ChatCompletions:
             if stream:
                 parse_chat = ChatCompletionChunk.from_openai_dict
                 events = post_events(url, body, parse_chat, **_openai_call(options_, model))
-                return ResponseStream(events)
+                return ResponseStream(events, events.stop)
             answer = post_json(url, body, **_openai_call(options_, model))
             return ChatCompletion.from_openai_dict(answer)
         handle = client._llm_model(model, timeout, headers)
@@ -1793,7 +1793,7 @@ class Completions:
             if stream:
                 parse = CompletionChunk.from_openai_dict
                 events = post_events(url, body, parse, **_openai_call(options_, model))
-                return ResponseStream(events)
+                return ResponseStream(events, events.stop)
             answer = post_json(url, body, **_openai_call(options_, model))
             return Completion.from_openai_dict(answer)
         handle = client._llm_model(model, timeout, headers)

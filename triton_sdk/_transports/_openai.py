@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     import aiohttp
 
+from .._call import StreamStop
 from .._errors import InferenceError, TritonError, classify_transport_error
 from .._openai_route import error_from_body, event_error
 from ._http_pool import interrupt
@@ -134,7 +135,11 @@ def post_json(
 
 class EventStream(Generic[T]):
     """The events of one answer, each parsed; closing it, read or not, closes the
-    connection, which cancels the request on the server."""
+    connection, which cancels the request on the server.
+
+    Hand it to a ``ResponseStream`` with its ``stop``: closing that cuts the connection
+    first, so that a thread reading the events ends its wait and its loop.
+    """
 
     def __init__(
         self,
@@ -145,7 +150,8 @@ class EventStream(Generic[T]):
         self._events = events
         self._parse = parse
         self._connection = connection
-        self._stopped = False
+        self.stop = StreamStop()
+        self.stop.arm(lambda: interrupt(connection))
 
     def __iter__(self) -> EventStream[T]:
         return self
@@ -154,21 +160,14 @@ class EventStream(Generic[T]):
         try:
             return self._parse(next(self._events))
         except TritonError:
-            if self._stopped:  # closed by another thread: the reader's loop just ends
+            if self.stop.requested:  # closed by another thread: the reader's loop just ends
                 raise StopIteration from None
             raise
 
     def close(self) -> None:
-        # Cut the connection first: should another thread be reading, its wait ends, and
-        # closing the generator finds it busy.
-        self._stopped = True
-        interrupt(self._connection)
-        try:
-            self._events.close()
-        except ValueError as exc:
-            if "already executing" not in str(exc):
-                raise
-            return  # the reader's generator closes the connection as it ends
+        # Busy in another thread: ValueError, and that thread's generator closes the
+        # connection as it ends.
+        self._events.close()
         self._connection.close()  # a generator not yet started runs no finally
 
 
@@ -291,7 +290,9 @@ class AsyncEventStream(Generic[T]):
         self._parse = parse
         self._session = session
         self._response = response
-        self._stopped = False
+        self.stop = StreamStop()
+        # Ends the wait of a task reading the events (aiohttp would not wake it on close).
+        self.stop.arm(lambda: response.content.set_exception(_cut_short(str(response.url), None)))
 
     def __aiter__(self) -> AsyncEventStream[T]:
         return self
@@ -300,21 +301,15 @@ class AsyncEventStream(Generic[T]):
         try:
             return self._parse(await self._events.__anext__())
         except TritonError:
-            if self._stopped:  # closed by another task: the reader's loop just ends
+            if self.stop.requested:  # closed by another task: the reader's loop just ends
                 raise StopAsyncIteration from None
             raise
 
     async def aclose(self) -> None:
-        try:
-            await self._events.aclose()  # a generator not yet started runs no finally
-        except RuntimeError as exc:
-            if "already running" not in str(exc):
-                raise
-            # Another task reads: end its wait.
-            self._stopped = True
-            self._response.content.set_exception(_cut_short(str(self._response.url), None))
-            return
-        self._response.release()
+        # Busy in another task: RuntimeError, and that task's generator releases the
+        # answer and the session as it ends.
+        await self._events.aclose()
+        self._response.release()  # a generator not yet started runs no finally
         await self._session.close()
 
 
