@@ -124,6 +124,8 @@ from ._shm import (
     note_resend,
     on_sockets,
     place,
+    regions_lost,
+    remove_stale_files,
     stale_regions,
 )
 from ._spec import ModelSpec
@@ -838,10 +840,16 @@ class AsyncClient:
         return InferResult.concatenate(await self._chunks.run(chunk, requests), rows=rows)
 
     async def _infer_one(
-        self, request: InferRequest, plan: PlacementPlan, options: CallOptions, mode: SharedMemory
+        self,
+        request: InferRequest,
+        plan: PlacementPlan,
+        options: CallOptions,
+        mode: SharedMemory,
+        placed_before: bool = False,
     ) -> InferResult:
         """One request; its large tensors (every one in "system" and "cuda" modes) through
-        shared memory when the mode allows."""
+        shared memory when the mode allows. ``placed_before``: a first placement of it
+        named regions the server had lost."""
         if on_sockets(plan, mode, self._server_reads_our_memory):
             return await self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
@@ -858,7 +866,9 @@ class AsyncClient:
         if placed is None:
             result = await self._run(request, options)
         else:
-            result = await self._infer_placed(request, *placed, plan, pool, options, mode)
+            result = await self._infer_placed(
+                request, *placed, plan, pool, options, mode, placed_before
+            )
         if plan.open_outputs:
             plan.learn(request, result, forced=forced)
         return result
@@ -879,6 +889,7 @@ class AsyncClient:
         pool: RegionPool,
         options: CallOptions,
         mode: SharedMemory,
+        placed_before: bool,
     ) -> InferResult:
         """``shm_request`` (``request`` with regions), or ``request`` when the regions
         cannot be registered in "auto" mode."""
@@ -894,16 +905,33 @@ class AsyncClient:
             return result
         except TritonError as error:
             abandoned = abandoned and may_still_run(error, placement)
-            if not isinstance(error, InferenceError) or not plan.outgrown(
-                error, request, placement
-            ):
+            if regions_lost(error) and not placed_before:
+                lost = error
+            elif isinstance(error, InferenceError) and plan.outgrown(error, request, placement):
+                lost = None
+                logger.info("%s; the request runs again with its outputs on the socket", error)
+            else:
                 raise
-            logger.info("%s; the request runs again with its outputs on the socket", error)
         finally:
             pool.release(placement, abandoned=abandoned)
+        if lost is not None:
+            # Refused before it ran: it runs again in regions registered anew.
+            await self._forget_lost_regions(pool, lost, options)
+            return await self._infer_one(request, plan, options, mode, placed_before=True)
         # The model ran, but its answer outgrew a region sized from earlier answers: it
         # runs again with the outputs on the socket.
         return await self._run(request, options)
+
+    async def _forget_lost_regions(
+        self, pool: RegionPool, error: TritonError, options: CallOptions
+    ) -> None:
+        """Forget the registrations the server no longer has (see RegionPool.lost)."""
+        logger.info("%s: the server lost this client's regions; they are registered anew", error)
+        try:
+            status = await self._run(pool.status_op(), attrs.evolve(options, retry=_ONCE))
+        except TritonError as failure:
+            raise failure from error
+        pool.lost({str(entry.get("name")) for entry in status})
 
     async def _register(
         self, regions: list[AnyRegion], pool: RegionPool, mode: SharedMemory, options: CallOptions
@@ -941,6 +969,12 @@ class AsyncClient:
                     error,
                 )
                 return False
+            except BaseException:
+                # Cut off (a timeout, a cancellation, a lost connection): the server may
+                # have it. Counted as registered, it is unregistered on close; a call
+                # that finds the server without it registers a new one.
+                region.registered = True
+                raise
             finally:
                 region.unlink()  # the server has it mapped now (or never will)
             region.registered = True
@@ -990,7 +1024,10 @@ class AsyncClient:
                 pool.forget(region)
 
     async def _forget_stale_regions(self, pool: RegionPool, options: CallOptions) -> None:
-        """Unregister regions that processes of this host left behind when they died."""
+        """Unregister regions that processes of this host left behind when they died,
+        and remove the files of those they died making."""
+        if pool.device is None:
+            remove_stale_files()
         try:
             status = await self._run(pool.status_op(), options)
         except (InferenceError, UnsupportedError):
@@ -1023,7 +1060,9 @@ class AsyncClient:
         for pool in pools:
             await self._free_abandoned(pool, options, force=True)
         in_use = {region for pool in pools for region in pool.abandoned()}
-        for region in [region for pool in pools for region in pool.drain()]:
+        drained = [pool.drain() for pool in pools]
+        busy = {region for _, regions in drained for region in regions}
+        for region in [region for regions, _ in drained for region in regions]:
             if region in in_use:
                 logger.warning(
                     "the server may still use shared memory %s, for a request of a call "
@@ -1040,7 +1079,8 @@ class AsyncClient:
                 continue
             if region.registered:
                 await self._unregister(region, options)
-            region.close()
+            if region not in busy:  # (a call in flight closes it when done)
+                region.close()
 
     async def _unregister(self, region: AnyRegion, options: CallOptions) -> None:
         try:

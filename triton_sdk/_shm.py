@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import attrs
@@ -33,7 +33,7 @@ import numpy as np
 
 from ._copy import copy_into
 from ._dtypes import DATATYPES
-from ._errors import InvalidInputError, TritonError
+from ._errors import InferenceError, InvalidInputError, TritonError
 from ._ops import (
     JSON,
     GetCudaSharedMemoryStatus,
@@ -63,6 +63,8 @@ __all__ = [
     "cuda_device",
     "on_sockets",
     "place",
+    "regions_lost",
+    "remove_stale_files",
     "stale_regions",
 ]
 
@@ -93,12 +95,19 @@ _MIN_REGION: Final = 64 * 1024
 
 
 def _host_tag() -> str:
-    """A short tag of this host (its boot, so that containers that share /dev/shm agree)."""
+    """A short tag of this host's boot and this process's PID namespace.
+
+    Processes that share both (containers that share /dev/shm and the host's pids
+    included) agree on it; only they can tell from a pid whether the process that made a
+    region is gone, so a client judges only the regions and files of its own tag.
+    """
     try:
         with open("/proc/sys/kernel/random/boot_id") as boot:
             ident = boot.read().strip()
     except OSError:
         ident = socket.gethostname()
+    with contextlib.suppress(OSError):  # (no /proc: one namespace, as far as it can tell)
+        ident += os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
     return hashlib.sha256(ident.encode()).hexdigest()[:8]
 
 
@@ -312,6 +321,8 @@ class RegionPool:
         self._calls: list[tuple[AnyRegion, ...]] = []
         """The abandoned regions, by call (one request uses them all, or none)."""
         self._next_check = 0.0
+        self._closing: set[AnyRegion] = set()
+        """Regions drained while a call used them: closed when it gives them back."""
         self._tag = f"{PREFIX}{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
 
     def status_op(self) -> Op[list[JSON]]:
@@ -345,7 +356,11 @@ class RegionPool:
         with self._lock:
             for region in regions:
                 if region not in self._all:
-                    continue  # drained (the client closed) while an output view held it
+                    # Drained (the client closed) while a call or an output view held it.
+                    if region in self._closing:
+                        self._closing.discard(region)
+                        region.close()
+                    continue
                 if region in self._abandoned:
                     continue  # freed by forget() once the server lets go of it
                 if region.registered:
@@ -418,29 +433,64 @@ class RegionPool:
             self._all.remove(region)
         region.close()
 
-    def drain(self) -> list[AnyRegion]:
-        """Every region (to unregister and close), leaving the pool empty."""
+    def lost(self, listed: Collection[str]) -> None:
+        """The server has none of the registered regions missing from ``listed`` (it
+        restarted, or something unregistered them): they count as unregistered, and those
+        idle are closed (their /dev/shm names are gone: they cannot be registered again).
+        Those in use close when given back."""
         with self._lock:
+            for region in self._all:
+                if region.registered and region.name not in listed:
+                    region.registered = False
+            gone = [r for idle in self._idle.values() for r in idle if not r.registered]
+            for region in gone:
+                self._idle[region.size].remove(region)
+                self._all.remove(region)
+        for region in gone:
+            region.close()
+
+    def drain(self) -> tuple[list[AnyRegion], set[AnyRegion]]:
+        """Every region (to unregister and close), leaving the pool empty; and those of
+        them that calls in flight use, which close when their call gives them back (a
+        blocking HTTP call goes on after its client closed, and reads its outputs)."""
+        with self._lock:
+            idle = {region for regions in self._idle.values() for region in regions}
+            busy = set(self._all) - idle - self._on_loan - self._abandoned
+            self._closing.update(busy)
             regions, self._all, self._idle = self._all, [], {}
             self._abandoned, self._calls = set(), []
-        return regions
+        return regions, busy
 
 
 def stale_regions(status: Iterable[Mapping[str, Any]]) -> list[str]:
     """Regions of this host registered by processes that are gone."""
-    stale = []
-    for entry in status:
-        name = str(entry.get("name", ""))
-        parts = name.split("-")
-        if not name.startswith(PREFIX) or len(parts) < 5 or parts[1] != HOST:
-            continue
-        try:
-            pid = int(parts[2])
-        except ValueError:
-            continue
-        if pid != os.getpid() and not _alive(pid):
-            stale.append(name)
-    return stale
+    return [name for entry in status if _left_by_the_dead(name := str(entry.get("name", "")))]
+
+
+def remove_stale_files() -> None:
+    """Remove the /dev/shm files of regions that processes of this host made and died
+    before the server had mapped them (files are unlinked once it has)."""
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return
+    for name in names:
+        if _left_by_the_dead(name):
+            with contextlib.suppress(OSError):  # gone already, or not ours to remove
+                os.unlink(f"/dev/shm/{name}")
+
+
+def _left_by_the_dead(name: str) -> bool:
+    """Whether ``name`` is a region that a process of this tag (host and PID namespace)
+    made, and that process is gone."""
+    parts = name.split("-")
+    if not name.startswith(PREFIX) or len(parts) < 5 or parts[1] != HOST:
+        return False
+    try:
+        pid = int(parts[2])
+    except ValueError:
+        return False
+    return pid != os.getpid() and not _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -695,6 +745,13 @@ def guards_regions_in_use(metadata: Mapping[str, Any]) -> bool:
 # Words of a stream that broke under the call (a proxy's reset, a connection going away):
 # what the server does with the request then is unknown.
 _BROKEN_STREAM: Final = ("rst_stream", "stream removed", "stream reset", "goaway")
+
+
+def regions_lost(error: TritonError) -> bool:
+    """Whether ``error`` says the server does not have a region the request named (it
+    restarted, or something unregistered the client's regions). It refuses such a
+    request before running it."""
+    return isinstance(error, InferenceError) and "Unable to find shared memory region" in str(error)
 
 
 def may_still_run(error: TritonError, placement: Placement) -> bool:

@@ -7,20 +7,23 @@ What a server that cannot read this host's memory does is in tests/unit/test_shm
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import mmap
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import triton_sdk as ts
-from triton_sdk._shm import MAX_LENT
+from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
 
 from .conftest import inference_count, request_count
@@ -319,3 +322,131 @@ def test_a_cancelled_tasks_regions_are_not_reused_while_the_server_runs_it(
     kept, still_registered = asyncio.run(main())
     assert kept == [0.0]
     assert still_registered
+
+
+def unregister_behind_its_back(server: LocalServer, names: list[str]) -> None:
+    """What another tool (or a restart) does to the client's regions."""
+    import tritonclient.http
+
+    raw = tritonclient.http.InferenceServerClient(server.http_url.removeprefix("http://"))
+    try:
+        for name in names:
+            raw.unregister_system_shared_memory(name)
+    finally:
+        raw.close()
+
+
+def test_regions_the_server_lost_are_registered_anew(make_client: Any, server: LocalServer) -> None:
+    client = make_client(shared_memory="system")
+    model = client.model("big_fixed")
+    model.infer(X=np.ones((2, SAMPLE), dtype=np.float32))
+    lost = own(client)
+    assert lost
+    unregister_behind_its_back(server, lost)
+    for value in (3, 4):
+        batch = np.full((2, SAMPLE), value, dtype=np.float32)
+        assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
+    assert own(client)
+    assert not set(lost) & set(own(client))  # new regions, under new names
+    assert dev_shm() == []
+
+
+def test_shared_memory_calls_ride_out_a_server_restart(tmp_path: Any) -> None:
+    repository = tmp_path / "models"
+    repository.mkdir()
+    models = Path(__file__).resolve().parent.parent / "models"
+    (repository / "big_fixed").symlink_to(models / "big_fixed", target_is_directory=True)
+    batch = np.full((1, SAMPLE), 5, dtype=np.float32)
+    with LocalServer(repository) as restarted:
+        urls = [restarted.grpc_url, restarted.http_url]
+        clients = [ts.Client(url, retry=ts.RetryPolicy.resilient()) for url in urls]
+        try:
+            for client in clients:
+                client.model("big_fixed").infer(X=batch)
+                assert own(client)
+            restarted.restart()
+            for client in clients:
+                assert np.array_equal(client.model("big_fixed").infer(X=batch)["Y"], 2 * batch)
+        finally:
+            for client in clients:
+                client.close()
+
+
+class Interrupted(BaseException):
+    """Stands for a cancellation (or a KeyboardInterrupt) that comes as the answer does."""
+
+
+class InterruptTheRegistration(ts.CallHook):
+    def __init__(self) -> None:
+        self.interrupted = False
+
+    def after_receive(self, op: Any, ctx: Any, result: object) -> None:
+        if op.call == "register_system_shared_memory" and not self.interrupted:
+            self.interrupted = True
+            raise Interrupted
+
+
+def test_a_region_registered_as_the_call_was_interrupted_is_unregistered_on_close(
+    make_client: Any,
+) -> None:
+    """The server registered the region, the call never learnt it: close must still
+    unregister it (and the next call must work)."""
+    hook = InterruptTheRegistration()
+    client = make_client(shared_memory="system", hooks=[hook])
+    model = client.model("big_fixed")
+    with pytest.raises(Interrupted):
+        model.infer(X=np.ones((1, SAMPLE), dtype=np.float32))
+    assert hook.interrupted
+    batch = np.full((1, SAMPLE), 7, dtype=np.float32)
+    assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
+    tag = getattr(client, "target", client)._regions._tag + "-"
+    registered = set(own(client))
+    assert registered
+    other = make_client()
+    if hasattr(client, "close"):
+        client.close()
+    else:
+        client.aclose()
+    assert not [name for name in ours(other) if name.startswith(tag)]
+
+
+def test_a_blocking_http_call_in_flight_reads_its_regions_after_close(
+    server: LocalServer,
+) -> None:
+    client = ts.Client(server.http_url, shared_memory="system")
+    sleep = client.model("sleep")
+    sleep.infer(SECONDS=[0.0])
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(sleep.infer(SECONDS=[1.0])["SLEPT"].tolist())
+        except BaseException as error:
+            outcome.append(error)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.5)  # the request runs on the server (for 1 s)
+    client.close()
+    caller.join(10)
+    assert outcome == [[1.0]]
+
+
+def test_files_of_a_client_that_died_before_registering_are_removed(make_client: Any) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    dead = int(child.stdout)
+    left = f"triton_sdk-{HOST}-{dead}-abcdef-1"
+    with open(f"/dev/shm/{left}", "wb") as file:
+        file.write(b"\0" * 1024)
+    try:
+        client = make_client(shared_memory="system")
+        client.model("big_fixed").infer(X=np.ones((1, SAMPLE), dtype=np.float32))
+        assert left not in dev_shm()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm/{left}")

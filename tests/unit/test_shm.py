@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -34,6 +36,7 @@ from triton_sdk._shm import (
     guards_regions_in_use,
     note_resend,
     place,
+    remove_stale_files,
     stale_regions,
 )
 from triton_sdk.testing import MockTransport
@@ -189,6 +192,48 @@ def test_stale_regions_are_those_of_this_host_and_a_dead_pid() -> None:
     assert stale_regions([alive, dead, foreign]) == [dead["name"]]
 
 
+def test_only_files_of_dead_processes_of_this_tag_are_removed() -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    names = [
+        f"triton_sdk-{HOST}-{dead}-abcdef-1",  # removed
+        f"triton_sdk-{HOST}-{os.getppid()}-abcdef-1",  # its process lives
+        f"triton_sdk-00000000-{dead}-abcdef-1",  # another host or PID namespace's
+    ]
+    for name in names:
+        with open(f"/dev/shm/{name}", "wb"):
+            pass
+    try:
+        remove_stale_files()
+        assert [os.path.exists(f"/dev/shm/{name}") for name in names] == [False, True, True]
+    finally:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/{name}")
+
+
+def test_processes_in_another_pid_namespace_have_another_tag() -> None:
+    """Their pids mean nothing here: none may take the other's regions for a dead
+    process's (containers that share /dev/shm and the boot, with pids of their own)."""
+    code = "from triton_sdk._shm import HOST; print(HOST)"
+    try:
+        other = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except FileNotFoundError:
+        pytest.skip("no unshare here")
+    if other.returncode != 0:
+        pytest.skip(f"cannot make a PID namespace here: {other.stderr.strip()}")
+    assert other.stdout.strip() != HOST
+
+
 def spec_of(
     inputs: dict[str, tuple[str, tuple[int, ...]]],
     outputs: dict[str, tuple[str, tuple[int, ...]]],
@@ -305,7 +350,7 @@ def test_an_output_of_open_size_is_sized_per_byte_of_input_from_earlier_answers(
         assert slot.byte_size == slot.region.size  # the server may fill all of it
         assert place(ragged_request(1, 1), plan, pool) is None  # 400 B estimated: small
     finally:
-        for region in pool.drain():
+        for region in pool.drain()[0]:
             region.close()
 
 
@@ -330,7 +375,7 @@ def test_a_refused_answer_sizes_the_next_region_only_for_an_open_output() -> Non
         in_sequence = attrs.evolve(request, sequence_id=7)
         assert not plan.outgrown(refusal, in_sequence, placement)  # never run twice
     finally:
-        for region in pool.drain():
+        for region in pool.drain()[0]:
             region.close()
 
 
@@ -477,7 +522,7 @@ def test_regions_taken_before_a_failure_go_back_to_the_pool(
     request = InferRequest(model="big", inputs=[Tensor("X", "FP32", BATCH)])
     with pytest.raises(ts.TritonError, match="out of memory"):
         place(request, plan, pool)  # the input's region was taken, the output's was not
-    assert pool.drain() == []  # the input's region, never registered, was closed
+    assert pool.drain() == ([], set())  # the input's region, never registered, was closed
 
 
 async def test_close_frees_every_cuda_region_after_user_code_destroyed_some(
@@ -687,7 +732,7 @@ def test_an_abandoned_region_that_a_view_uses_is_offered_for_freeing_once_the_vi
     del view
     assert [set(call) for call in pool.due_for_check()] == [{lent, idle}]
     pool.forget(idle)  # closed, and no longer the pool's
-    left = pool.drain()
+    left, _ = pool.drain()
     assert set(left) == {lent, other}
     for region in left:
         region.close()
@@ -701,7 +746,7 @@ def test_abandoned_regions_are_checked_at_most_once_a_second() -> None:
     assert pool.due_for_check() == [(region,)]
     assert pool.due_for_check() == []  # asked the server a moment ago
     assert pool.due_for_check(force=True) == [(region,)]  # (close() asks once more)
-    for left in pool.drain():
+    for left in pool.drain()[0]:
         left.close()
 
 
@@ -758,7 +803,7 @@ def test_a_resent_requests_outputs_are_copied_out_of_their_regions() -> None:
     note_resend(request, ts.TritonConnectionError("reset", retryable=True, may_have_run=True))
     assert not placement.outputs["Y"].view  # the first attempt may write into it later
     assert placement.resent
-    for left in pool.drain():
+    for left in pool.drain()[0]:
         left.close()
 
 
