@@ -509,6 +509,10 @@ class AsyncClient:
                     item = await anext(responses)
                 except StopAsyncIteration:
                     break
+                except UnsupportedError as error:
+                    if error.status is None:
+                        raise
+                    raise unsupported_operation(error, op.call, self._url) from error
                 except TritonError:
                     raise
                 except self._malformed as exc:

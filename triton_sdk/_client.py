@@ -508,6 +508,10 @@ class Client:
                     item = next(responses)
                 except StopIteration:
                     break
+                except UnsupportedError as error:
+                    if error.status is None:
+                        raise
+                    raise unsupported_operation(error, op.call, self._url) from error
                 except TritonError:
                     raise
                 except self._malformed as exc:

@@ -217,3 +217,19 @@ async def test_hooks_see_the_callers_context_in_every_chunk(mode: str) -> None:
 
 def test_no_region_files_are_left_by_these_tests() -> None:
     assert not [n for n in os.listdir("/dev/shm") if n.startswith("triton_sdk-")]
+
+
+@pytest.mark.parametrize("status", ["UNIMPLEMENTED", 404])
+async def test_a_stream_the_server_has_no_endpoint_for_names_the_operation(
+    mode: str, status: object
+) -> None:
+    def refuse(op: Any, ctx: Any) -> Any:
+        return ts.UnsupportedError("Not Found", status=status)
+
+    client = client_of(mode, transport=MockTransport(refuse, models=[TALKER]))
+    model = await resolve(client.model("talker"))
+    with pytest.raises(ts.UnsupportedError) as caught:
+        await resolve(model.stream(X=[1.0]))
+    assert "does not support stream" in str(caught.value)
+    assert "grpc://test" in str(caught.value)  # the server is named
+    assert caught.value.status == status
