@@ -162,9 +162,15 @@ class LLMAdapter(ABC):
         """Refuse, before anything is sent, options the model cannot take."""
         unknown = sorted(set(options) - self.options)
         if unknown:
+            hint = (
+                " (custom(..., parameters=[...]) names the options the model reads)"
+                if self.family == "custom"
+                else ""
+            )
             raise InvalidInputError(
                 f"model {self.spec.name!r} ({self.family}) does not take "
-                f"{', '.join(map(repr, unknown))}; it takes {', '.join(sorted(self.options))}",
+                f"{', '.join(map(repr, unknown))}; the options it takes: "
+                f"{', '.join(sorted(self.options))}{hint}",
                 model=self.spec.name,
             )
         n = options.get("n", 1)

@@ -206,8 +206,9 @@ def test_custom_refuses_n_and_unknown_options() -> None:
     )
     with pytest.raises(ts.UnsupportedError, match="n=3"):
         adapter.check({"n": 3})
-    with pytest.raises(ts.InvalidInputError, match=r"'top_p'.*max_tokens, n, temperature"):
+    with pytest.raises(ts.InvalidInputError, match=r"'top_p'.*max_tokens, n, temperature") as e:
         adapter.check({"top_p": 0.5})
+    assert "custom(..., parameters=[...])" in str(e.value)  # where to name more
     assert adapter.fields("hi", {"temperature": 0.5, "max_tokens": 2}, False) == {
         "text_input": "hi",
         "temperature": 0.5,
