@@ -902,7 +902,7 @@ class Client:
             return result
         except TritonError as error:
             abandoned = abandoned and may_still_run(error, placement)
-            if regions_lost(error) and not placed_before:
+            if regions_lost(error, placement) and not placed_before:
                 lost = error
             elif isinstance(error, InferenceError) and plan.outgrown(error, request, placement):
                 lost = None
@@ -924,11 +924,12 @@ class Client:
     ) -> None:
         """Forget the registrations the server no longer has (see RegionPool.lost)."""
         logger.info("%s: the server lost this client's regions; they are registered anew", error)
+        before = pool.registrations()
         try:
             status = self._run(pool.status_op(), attrs.evolve(options, retry=_ONCE))
         except TritonError as failure:
             raise failure from error
-        pool.lost({str(entry.get("name")) for entry in status})
+        pool.lost({str(entry.get("name")) for entry in status}, before)
 
     def _register(
         self, regions: list[AnyRegion], pool: RegionPool, mode: SharedMemory, options: CallOptions
@@ -970,11 +971,11 @@ class Client:
                 # Cut off (a timeout, a cancellation, a lost connection): the server may
                 # have it. Counted as registered, it is unregistered on close; a call
                 # that finds the server without it registers a new one.
-                region.registered = True
+                pool.registered(region)
                 raise
             finally:
                 region.unlink()  # the server has it mapped now (or never will)
-            region.registered = True
+            pool.registered(region)
             if pool.device is None:
                 self._server_reads_our_memory = True
         return True
@@ -986,10 +987,7 @@ class Client:
         if not calls:
             return
         try:
-            if self._server_guards_regions is None:
-                metadata = self._run(GetServerMetadata(), options)
-                self._server_guards_regions = guards_regions_in_use(metadata)
-            if not self._server_guards_regions:
+            if not self._guards_regions(options):
                 # Unregistering a region under a running request could crash this server:
                 # they stay registered, until the next client on this host finds this
                 # process gone.
@@ -1017,6 +1015,14 @@ class Client:
         for region in unregistered:
             if region.name not in listed:
                 pool.forget(region)
+
+    def _guards_regions(self, options: CallOptions) -> bool:
+        """Whether the server keeps (or lets go of only once done) a region a running
+        request uses when asked to unregister it (see guards_regions_in_use)."""
+        if self._server_guards_regions is None:
+            metadata = self._run(GetServerMetadata(), options)
+            self._server_guards_regions = guards_regions_in_use(metadata)
+        return self._server_guards_regions
 
     def _forget_stale_regions(self, pool: RegionPool, options: CallOptions) -> None:
         """Unregister regions that processes of this host left behind when they died,
@@ -1054,10 +1060,14 @@ class Client:
         pools = [self._regions, *self._cuda_regions.values()]
         for pool in pools:
             self._free_abandoned(pool, options, force=True)
-        in_use = {region for pool in pools for region in pool.abandoned()}
         drained = [pool.drain() for pool in pools]
-        busy = {region for _, regions in drained for region in regions}
-        for region in [region for regions, _ in drained for region in regions]:
+        in_use = {region for taken in drained for region in taken.abandoned}
+        busy = {region for taken in drained for region in taken.busy}
+        guarded = False
+        if busy:
+            with contextlib.suppress(TritonError):  # (then each is left, with a warning)
+                guarded = self._guards_regions(options)
+        for region in [region for taken in drained for region in taken.regions]:
             if region in in_use:
                 logger.warning(
                     "the server may still use shared memory %s, for a request of a call "
@@ -1072,10 +1082,21 @@ class Client:
                 if region.mapped:
                     region.close()
                 continue
+            if region in busy:  # a call in flight closes it when done
+                if not region.registered:
+                    continue
+                if guarded:  # (2.52: once the request is done; 2.50-2.51 refuse, in use)
+                    self._unregister(region, options)
+                else:
+                    logger.warning(
+                        "shared memory %s is left registered: a call still uses it, and "
+                        "this server may fail if it is unregistered under a request",
+                        region.name,
+                    )
+                continue
             if region.registered:
                 self._unregister(region, options)
-            if region not in busy:  # (a call in flight closes it when done)
-                region.close()
+            region.close()
 
     def _unregister(self, region: AnyRegion, options: CallOptions) -> None:
         try:

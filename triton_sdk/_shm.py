@@ -2,13 +2,14 @@
 
 A :class:`RegionPool` owns the client's regions. Each is a file in ``/dev/shm`` that is
 mapped here, registered with the server (which maps it too), and then unlinked at once:
-the mappings stay, so nothing is left in ``/dev/shm`` even if the process is killed.
+the mappings stay, so nothing is left in ``/dev/shm`` once the server has it.
 Regions are reused call after call (registered once); the pool hands each to one call at
 a time. :func:`place` decides which tensors of a request go through regions.
 
-Region names carry this host and this process (``triton_sdk-<host>-<pid>-<n>``), so that
-the next client on the host can unregister the regions of a process that died without
-closing its client (:func:`stale_regions`).
+Region names carry a tag of this host and PID namespace, and this process
+(``triton_sdk-<tag>-<pid>-<pool>-<n>``), so that the next client of the same tag can
+unregister the regions of a process that died without closing its client
+(:func:`stale_regions`), and remove the files of one that died before registering them.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class Region:
     """One mapped region: ``name`` on the server, ``key`` in /dev/shm (unlinked once the
     server has it), ``size`` bytes."""
 
-    __slots__ = ("_map", "key", "name", "registered", "size")
+    __slots__ = ("_map", "key", "name", "registered", "registration", "size")
 
     mapped: Final = True
     """Its memory is mapped in this process, so outputs can be views of it."""
@@ -160,6 +161,7 @@ class Region:
         self.key = "/" + name
         self.size = size
         self.registered = False
+        self.registration = 0  # the pool's count of registrations when it was registered
         path = "/dev/shm" + self.key
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
@@ -207,7 +209,7 @@ class CudaRegion:
     package). Inputs are copied to the device and outputs back to host memory, so outputs
     are never views of it."""
 
-    __slots__ = ("_handle", "_utils", "device", "name", "registered", "size")
+    __slots__ = ("_handle", "_utils", "device", "name", "registered", "registration", "size")
 
     mapped: Final = False
 
@@ -216,6 +218,7 @@ class CudaRegion:
         self.size = size
         self.device = device
         self.registered = False
+        self.registration = 0  # the pool's count of registrations when it was registered
         try:
             import tritonclient.utils.cuda_shared_memory as utils
         except (ImportError, RuntimeError) as error:  # RuntimeError: no cuda-python
@@ -323,6 +326,9 @@ class RegionPool:
         self._next_check = 0.0
         self._closing: set[AnyRegion] = set()
         """Regions drained while a call used them: closed when it gives them back."""
+        self._lost: set[AnyRegion] = set()
+        """Regions the server lost while a call or a view used them: closed when given back."""
+        self._registrations = 0
         self._tag = f"{PREFIX}{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
 
     def status_op(self) -> Op[list[JSON]]:
@@ -359,7 +365,14 @@ class RegionPool:
                     # Drained (the client closed) while a call or an output view held it.
                     if region in self._closing:
                         self._closing.discard(region)
-                        region.close()
+                        # GPU memory of a call that may still run stays allocated.
+                        if region.mapped or region not in self._abandoned:
+                            region.close()
+                    continue
+                if region in self._lost:
+                    self._lost.discard(region)
+                    self._all.remove(region)
+                    region.close()
                     continue
                 if region in self._abandoned:
                     continue  # freed by forget() once the server lets go of it
@@ -433,33 +446,65 @@ class RegionPool:
             self._all.remove(region)
         region.close()
 
-    def lost(self, listed: Collection[str]) -> None:
-        """The server has none of the registered regions missing from ``listed`` (it
-        restarted, or something unregistered them): they count as unregistered, and those
-        idle are closed (their /dev/shm names are gone: they cannot be registered again).
-        Those in use close when given back."""
+    def registered(self, region: AnyRegion) -> None:
+        """The server has ``region`` now (or may have it: a registration cut off)."""
         with self._lock:
-            for region in self._all:
-                if region.registered and region.name not in listed:
-                    region.registered = False
-            gone = [r for idle in self._idle.values() for r in idle if not r.registered]
-            for region in gone:
+            self._registrations += 1
+            region.registration = self._registrations
+        region.registered = True
+
+    def registrations(self) -> int:
+        """How many registrations there have been: :meth:`lost` takes it from before it
+        asked the server for its list."""
+        return self._registrations
+
+    def lost(self, listed: Collection[str], before: int) -> None:
+        """The server has none of the regions registered by registration ``before``
+        that are missing from ``listed`` (it restarted, or something unregistered them).
+        Their /dev/shm names are gone, so they cannot be registered again: those idle
+        are closed, those a call or a view uses when given back. (A call that sends one
+        meanwhile is refused by the server, and places its request anew.)"""
+        with self._lock:
+            gone = {
+                region
+                for region in self._all
+                if region.registered
+                and region.registration <= before
+                and region.name not in listed
+                and region not in self._abandoned  # (freed once the server lets go)
+            }
+            idle = [r for regions in self._idle.values() for r in regions if r in gone]
+            for region in idle:
                 self._idle[region.size].remove(region)
                 self._all.remove(region)
-        for region in gone:
+            self._lost.update(gone.difference(idle))
+        for region in idle:
             region.close()
 
-    def drain(self) -> tuple[list[AnyRegion], set[AnyRegion]]:
-        """Every region (to unregister and close), leaving the pool empty; and those of
-        them that calls in flight use, which close when their call gives them back (a
-        blocking HTTP call goes on after its client closed, and reads its outputs)."""
+    def drain(self) -> Drained:
+        """Every region (to unregister and close), leaving the pool empty."""
         with self._lock:
             idle = {region for regions in self._idle.values() for region in regions}
-            busy = set(self._all) - idle - self._on_loan - self._abandoned
+            abandoned = set(self._abandoned)
+            busy = set(self._all) - idle - self._on_loan - abandoned
             self._closing.update(busy)
-            regions, self._all, self._idle = self._all, [], {}
+            drained = Drained(self._all, busy, abandoned)
+            self._all, self._idle = [], {}
             self._abandoned, self._calls = set(), []
-        return regions, busy
+            self._lost = set()
+        return drained
+
+
+@attrs.frozen
+class Drained:
+    """What :meth:`RegionPool.drain` took out of the pool."""
+
+    regions: list[AnyRegion]
+    busy: set[AnyRegion]
+    """Used by calls in flight: each closes when its call gives it back (a blocking HTTP
+    call goes on after its client closed, and reads its outputs)."""
+    abandoned: set[AnyRegion]
+    """Of calls that ended without an answer: the server may still write into them."""
 
 
 def stale_regions(status: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -747,11 +792,15 @@ def guards_regions_in_use(metadata: Mapping[str, Any]) -> bool:
 _BROKEN_STREAM: Final = ("rst_stream", "stream removed", "stream reset", "goaway")
 
 
-def regions_lost(error: TritonError) -> bool:
-    """Whether ``error`` says the server does not have a region the request named (it
-    restarted, or something unregistered the client's regions). It refuses such a
+_NO_REGION: Final = re.compile(r"Unable to find shared memory region: '(?P<name>[^']*)'")
+
+
+def regions_lost(error: TritonError, placement: Placement) -> bool:
+    """Whether ``error`` says the server does not have a region of ``placement`` (it
+    restarted, or something unregistered the client's regions). Triton refuses such a
     request before running it."""
-    return isinstance(error, InferenceError) and "Unable to find shared memory region" in str(error)
+    match = _NO_REGION.search(str(error)) if isinstance(error, InferenceError) else None
+    return match is not None and any(r.name == match["name"] for r in placement.regions)
 
 
 def may_still_run(error: TritonError, placement: Placement) -> bool:

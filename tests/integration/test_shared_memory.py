@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import triton_sdk as ts
+from triton_sdk import ops
 from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
 
@@ -410,26 +411,41 @@ def test_a_region_registered_as_the_call_was_interrupted_is_unregistered_on_clos
     assert not [name for name in ours(other) if name.startswith(tag)]
 
 
+class Sent(ts.CallHook):
+    """Sets ``sent`` as an inference request goes out."""
+
+    def __init__(self) -> None:
+        self.sent = threading.Event()
+
+    def before_send(self, op: Any, ctx: Any) -> None:
+        if isinstance(op, ops.InferRequest):
+            self.sent.set()
+
+
 def test_a_blocking_http_call_in_flight_reads_its_regions_after_close(
     server: LocalServer,
 ) -> None:
-    client = ts.Client(server.http_url, shared_memory="system")
+    hook = Sent()
+    client = ts.Client(server.http_url, shared_memory="system", hooks=[hook])
     sleep = client.model("sleep")
-    sleep.infer(SECONDS=[0.0])
+    sleep.infer(SECONDS=[0.0])  # its regions, registered, serve the next call
+    hook.sent.clear()
     outcome: list[object] = []
 
     def call() -> None:
         try:
-            outcome.append(sleep.infer(SECONDS=[1.0])["SLEPT"].tolist())
+            outcome.append(sleep.infer(SECONDS=[3.0])["SLEPT"].tolist())
         except BaseException as error:
             outcome.append(error)
 
     caller = threading.Thread(target=call)
     caller.start()
-    time.sleep(0.5)  # the request runs on the server (for 1 s)
+    assert hook.sent.wait(10)
+    time.sleep(0.3)  # on its way to the server, which then runs it for 3 s
     client.close()
+    assert caller.is_alive()  # closed while the call was in flight
     caller.join(10)
-    assert outcome == [[1.0]]
+    assert outcome == [[3.0]]
 
 
 def test_files_of_a_client_that_died_before_registering_are_removed(make_client: Any) -> None:

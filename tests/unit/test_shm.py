@@ -350,7 +350,7 @@ def test_an_output_of_open_size_is_sized_per_byte_of_input_from_earlier_answers(
         assert slot.byte_size == slot.region.size  # the server may fill all of it
         assert place(ragged_request(1, 1), plan, pool) is None  # 400 B estimated: small
     finally:
-        for region in pool.drain()[0]:
+        for region in pool.drain().regions:
             region.close()
 
 
@@ -375,7 +375,7 @@ def test_a_refused_answer_sizes_the_next_region_only_for_an_open_output() -> Non
         in_sequence = attrs.evolve(request, sequence_id=7)
         assert not plan.outgrown(refusal, in_sequence, placement)  # never run twice
     finally:
-        for region in pool.drain()[0]:
+        for region in pool.drain().regions:
             region.close()
 
 
@@ -522,7 +522,7 @@ def test_regions_taken_before_a_failure_go_back_to_the_pool(
     request = InferRequest(model="big", inputs=[Tensor("X", "FP32", BATCH)])
     with pytest.raises(ts.TritonError, match="out of memory"):
         place(request, plan, pool)  # the input's region was taken, the output's was not
-    assert pool.drain() == ([], set())  # the input's region, never registered, was closed
+    assert pool.drain().regions == []  # the input's region, never registered, was closed
 
 
 async def test_close_frees_every_cuda_region_after_user_code_destroyed_some(
@@ -732,7 +732,7 @@ def test_an_abandoned_region_that_a_view_uses_is_offered_for_freeing_once_the_vi
     del view
     assert [set(call) for call in pool.due_for_check()] == [{lent, idle}]
     pool.forget(idle)  # closed, and no longer the pool's
-    left, _ = pool.drain()
+    left = pool.drain().regions
     assert set(left) == {lent, other}
     for region in left:
         region.close()
@@ -746,7 +746,7 @@ def test_abandoned_regions_are_checked_at_most_once_a_second() -> None:
     assert pool.due_for_check() == [(region,)]
     assert pool.due_for_check() == []  # asked the server a moment ago
     assert pool.due_for_check(force=True) == [(region,)]  # (close() asks once more)
-    for left in pool.drain()[0]:
+    for left in pool.drain().regions:
         left.close()
 
 
@@ -803,7 +803,7 @@ def test_a_resent_requests_outputs_are_copied_out_of_their_regions() -> None:
     note_resend(request, ts.TritonConnectionError("reset", retryable=True, may_have_run=True))
     assert not placement.outputs["Y"].view  # the first attempt may write into it later
     assert placement.resent
-    for left in pool.drain()[0]:
+    for left in pool.drain().regions:
         left.close()
 
 
@@ -876,3 +876,40 @@ async def test_a_server_before_2_50_keeps_abandoned_regions_registered(
 )
 def test_which_servers_keep_a_region_in_use(name: str, version: str, guards: bool) -> None:
     assert guards_regions_in_use({"name": name, "version": version}) is guards
+
+
+def test_regions_the_server_lost_close_once_no_call_uses_them() -> None:
+    pool = RegionPool()
+    idle, busy, later = pool.take(1024), pool.take(1024), pool.take(1024)
+    for region in (idle, busy):
+        pool.registered(region)
+    before = pool.registrations()  # the server's list is asked for now...
+    pool.registered(later)  # ...and this one registered meanwhile: the list may lack it
+    pool.give_back([idle])
+    pool.lost(listed=set(), before=before)
+    assert idle._map.closed  # idle: closed at once
+    assert not busy._map.closed  # a call uses it: its memory stays until it is done
+    assert busy.registered  # (sending it makes the server refuse: the call places anew)
+    pool.give_back([busy, later])
+    assert busy._map.closed
+    assert not later._map.closed  # registered after the list was asked for: kept
+    assert pool.take(1024) is later  # reused; the lost ones are no longer the pool's
+    assert pool.drain().regions == [later]
+    later.close()
+
+
+def test_a_drained_gpu_region_of_a_call_that_may_still_run_is_not_freed(
+    fake_cuda: dict[str, Any],
+) -> None:
+    pool = RegionPool(device=0)
+    region = pool.take(1024)
+    pool.registered(region)
+    drained = pool.drain()
+    assert drained.busy == {region}  # the client closes while a call uses it
+    pool.release(Placement({"X": Slot(region, 0, 16)}, {}), abandoned=True)
+    assert region.name in fake_cuda  # the server may still write into it
+    other = RegionPool(device=0)
+    done = other.take(1024)
+    other.drain()
+    other.release(Placement({"X": Slot(done, 0, 16)}, {}))
+    assert done.name not in fake_cuda  # a call that ended with its answer frees it
