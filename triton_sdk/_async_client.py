@@ -509,10 +509,6 @@ class AsyncClient:
                     item = await anext(responses)
                 except StopAsyncIteration:
                     break
-                except UnsupportedError as error:
-                    if error.status is None:
-                        raise
-                    raise unsupported_operation(error, op.call, self._url) from error
                 except TritonError:
                     raise
                 except self._malformed as exc:
@@ -525,6 +521,8 @@ class AsyncClient:
                 return  # stopped from another thread: the reader's loop just ends
             for hook in hooks:
                 hook.on_error(op, ctx, error)
+            if isinstance(error, UnsupportedError) and error.status is not None:
+                raise unsupported_operation(error, op.call, self._url) from error
             raise
         finally:
             # Closing the transport's stream cancels the request on the server.
