@@ -24,6 +24,7 @@ from ._base import (
     HttpBinary,
     ModelCore,
     Resolver,
+    SequenceFlags,
     Timeout,
     client_repr,
     closed_error,
@@ -1552,7 +1553,8 @@ class AsyncModelSequence:
         shared_memory: SharedMemory | NotGiven,
     ) -> InferResult:
         model = self._model
-        flags = self._state.flags(end)
+        state = self._state
+        state.check_open()
         (request,) = model._requests(
             inputs,
             named,
@@ -1561,16 +1563,21 @@ class AsyncModelSequence:
             priority=priority,
             request_id=request_id,
             sample=sample,
-            sequence=flags,
+            sequence=SequenceFlags(state.sequence_id, False, end),
         )
         options = model._client._options(timeout, headers, _ONCE)
-        # Counted before it goes out, so that a request sent meanwhile (from another
-        # task or thread) cannot carry START a second time.
-        self._state.sent_one(end)
-        if not flags.start:
+        # Built and checked: now it is the sequence's next request.
+        flags = state.claim(end)
+        if flags.start:
+            request = attrs.evolve(request, sequence_start=True)
+        else:
             # The server refuses a request of a sequence that reaches it before the one
             # carrying START: requests sent at once wait for that one's answer.
-            await self._started.wait()
+            try:
+                await self._started.wait()
+            except BaseException:
+                state.withdraw(flags)  # nothing of it went out
+                raise
         try:
             result = await model._client._infer([request], model._placement, options, shared_memory)
         finally:

@@ -122,8 +122,9 @@ class Balancer(Generic[T]):
         self.retired: list[Member[T]] = []  # gone from DNS; closed once idle
         self._lock = threading.Lock()
         self._random = random.Random(seed)
-        # Each sequence's endpoint (None: it failed) and when the sequence was last used.
-        self._pins: dict[int | str, tuple[Member[T] | None, float]] = {}
+        # Each sequence's endpoint (None: it failed), when the sequence was last used, and
+        # the endpoint's ejections when the sequence started there.
+        self._pins: dict[int | str, tuple[Member[T] | None, float, int]] = {}
         self._sweep_at = time.monotonic() + _PIN_SWEEP
 
     def states(self) -> list[EndpointState]:
@@ -146,20 +147,24 @@ class Balancer(Generic[T]):
             if request.sequence_start or sequence not in self._pins:
                 # (A sequence started before this client knew it stays where it goes now.)
                 member = self._take(())
-            else:
-                pinned = self._pins[sequence][0]
-                if pinned is None:
-                    if request.sequence_end:
-                        del self._pins[sequence]
-                    raise _lost(sequence, None)
-                member = pinned
-                self._count(member)
-            self._pins[sequence] = (member, now)
-            return Route(member, sequence)
+                self._pins[sequence] = (member, now, member.ejections)
+                return Route(member, sequence)
+            pinned, _, ejections = self._pins[sequence]
+            if pinned is None or pinned.ejections != ejections:
+                # Its endpoint failed, maybe seen by other calls only (and may be back,
+                # restarted): the sequence's state there is gone, or may be.
+                if request.sequence_end:
+                    del self._pins[sequence]
+                else:
+                    self._pins[sequence] = (None, now, 0)
+                raise _lost(sequence, None if pinned is None else pinned.endpoint)
+            self._count(pinned)
+            self._pins[sequence] = (pinned, now, ejections)
+            return Route(pinned, sequence)
 
     def _forget_idle_sequences(self, now: float) -> None:
         self._sweep_at = now + _PIN_SWEEP
-        idle = [key for key, (_, used) in self._pins.items() if now - used > PIN_IDLE]
+        idle = [key for key, (_, used, _) in self._pins.items() if now - used > PIN_IDLE]
         for key in idle:
             del self._pins[key]
 
@@ -216,7 +221,7 @@ class Balancer(Generic[T]):
             if request.sequence_end:
                 self._pins.pop(sequence, None)
             else:
-                self._pins[sequence] = (None, time.monotonic())
+                self._pins[sequence] = (None, time.monotonic(), 0)
             return _lost(sequence, member.endpoint, error)
 
     def update(self, endpoints: list[Endpoint], make: Callable[[Endpoint], T]) -> None:
@@ -237,7 +242,7 @@ class Balancer(Generic[T]):
     def idle_retired(self) -> list[Member[T]]:
         """Retired members with nothing in flight and no sequence on them (to close)."""
         with self._lock:
-            pinned = {id(member) for member, _ in self._pins.values() if member is not None}
+            pinned = {id(member) for member, _, _ in self._pins.values() if member is not None}
             idle = [m for m in self.retired if m.in_flight == 0 and id(m) not in pinned]
             self.retired = [member for member in self.retired if member not in idle]
         return idle

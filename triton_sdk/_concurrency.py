@@ -104,12 +104,20 @@ class ChunkRunner:
                     MAX_CHUNKS_IN_FLIGHT, thread_name_prefix="triton_sdk"
                 )
             executor = self._executor
+        futures: list[Future[R]] = []
         try:
-            # Each chunk runs in the caller's context (contextvars: a tracer's span).
-            futures = [executor.submit(contextvars.copy_context().run, send, c) for c in chunks]
+            try:
+                for chunk in chunks:
+                    # Each runs in the caller's context (contextvars: a tracer's span).
+                    futures.append(executor.submit(contextvars.copy_context().run, send, chunk))
+            except RuntimeError as exc:  # the pool was shut down by close() meanwhile
+                raise closed_error(self._kind) from exc
             return [future.result() for future in futures]
-        except RuntimeError as exc:  # the pool was shut down by close() meanwhile
-            raise closed_error(self._kind) from exc
+        finally:
+            # A failed call sends none of its chunks still waiting for a thread (a
+            # finished one has none left).
+            for future in futures:
+                future.cancel()
 
     def close(self) -> None:
         with self._lock:

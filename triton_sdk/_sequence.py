@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import threading
 import uuid
 import warnings
 from typing import Final
@@ -38,7 +39,7 @@ class SequenceState:
     Shared by the blocking and the asyncio sequence handles; it does no I/O.
     """
 
-    __slots__ = ("ended", "model", "sent", "sequence_id")
+    __slots__ = ("_lock", "ended", "model", "sent", "sequence_id")
 
     def __init__(self, spec: ModelSpec, sequence_id: int | str | None) -> None:
         if not spec.sequence:
@@ -67,20 +68,34 @@ class SequenceState:
         self.sequence_id = sequence_id
         self.sent = 0
         self.ended = False
+        self._lock = threading.Lock()  # the blocking handle's requests may come from threads
 
-    def flags(self, end: bool) -> SequenceFlags:
-        """The flags of the next request: START on the first, END when asked."""
+    def check_open(self) -> None:
+        """Raise if the request marked END has been sent: the sequence takes no more."""
         if self.ended:
             raise TritonError(
                 f"sequence {self.sequence_id!r} of {self.model!r} has ended", model=self.model
             )
-        return SequenceFlags(self.sequence_id, self.sent == 0, end)
 
-    def sent_one(self, end: bool) -> None:
-        """Count a request as it leaves the client (answered or not: a failed request may
-        still have reached the model, so START is never sent twice)."""
-        self.sent += 1
-        self.ended = self.ended or end
+    def claim(self, end: bool) -> SequenceFlags:
+        """The flags of the next request (START on the first, END when asked), counted in
+        the same step, so that of requests sent at once from several threads or tasks
+        only one carries START. Counted as sent whether answered or not: a failed request
+        may still have reached the model, so START is never sent twice."""
+        with self._lock:
+            self.check_open()
+            start = self.sent == 0
+            self.sent += 1
+            self.ended = end
+        return SequenceFlags(self.sequence_id, start, end)
+
+    def withdraw(self, flags: SequenceFlags) -> None:
+        """Uncount a claimed request that was not sent after all (cancelled while it
+        waited for the answer to START)."""
+        with self._lock:
+            self.sent -= 1
+            if flags.end:
+                self.ended = False
 
     def leave(self) -> None:
         """Warn when the block is left with the sequence still open on the server."""

@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -426,10 +428,54 @@ async def test_requests_sent_at_once_carry_start_only_once(url: str) -> None:
 
 
 def test_requests_sent_at_once_from_threads_carry_start_only_once(url: str) -> None:
-    with ts.Client(url) as client, ThreadPoolExecutor(3) as pool:
-        model = client.model("accumulate")
-        for _ in range(5):
-            with model.sequence() as sequence:
-                list(pool.map(lambda value: sequence.infer_sample(INPUT=value), (1, 2, 3)))
-                last = sequence.infer_sample(INPUT=4, end=True)
-            assert last["OUTPUT"].tolist() == [10]
+    # Threads released together, switching as often as the interpreter can: both build
+    # their requests at the same moment.
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ts.Client(url) as client, ThreadPoolExecutor(3) as pool:
+            model = client.model("accumulate")
+            for _ in range(30):
+                barrier = threading.Barrier(3)
+                with model.sequence() as sequence:
+
+                    def send(value: int, sequence: Any = sequence, barrier: Any = barrier) -> Any:
+                        barrier.wait()
+                        return sequence.infer_sample(INPUT=value)
+
+                    list(pool.map(send, (1, 2, 3)))
+                    last = sequence.infer_sample(INPUT=4, end=True)
+                assert last["OUTPUT"].tolist() == [10]
+    finally:
+        sys.setswitchinterval(switching)
+
+
+class Sent(ts.CallHook):
+    """The flags of each inference request sent."""
+
+    def __init__(self) -> None:
+        self.flags: list[tuple[bool, bool]] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        if op.call == "infer":
+            self.flags.append((op.sequence_start, op.sequence_end))
+
+
+async def test_an_end_request_cancelled_before_it_went_out_leaves_the_sequence_open(
+    url: str,
+) -> None:
+    sent = Sent()
+    async with ts.AsyncClient(url, hooks=[sent]) as client:
+        model = await client.model("accumulate")
+        async with model.sequence() as sequence:
+            first = asyncio.create_task(sequence.infer_sample(INPUT=1))
+            last = asyncio.create_task(sequence.infer_sample(INPUT=2, end=True))
+            await asyncio.sleep(0)  # both started: the END waits for START's answer
+            last.cancel()
+            await first
+            with pytest.raises(asyncio.CancelledError):
+                await last
+            assert sent.flags == [(True, False)]  # the END never went out...
+            assert not sequence.ended  # ...so the sequence is still open, and can end
+            assert total(await sequence.infer_sample(INPUT=2, end=True)) == 3
+        assert sent.flags == [(True, False), (False, True)]

@@ -21,6 +21,7 @@ from triton_sdk._balance import (
     Balancer,
     Discovery,
     Member,
+    Route,
 )
 from triton_sdk._base import parse_urls
 from triton_sdk._call import CallContext
@@ -164,6 +165,26 @@ def test_a_sequence_whose_endpoint_failed_is_lost_and_never_moves() -> None:
     with pytest.raises(ts.SequenceLostError):
         pool.route(step(9, end=True))
     assert pool._pins == {}  # the END forgets it
+
+
+def test_a_sequence_whose_endpoint_other_calls_saw_fail_is_lost_even_once_it_is_back() -> None:
+    pool = balancer(2)
+    start = pool.route(step(4, start=True))
+    pool.succeeded(start, step(4, start=True))
+    other = Route(start.member)  # a stateless call on the same endpoint fails: ejected
+    start.member.in_flight += 1
+    pool.failed(other, IsServerReady(), REFUSED)
+    start.member.healthy = True  # readmitted by its probe (the server restarted)
+    with pytest.raises(ts.SequenceLostError, match=str(start.member.endpoint)):
+        pool.route(step(4))
+    with pytest.raises(ts.SequenceLostError):
+        pool.route(step(4))  # and every later request of it, until its END
+    with pytest.raises(ts.SequenceLostError):
+        pool.route(step(4, end=True))
+    assert pool._pins == {}
+    again = pool.route(step(4, start=True))  # started anew, it goes where a new one goes
+    pool.succeeded(again, step(4, start=True))
+    assert pool.route(step(4)).member is again.member
 
 
 def test_parse_urls() -> None:

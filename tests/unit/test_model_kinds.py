@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -628,43 +629,69 @@ STR_SEQ_SPEC = make_spec(
 
 def test_sequence_flags_start_first_then_end_when_asked() -> None:
     state = SequenceState(SEQ_SPEC, 42)
-    assert state.flags(end=False) == SequenceFlags(42, True, False)
-    state.sent_one(end=False)
-    assert state.flags(end=False) == SequenceFlags(42, False, False)
-    state.sent_one(end=False)
+    assert state.claim(end=False) == SequenceFlags(42, True, False)
+    assert state.claim(end=False) == SequenceFlags(42, False, False)
     assert not state.ended
-    assert state.flags(end=True) == SequenceFlags(42, False, True)
-    state.sent_one(end=True)
+    assert state.claim(end=True) == SequenceFlags(42, False, True)
     assert state.ended
     assert state.sent == 3
 
 
 def test_sequence_of_one_request_has_start_and_end() -> None:
     state = SequenceState(SEQ_SPEC, 5)
-    assert state.flags(end=True) == SequenceFlags(5, True, True)
+    assert state.claim(end=True) == SequenceFlags(5, True, True)
 
 
 def test_ended_sequence_refuses_more_requests() -> None:
     state = SequenceState(SEQ_SPEC, 7)
-    state.flags(end=True)
-    state.sent_one(end=True)
+    state.claim(end=True)
     with pytest.raises(ts.TritonError, match="ended"):
-        state.flags(end=False)
+        state.claim(end=False)
     with pytest.raises(ts.TritonError, match="ended"):
-        state.flags(end=True)
+        state.check_open()
+
+
+def test_a_withdrawn_end_leaves_the_sequence_open() -> None:
+    state = SequenceState(SEQ_SPEC, 8)
+    state.claim(end=False)
+    end = state.claim(end=True)
+    state.withdraw(end)  # cancelled before it went out
+    assert not state.ended
+    assert state.sent == 1
+    assert state.claim(end=True) == SequenceFlags(8, False, True)
+
+
+def claimed_at_once(state: SequenceState, threads: int) -> list[SequenceFlags]:
+    barrier = threading.Barrier(threads)
+    flags: list[SequenceFlags] = []
+
+    def claim() -> None:
+        barrier.wait()
+        flags.append(state.claim(end=False))
+
+    running = [threading.Thread(target=claim) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    return flags
+
+
+def test_of_requests_claimed_at_once_from_threads_one_carries_start() -> None:
+    for _ in range(50):
+        flags = claimed_at_once(SequenceState(SEQ_SPEC, 9), 4)
+        assert sorted(f.start for f in flags) == [False, False, False, True]
 
 
 def test_failed_request_still_counts_so_start_is_not_resent() -> None:
     state = SequenceState(SEQ_SPEC, 7)
-    state.flags(end=False)
-    state.sent_one(end=False)  # as after a failure: the request left the client
-    assert state.flags(end=False).start is False
+    state.claim(end=False)  # then it fails: it may have reached the model
+    assert state.claim(end=False).start is False
 
 
 def test_leaving_a_started_open_sequence_warns() -> None:
     state = SequenceState(SEQ_SPEC, 9)
-    state.flags(end=False)
-    state.sent_one(end=False)
+    state.claim(end=False)
     with pytest.warns(SequenceNotEndedWarning, match="end=True"):
         state.leave()
 
@@ -674,7 +701,7 @@ def test_leaving_an_unstarted_or_ended_sequence_is_silent() -> None:
         warnings.simplefilter("error")
         SequenceState(SEQ_SPEC, 9).leave()
         ended = SequenceState(SEQ_SPEC, 10)
-        ended.sent_one(end=True)
+        ended.claim(end=True)
         ended.leave()
 
 

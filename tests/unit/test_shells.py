@@ -18,6 +18,7 @@ import pytest
 
 import triton_sdk as ts
 from triton_sdk import ops, testing
+from triton_sdk._concurrency import MAX_CHUNKS_IN_FLIGHT
 from triton_sdk.testing import MockTransport, result_of
 
 from ._both import resolve
@@ -629,6 +630,32 @@ async def test_a_failed_chunk_fails_the_call(connect: Connect) -> None:
     model = await resolve(client.model("double"))
     with pytest.raises(ts.InferenceError, match="chunk refused"):
         await resolve(model.infer(X=np.arange(10, dtype=np.float32).reshape(10, 1)))
+
+
+async def test_a_failed_call_sends_none_of_its_chunks_still_waiting(
+    connect: Connect, mode: str
+) -> None:
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        if op.inputs[0].array[0, 0] == 0:
+            return ts.InferenceError("chunk refused", status="INVALID_ARGUMENT")
+        if mode == "sync":
+            time.sleep(0.02)
+            return {"Y": op.inputs[0].array}
+
+        async def later() -> object:
+            await asyncio.sleep(0.02)
+            return {"Y": op.inputs[0].array}
+
+        return later()
+
+    client, mock = connect(handler)
+    model = await resolve(client.model("double"))
+    mock.calls.clear()
+    rows = 50 * DOUBLE.max_batch_size
+    with pytest.raises(ts.InferenceError, match="chunk refused"):
+        await resolve(model.infer(X=np.arange(rows, dtype=np.float32).reshape(rows, 1)))
+    await asyncio.sleep(0.5)  # what was left of the call would have been sent by now
+    assert len(mock.calls) <= 2 * MAX_CHUNKS_IN_FLIGHT  # those already running, at most
 
 
 async def test_a_chunk_answered_with_other_rows_fails_the_call(connect: Connect) -> None:
