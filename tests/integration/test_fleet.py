@@ -180,6 +180,42 @@ def test_sequences_on_a_killed_server_fail_clearly_and_the_others_go_on(
             victim.start()
 
 
+def test_a_sequence_whose_server_failed_and_came_back_between_its_requests_is_lost(
+    fleet: list[LocalServer], fleet_client: Any, loop_thread: LoopThread
+) -> None:
+    """Other calls saw its server fail and come back, restarted: the sequence's state is
+    gone, so its next request raises SequenceLostError (not the server's refusal of a
+    request without START)."""
+    victim = fleet[1]
+    model = fleet_client.model("accumulate")
+    double = fleet_client.model("double")
+    ejections = states(fleet_client)[1].ejections
+    before = inference_count(victim, "accumulate")
+    seq = None
+    try:
+        while inference_count(victim, "accumulate") == before:
+            if seq is not None:
+                seq.infer(INPUT=[0], end=True)
+            seq = new_sequence(model, loop_thread)
+            seq.infer(INPUT=[1])
+        victim.kill()
+        wait_until(
+            lambda: double.infer(X=ONES) is not None and not states(fleet_client)[1].healthy,
+            "stateless calls see the killed server fail",
+        )
+        victim.start()
+        wait_until(lambda: states(fleet_client)[1].healthy, "the restarted one is readmitted")
+        assert states(fleet_client)[1].ejections == ejections + 1
+        with pytest.raises(ts.SequenceLostError, match="start it again"):
+            seq.infer(INPUT=[10])
+        with pytest.raises(ts.SequenceLostError):
+            seq.infer(INPUT=[100], end=True)
+        assert inference_count(victim, "accumulate") == 0  # nothing of it reached the new one
+    finally:
+        if not victim.running:
+            victim.start()
+
+
 def test_requests_spread_over_every_server(fleet: list[LocalServer], fleet_client: Any) -> None:
     model = fleet_client.model("double")
     before = [inference_count(server, "double") for server in fleet]
