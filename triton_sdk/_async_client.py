@@ -828,9 +828,7 @@ class AsyncClient:
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
     ) -> InferResult:
         """The requests of one call (the chunks of a split batch), joined in order."""
-        mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
-        if self._many and mode not in _MANY_ENDPOINT_MODES:
-            raise InvalidInputError(_ONE_SERVER_SHM)
+        mode = self._shared_memory_mode(shared_memory)
         if len(requests) == 1:
             if on_sockets(plan, mode, self._server_reads_our_memory):
                 return await self._run(requests[0], options)  # (_infer_one, inlined)
@@ -841,6 +839,13 @@ class AsyncClient:
 
         rows = [len(request.inputs[0].array) for request in requests]
         return InferResult.concatenate(await self._chunks.run(chunk, requests), rows=rows)
+
+    def _shared_memory_mode(self, shared_memory: SharedMemory | NotGiven) -> SharedMemory:
+        """The mode of a call: its own, checked, or the client's."""
+        mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
+        if self._many and mode not in _MANY_ENDPOINT_MODES:
+            raise InvalidInputError(_ONE_SERVER_SHM)
+        return mode
 
     async def _infer_one(
         self,
@@ -1534,7 +1539,8 @@ class AsyncModelSequence:
 
     @property
     def ended(self) -> bool:
-        """Whether the request marked ``end=True`` was sent."""
+        """Whether the request marked ``end=True`` was sent (or is on its way: it may
+        wait for the answer to the request carrying START)."""
         return self._state.ended
 
     async def _send(
@@ -1566,20 +1572,28 @@ class AsyncModelSequence:
             sequence=SequenceFlags(state.sequence_id, False, end),
         )
         options = model._client._options(timeout, headers, _ONCE)
+        mode = model._client._shared_memory_mode(shared_memory)
         # Built and checked: now it is the sequence's next request.
         flags = state.claim(end)
-        if flags.start:
-            request = attrs.evolve(request, sequence_start=True)
-        else:
-            # The server refuses a request of a sequence that reaches it before the one
-            # carrying START: requests sent at once wait for that one's answer.
-            try:
-                await self._started.wait()
-            except BaseException:
-                state.withdraw(flags)  # nothing of it went out
-                raise
         try:
-            result = await model._client._infer([request], model._placement, options, shared_memory)
+            if flags.start:
+                request = attrs.evolve(request, sequence_start=True)
+            else:
+                # The server refuses a request of a sequence that reaches it before the one
+                # carrying START: requests sent at once wait for that one's answer.
+                try:
+                    await self._started.wait()
+                except BaseException:
+                    state.withdraw(flags)  # nothing of it went out
+                    raise
+            try:
+                result = await model._client._infer([request], model._placement, options, mode)
+            except InvalidInputError:
+                # Refused before it went out (a hook's header, say). A START stays
+                # counted, as after any failure of the first request (docs/sequences.md).
+                if not flags.start:
+                    state.withdraw(flags)
+                raise
         finally:
             if flags.start:
                 self._started.open()

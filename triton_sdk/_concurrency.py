@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeAlias, TypeVar
 
 from ._base import closed_error
@@ -112,6 +112,11 @@ class ChunkRunner:
                     futures.append(executor.submit(contextvars.copy_context().run, send, chunk))
             except RuntimeError as exc:  # the pool was shut down by close() meanwhile
                 raise closed_error(self._kind) from exc
+            # The first failure ends the call, whichever chunk it is.
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                if future in done and future.exception() is not None:
+                    future.result()  # raises it
             return [future.result() for future in futures]
         finally:
             # A failed call sends none of its chunks still waiting for a thread (a

@@ -38,6 +38,9 @@ from triton_sdk._request import RequestedOutput
 from triton_sdk._sequence import SequenceNotEndedWarning, SequenceState, new_sequence_id
 from triton_sdk._shaping import Tensor
 from triton_sdk._streams import AsyncResponseStream, ResponseStream
+from triton_sdk.testing import MockTransport
+
+from ._both import resolve
 
 
 def tensor(name: str, datatype: str, *shape: int, optional: bool = False) -> TensorSpec:
@@ -661,26 +664,20 @@ def test_a_withdrawn_end_leaves_the_sequence_open() -> None:
     assert state.claim(end=True) == SequenceFlags(8, False, True)
 
 
-def claimed_at_once(state: SequenceState, threads: int) -> list[SequenceFlags]:
-    barrier = threading.Barrier(threads)
+def test_a_claim_waits_for_one_under_way_in_another_thread() -> None:
+    # Deciding START and counting the request are one step: a second thread cannot see
+    # the sequence unstarted while the first is between the two.
+    state = SequenceState(SEQ_SPEC, 9)
     flags: list[SequenceFlags] = []
-
-    def claim() -> None:
-        barrier.wait()
-        flags.append(state.claim(end=False))
-
-    running = [threading.Thread(target=claim) for _ in range(threads)]
-    for thread in running:
-        thread.start()
-    for thread in running:
-        thread.join()
-    return flags
-
-
-def test_of_requests_claimed_at_once_from_threads_one_carries_start() -> None:
-    for _ in range(50):
-        flags = claimed_at_once(SequenceState(SEQ_SPEC, 9), 4)
-        assert sorted(f.start for f in flags) == [False, False, False, True]
+    with state._lock:  # (a claim under way)
+        other = threading.Thread(target=lambda: flags.append(state.claim(end=False)))
+        other.start()
+        other.join(0.2)
+        assert other.is_alive()
+        assert flags == []
+    other.join(5)
+    assert flags == [SequenceFlags(9, True, False)]
+    assert state.claim(end=False).start is False
 
 
 def test_failed_request_still_counts_so_start_is_not_resent() -> None:
@@ -988,3 +985,25 @@ def test_event_stream_error_bodies_give_the_server_message() -> None:
     assert isinstance(error, ts.InferenceError)
     assert error.message == "Failed to process the request: negative dimensions"
     assert error.status == 400
+
+
+@pytest.mark.parametrize("kind", [ts.Client, ts.AsyncClient])
+async def test_a_request_the_client_refuses_leaves_the_sequence_where_it_was(kind: Any) -> None:
+    sent: list[tuple[bool, bool]] = []
+
+    def answer(op: Any, ctx: Any) -> Any:
+        sent.append((op.sequence_start, op.sequence_end))
+        return {"OUT": np.zeros((1, 1), np.float32)}
+
+    client = kind("grpc://test", transport=MockTransport(answer, models=[SEQ_SPEC]))
+    model = await resolve(client.model("acc"))
+    sequence = model.sequence()
+    with pytest.raises(ts.InvalidInputError):
+        await resolve(sequence.infer(X=[[1]], shared_memory="sytem"))  # a misspelt mode
+    await resolve(sequence.infer(X=[[1]]))
+    with pytest.raises(ts.InvalidInputError):
+        await resolve(sequence.infer(X=[[2]], end=True, shared_memory="bogus"))
+    assert not sequence.ended
+    await resolve(sequence.infer(X=[[2]], end=True))
+    assert sequence.ended
+    assert sent == [(True, False), (False, True)]

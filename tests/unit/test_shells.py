@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -635,15 +636,20 @@ async def test_a_failed_chunk_fails_the_call(connect: Connect) -> None:
 async def test_a_failed_call_sends_none_of_its_chunks_still_waiting(
     connect: Connect, mode: str
 ) -> None:
+    # The second chunk fails at once; the others hold their threads until the call has
+    # raised. The chunks left waiting must never be sent.
+    release, released = threading.Event(), asyncio.Event()
+    failing = DOUBLE.max_batch_size  # the first row of the second chunk
+
     def handler(op: Any, ctx: ts.CallContext) -> object:
-        if op.inputs[0].array[0, 0] == 0:
+        if op.inputs[0].array[0, 0] == failing:
             return ts.InferenceError("chunk refused", status="INVALID_ARGUMENT")
         if mode == "sync":
-            time.sleep(0.02)
+            release.wait(10)
             return {"Y": op.inputs[0].array}
 
         async def later() -> object:
-            await asyncio.sleep(0.02)
+            await released.wait()
             return {"Y": op.inputs[0].array}
 
         return later()
@@ -652,10 +658,15 @@ async def test_a_failed_call_sends_none_of_its_chunks_still_waiting(
     model = await resolve(client.model("double"))
     mock.calls.clear()
     rows = 50 * DOUBLE.max_batch_size
-    with pytest.raises(ts.InferenceError, match="chunk refused"):
-        await resolve(model.infer(X=np.arange(rows, dtype=np.float32).reshape(rows, 1)))
-    await asyncio.sleep(0.5)  # what was left of the call would have been sent by now
-    assert len(mock.calls) <= 2 * MAX_CHUNKS_IN_FLIGHT  # those already running, at most
+    try:
+        with pytest.raises(ts.InferenceError, match="chunk refused"):
+            await resolve(model.infer(X=np.arange(rows, dtype=np.float32).reshape(rows, 1)))
+    finally:
+        release.set()
+        released.set()
+    await asyncio.sleep(0.2)  # (what was left of the call would go out now)
+    # Those that had a thread, and the one that may take the failed chunk's at once.
+    assert len(mock.calls) <= MAX_CHUNKS_IN_FLIGHT + 1
 
 
 async def test_a_chunk_answered_with_other_rows_fails_the_call(connect: Connect) -> None:
