@@ -44,6 +44,14 @@ def own(client: Any) -> list[str]:
     return [name for name in ours(client) if name.startswith(pool._tag + "-")]
 
 
+def close(client: Any) -> None:
+    """Close a Client, or the blocking view of an AsyncClient."""
+    if hasattr(client, "close"):
+        client.close()
+    else:
+        client.aclose()
+
+
 def dev_shm() -> list[str]:
     return sorted(name for name in os.listdir("/dev/shm") if name.startswith("triton_sdk-"))
 
@@ -222,10 +230,7 @@ def test_close_unregisters_the_clients_regions(make_client: Any) -> None:
     mine = set(own(client))
     assert mine
     other = make_client()
-    if hasattr(client, "close"):
-        client.close()
-    else:
-        client.aclose()
+    close(client)
     assert not mine & set(ours(other))
 
 
@@ -404,10 +409,7 @@ def test_a_region_registered_as_the_call_was_interrupted_is_unregistered_on_clos
     registered = set(own(client))
     assert registered
     other = make_client()
-    if hasattr(client, "close"):
-        client.close()
-    else:
-        client.aclose()
+    close(client)
     assert not [name for name in ours(other) if name.startswith(tag)]
 
 
