@@ -91,7 +91,7 @@ class SequenceState:
 
     def withdraw(self, flags: SequenceFlags) -> None:
         """Uncount a claimed request that was not sent after all (cancelled while it
-        waited for the answer to START)."""
+        waited for the answer to START, or refused by the client)."""
         with self._lock:
             self.sent -= 1
             if flags.end:

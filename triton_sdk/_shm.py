@@ -325,9 +325,8 @@ class RegionPool:
         """The abandoned regions, by call (one request uses them all, or none)."""
         self._next_check = 0.0
         self._closing: set[AnyRegion] = set()
-        """Regions drained while a call used them: closed when it gives them back."""
-        self._lost: set[AnyRegion] = set()
-        """Regions the server lost while a call or a view used them: closed when given back."""
+        """Regions no longer the pool's (drained, or lost by the server) that a call or a
+        view still uses: closed when given back."""
         self._registrations = 0
         self._tag = f"{PREFIX}{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
 
@@ -362,17 +361,12 @@ class RegionPool:
         with self._lock:
             for region in regions:
                 if region not in self._all:
-                    # Drained (the client closed) while a call or an output view held it.
+                    # Drained or lost while a call or an output view held it.
                     if region in self._closing:
                         self._closing.discard(region)
                         # GPU memory of a call that may still run stays allocated.
                         if region.mapped or region not in self._abandoned:
                             region.close()
-                    continue
-                if region in self._lost:
-                    self._lost.discard(region)
-                    self._all.remove(region)
-                    region.close()
                     continue
                 if region in self._abandoned:
                     continue  # freed by forget() once the server lets go of it
@@ -476,8 +470,9 @@ class RegionPool:
             idle = [r for regions in self._idle.values() for r in regions if r in gone]
             for region in idle:
                 self._idle[region.size].remove(region)
+            for region in gone:
                 self._all.remove(region)
-            self._lost.update(gone.difference(idle))
+            self._closing.update(gone.difference(idle))
         for region in idle:
             region.close()
 
@@ -491,7 +486,6 @@ class RegionPool:
             drained = Drained(self._all, busy, abandoned)
             self._all, self._idle = [], {}
             self._abandoned, self._calls = set(), []
-            self._lost = set()
         return drained
 
 
