@@ -287,20 +287,30 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 # Kills the server's process group once its stdin closes: when the LocalServer stops it,
 # or when this Python process dies without stopping it (SIGKILL, a crash), so that no
-# tritonserver outlives the program that started it.
+# tritonserver outlives the program that started it. It then removes the Python backend's
+# shared-memory files, which a killed server leaves in /dev/shm.
 _WATCHDOG: Final = """
-import os, signal, sys
+import glob, os, signal, sys
 sys.stdin.buffer.read()
 try:
     os.killpg(int(sys.argv[1]), signal.SIGKILL)
 except (ProcessLookupError, PermissionError):
     pass
+if len(sys.argv) > 2:
+    for path in glob.glob("/dev/shm/" + glob.escape(sys.argv[2]) + "*"):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 """
+# The Python backend's option naming its /dev/shm files; each server gets a prefix of its own.
+_BACKEND_SHM_PREFIX_OPTION: Final = "shm-region-prefix-name"
 
 
-def _start_watchdog(pid: int) -> subprocess.Popen[bytes]:
+def _start_watchdog(pid: int, backend_shm_prefix: str | None) -> subprocess.Popen[bytes]:
+    prefix = [backend_shm_prefix] if backend_shm_prefix else []
     return subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, str(pid)],
+        [sys.executable, "-c", _WATCHDOG, str(pid), *prefix],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,
@@ -367,6 +377,7 @@ class LocalServer:
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
         self._ports: tuple[int, int, int] | None = ports
+        self._backend_shm_prefix: str | None = None
 
     # Addresses
 
@@ -459,6 +470,10 @@ class LocalServer:
         self._remove_workdir()  # what a kill() left behind
         installation = find_tritonserver()
         self._workdir = Path(tempfile.mkdtemp(prefix="triton_sdk-"))
+        if not any(_BACKEND_SHM_PREFIX_OPTION in arg for arg in self.extra_args):
+            self._backend_shm_prefix = (
+                f"triton_sdk_python_backend_{self._workdir.name.removeprefix('triton_sdk-')}_"
+            )
         if self._log_path is None:
             self._log_path = self._workdir / "tritonserver.log"
         backends = _backend_directory(installation, self._workdir)
@@ -498,6 +513,9 @@ class LocalServer:
         ]
         if self.model_control == "explicit":
             command.append("--load-model=*")
+        if self._backend_shm_prefix is not None:
+            option = f"{_BACKEND_SHM_PREFIX_OPTION}={self._backend_shm_prefix}"
+            command.append(f"--backend-config=python,{option}")
         return [*command, *self.extra_args]
 
     def _launch(
@@ -512,7 +530,7 @@ class LocalServer:
                 env=env,
                 start_new_session=True,
             )
-        self._watchdog = _start_watchdog(self._process.pid)
+        self._watchdog = _start_watchdog(self._process.pid, self._backend_shm_prefix)
         _running.add(self)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
@@ -566,7 +584,10 @@ class LocalServer:
         self._remove_workdir()
 
     def kill(self) -> None:
-        """Kill the server at once (SIGKILL), as a crash would; ports stay reserved for restart."""
+        """Kill the server at once (SIGKILL), as a crash would; ports stay reserved for restart.
+
+        The shared-memory files its Python backend leaves are removed.
+        """
         if self._process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signal.SIGKILL)

@@ -26,6 +26,24 @@ def _process_group_alive(pgid: int) -> bool:
     return True
 
 
+def _backend_shm_files(server_pid: int) -> list[str]:
+    """The /dev/shm files of the Python backend of the server ``server_pid``."""
+    arguments = Path(f"/proc/{server_pid}/cmdline").read_bytes().decode().split("\0")
+    option = "--backend-config=python,shm-region-prefix-name="
+    (prefix,) = [argument.removeprefix(option) for argument in arguments if option in argument]
+    assert prefix.startswith("triton_sdk_python_backend_")
+    return sorted(path.name for path in Path("/dev/shm").glob(f"{prefix}*"))
+
+
+def _wait_until_gone(files: list[str]) -> list[str]:
+    deadline = time.monotonic() + 20
+    left = files
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [name for name in files if (Path("/dev/shm") / name).exists()]
+    return left
+
+
 def test_two_servers_side_by_side_then_stopped(tmp_path: Path) -> None:
     first = LocalServer(EXAMPLE_MODELS, log_path=tmp_path / "first.log")
     second = LocalServer(str(EXAMPLE_MODELS))
@@ -180,15 +198,31 @@ def test_server_does_not_outlive_a_killed_program() -> None:
         assert program.stdout is not None
         server_pid = int(program.stdout.readline())
         assert _process_group_alive(server_pid)
+        backend_files = _backend_shm_files(server_pid)
+        assert backend_files  # the Python backend's, for add_sub and text_embed
         program.kill()
         program.wait()
         deadline = time.monotonic() + 20
         while _process_group_alive(server_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _process_group_alive(server_pid)
+        # The killed server could not remove them; the watchdog did.
+        assert _wait_until_gone(backend_files) == []
     finally:
         program.kill()
         program.wait()
+
+
+def test_a_killed_server_leaves_no_shared_memory_files() -> None:
+    server = LocalServer(EXAMPLE_MODELS).start()
+    try:
+        assert server.pid is not None
+        backend_files = _backend_shm_files(server.pid)
+        assert len(backend_files) >= 2
+        server.kill()
+        assert not any((Path("/dev/shm") / name).exists() for name in backend_files)
+    finally:
+        server.stop()
 
 
 def test_a_crashed_server_reports_its_exit_code_and_restarts_on_its_ports() -> None:
