@@ -173,16 +173,20 @@ def request_count(server: LocalServer, model: str) -> int:
     return success + int(stats.get("fail", {}).get("count", 0))
 
 
-def inference_count(server: LocalServer, model: str) -> int:
+def inference_count(server: LocalServer, model: str, within: float = 10.0) -> int:
     """How many requests (successful or failed) of this model the server received.
 
-    The server bumps its counters just after it answers, so the count is read until it
-    holds still for a moment.
+    The server bumps its counters just after it answers, later still on a loaded machine,
+    so the count is read until it has held still for a quarter of a second.
     """
+    deadline = time.monotonic() + within
     count = request_count(server, model)
-    while True:
+    still_since = time.monotonic()
+    while time.monotonic() < deadline:
         time.sleep(0.05)
         again = request_count(server, model)
-        if again == count:
-            return count
-        count = again
+        if again != count:
+            count, still_since = again, time.monotonic()
+        elif time.monotonic() - still_since >= 0.25:
+            break
+    return count

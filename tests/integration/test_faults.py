@@ -17,10 +17,8 @@ the machine may be shared with other test runs.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ from triton_sdk.local import LocalServer
 
 from ._blocking import LoopThread
 from ._relay import Relay
-from .conftest import close_client, open_client
+from .conftest import close_client, inference_count, open_client, request_count
 
 EXAMPLE_MODELS = Path(__file__).resolve().parents[2] / "triton_sdk" / "examples" / "models"
 
@@ -76,36 +74,6 @@ def crash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServ
     """A server of its own for the kill -9 tests."""
     with LocalServer(add_sub_repository(tmp_path_factory.mktemp("crash_repository"))) as server:
         yield server
-
-
-def server_statistics(server: LocalServer, model: str) -> dict[str, Any]:
-    """The server's own counters for a model, read over plain HTTP (not through the SDK)."""
-    with urllib.request.urlopen(f"{server.http_url}/v2/models/{model}/stats", timeout=10) as reply:
-        stats = json.load(reply)["model_stats"]
-    return stats[0] if stats else {}
-
-
-def executed(server: LocalServer, model: str) -> int:
-    """Requests of this model the server has run (successful or failed)."""
-    stats = server_statistics(server, model).get("inference_stats", {})
-    return int(stats.get("success", {}).get("count", 0)) + int(
-        stats.get("fail", {}).get("count", 0)
-    )
-
-
-def settled_executed(server: LocalServer, model: str, within: float = 5.0) -> int:
-    """The count once it has held still for 0.3 s (the server counts just after answering)."""
-    deadline = time.monotonic() + within
-    count = executed(server, model)
-    still_since = time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        again = executed(server, model)
-        if again != count:
-            count, still_since = again, time.monotonic()
-        elif time.monotonic() - still_since >= 0.3:
-            break
-    return count
 
 
 # Clients and relays
@@ -295,7 +263,7 @@ def test_infer_on_reset_connection_is_retried_then_raises(
 ) -> None:
     relay = make_relay(protocol)
     model = connected_model(make_client, protocol, mode, relay)
-    before = settled_executed(fault_server, "add_sub")
+    before = inference_count(fault_server, "add_sub")
     relay.mode = "reset"  # the open connection is reset too
     time.sleep(0.3)
     connections = relay.connections
@@ -308,7 +276,7 @@ def test_infer_on_reset_connection_is_retried_then_raises(
         assert new_connections == FAST_RETRY.max_attempts
     else:
         assert 1 <= new_connections <= FAST_RETRY.max_attempts
-    assert settled_executed(fault_server, "add_sub") == before, "a reset request reached the server"
+    assert inference_count(fault_server, "add_sub") == before, "a reset request reached the server"
 
 
 # e. The answer is lost: a timeout, not retried, although the server ran the request
@@ -325,14 +293,14 @@ def test_lost_answer_times_out_and_is_not_retried(
 ) -> None:
     relay = make_relay(protocol)
     model = connected_model(make_client, protocol, mode, relay)
-    before = settled_executed(fault_server, "add_sub")
+    before = inference_count(fault_server, "add_sub")
     relay.mode = "drop_response"
     error, elapsed = timed(lambda: model.infer(**ADD_SUB_INPUTS, timeout=0.5))
     assert isinstance(error, ts.TritonTimeoutError), f"{error!r} after {elapsed:.2f}s"
     assert not error.retryable
     assert elapsed < 0.5 + MARGIN, f"timeout=0.5 took {elapsed:.2f}s"
     # The server did run it, once: a retry would have run it again.
-    assert settled_executed(fault_server, "add_sub") == before + 1
+    assert inference_count(fault_server, "add_sub") == before + 1
 
 
 @pytest.mark.timeout(60)
@@ -348,7 +316,7 @@ def test_a_connection_broken_after_the_request_left_says_it_may_have_run(
     relay.mode = "pass"
     model = make_client(protocol, mode, relay, retry=ts.RetryPolicy.none()).model("add_sub")
     check_add_sub(model.infer(**ADD_SUB_INPUTS))
-    before = settled_executed(fault_server, "add_sub")
+    before = inference_count(fault_server, "add_sub")
     relay.mode = "drop_response"
     sent = relay.bytes_from_clients
     outcome: list[BaseException | None] = []
@@ -359,14 +327,17 @@ def test_a_connection_broken_after_the_request_left_says_it_may_have_run(
     deadline = time.monotonic() + 5
     while relay.bytes_from_clients == sent and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.2)  # the request reaches the server and runs
+    # The request reaches the server and runs; the relay holds its answer back.
+    deadline = time.monotonic() + 10
+    while request_count(fault_server, "add_sub") == before and time.monotonic() < deadline:
+        time.sleep(0.01)
     relay.mode = "reset"  # then the connection breaks before the answer comes back
     call.join(15)
     (error,) = outcome
     assert isinstance(error, ts.TritonConnectionError), repr(error)
     assert error.retryable
     assert error.may_have_run
-    assert settled_executed(fault_server, "add_sub") == before + 1
+    assert inference_count(fault_server, "add_sub") == before + 1
 
 
 # f. kill -9 and restart under load

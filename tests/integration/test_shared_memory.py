@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 import triton_sdk as ts
-from triton_sdk import ops
 from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
 
@@ -274,8 +273,16 @@ def wait_until_answered(server: LocalServer, model: str, count: int) -> None:
         time.sleep(0.05)
 
 
+def wait_until_started(marker: Path) -> None:
+    """Wait until the ``sleep`` model runs the request that named ``marker``."""
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the request never started"
+        time.sleep(0.01)
+
+
 def test_a_timed_out_calls_regions_are_not_reused_while_the_server_runs_it(
-    make_client: Any, server: LocalServer
+    make_client: Any, server: LocalServer, tmp_path: Path
 ) -> None:
     """The server keeps running a request whose call timed out, and writes its answer into
     that call's regions when it is done: a later result must not change under its reader."""
@@ -284,8 +291,10 @@ def test_a_timed_out_calls_regions_are_not_reused_while_the_server_runs_it(
     sleep.infer(SECONDS=[0.0])
     abandoned = set(own(client))  # the next call takes these two regions
     before = inference_count(server, "sleep")
+    marker = tmp_path / "started"
     with pytest.raises(ts.TritonTimeoutError):
-        sleep.infer(SECONDS=[2.0], timeout=0.3)
+        sleep.infer(SECONDS=[2.0], timeout=0.3, parameters={"started": str(marker)})
+    wait_until_started(marker)
     sleep.infer(SECONDS=[0.0])  # (not read: its regions go back to the pool at once)
     kept = sleep.infer(SECONDS=[0.0])["SLEPT"]  # a view of its region
     assert abandoned < set(own(client))  # still registered, and others taken instead
@@ -300,7 +309,7 @@ def test_a_timed_out_calls_regions_are_not_reused_while_the_server_runs_it(
 
 
 def test_a_cancelled_tasks_regions_are_not_reused_while_the_server_runs_it(
-    server: LocalServer, url: str
+    server: LocalServer, url: str, tmp_path: Path
 ) -> None:
     async def main() -> tuple[list[float], bool]:
         async with ts.AsyncClient(url, shared_memory="system") as client:
@@ -314,8 +323,11 @@ def test_a_cancelled_tasks_regions_are_not_reused_while_the_server_runs_it(
             await sleep.infer(SECONDS=[0.0])
             abandoned = await own()
             before = inference_count(server, "sleep")
-            task = asyncio.create_task(sleep.infer(SECONDS=[1.5]))
-            await asyncio.sleep(0.5)
+            marker = tmp_path / "started"
+            task = asyncio.create_task(
+                sleep.infer(SECONDS=[1.5], parameters={"started": str(marker)})
+            )
+            await asyncio.to_thread(wait_until_started, marker)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -413,37 +425,25 @@ def test_a_region_registered_as_the_call_was_interrupted_is_unregistered_on_clos
     assert not [name for name in ours(other) if name.startswith(tag)]
 
 
-class Sent(ts.CallHook):
-    """Sets ``sent`` as an inference request goes out."""
-
-    def __init__(self) -> None:
-        self.sent = threading.Event()
-
-    def before_send(self, op: Any, ctx: Any) -> None:
-        if isinstance(op, ops.InferRequest):
-            self.sent.set()
-
-
 def test_a_blocking_http_call_in_flight_reads_its_regions_after_close(
-    server: LocalServer,
+    server: LocalServer, tmp_path: Path
 ) -> None:
-    hook = Sent()
-    client = ts.Client(server.http_url, shared_memory="system", hooks=[hook])
+    client = ts.Client(server.http_url, shared_memory="system")
     sleep = client.model("sleep")
     sleep.infer(SECONDS=[0.0])  # its regions, registered, serve the next call
-    hook.sent.clear()
+    marker = tmp_path / "started"
     outcome: list[object] = []
 
     def call() -> None:
         try:
-            outcome.append(sleep.infer(SECONDS=[3.0])["SLEPT"].tolist())
+            result = sleep.infer(SECONDS=[3.0], parameters={"started": str(marker)})
+            outcome.append(result["SLEPT"].tolist())
         except BaseException as error:
             outcome.append(error)
 
     caller = threading.Thread(target=call)
     caller.start()
-    assert hook.sent.wait(10)
-    time.sleep(0.3)  # on its way to the server, which then runs it for 3 s
+    wait_until_started(marker)  # the server runs it for 3 s
     client.close()
     assert caller.is_alive()  # closed while the call was in flight
     caller.join(10)
