@@ -18,7 +18,7 @@ import pytest
 from triton_sdk._cli import EXAMPLE_MODELS as EXAMPLES
 from triton_sdk._cli import main
 
-from .test_fleet import unused_port
+from .test_fleet import unused_ports
 
 Capture = pytest.CaptureFixture[str]
 
@@ -146,7 +146,7 @@ def test_version(capsys: Capture) -> None:
 
 
 def test_serve_on_chosen_ports_until_sigterm(tmp_path: Path) -> None:
-    http, grpc, metrics = unused_port(), unused_port(), unused_port()
+    http, grpc, metrics = unused_ports(3)
     command = [sys.executable, "-m", "triton_sdk", "serve", str(EXAMPLES)]
     command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=dict(os.environ))

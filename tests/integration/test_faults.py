@@ -402,7 +402,12 @@ def test_kill_and_restart_under_load_loses_no_call(
             time.sleep(0.2)
             crash_server.restart()
             ready = time.monotonic()
-            time.sleep(1.5)
+            # The load may be in a retry's backoff: wait for a call after the restart.
+            deadline = ready + 30
+            while not (load.successes and load.successes[-1] > ready):
+                if time.monotonic() > deadline or load.errors:
+                    break
+                time.sleep(0.05)
         down_for = ready - killed
     finally:
         close_client(client, loop)

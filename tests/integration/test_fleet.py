@@ -6,6 +6,7 @@ The balancer's decisions alone are tested in tests/unit/test_balance.py.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -269,9 +270,16 @@ def test_a_server_down_from_the_start_is_skipped(
 
 
 def unused_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return unused_ports(1)[0]
+
+
+def unused_ports(count: int) -> list[int]:
+    """``count`` different free ports (each held open until all are found)."""
+    with contextlib.ExitStack() as held:
+        probes = [held.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 # A DNS name with three addresses: three servers on 127.0.0.1-3, on the same ports
@@ -282,7 +290,7 @@ HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
 def ports_free_on_every_host() -> tuple[int, int, int]:
     for _ in range(20):
-        ports = [unused_port() for _ in range(3)]
+        ports = unused_ports(3)
         try:
             for host in HOSTS:
                 for port in ports:
@@ -384,7 +392,7 @@ def test_a_slow_server_gets_fewer_requests(
     fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
 ) -> None:
     slow_port = fleet[0].grpc_port if protocol == "grpc" else fleet[0].http_port
-    with Relay("127.0.0.1", slow_port, mode="delay", delay=0.05) as slow:
+    with Relay("127.0.0.1", slow_port, mode="delay", delay=0.2) as slow:
         urls = [f"{protocol}://{slow.address}"]
         urls += [server_url(server, protocol) for server in fleet[1:]]
         client = open_client(urls, mode, loop_thread)

@@ -17,7 +17,7 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,11 +36,12 @@ TASKS = 8
 WARMUP_CALLS = 200
 """Calls of each caller before the first measurement."""
 SOAK_SECONDS = 4.0
-"""How long the callers run between the two measurements."""
-MAX_CALLS = 100_000
-"""An upper bound on each caller's calls in the measured phase, on top of the time bound."""
+"""How long the callers run at least between the two measurements."""
 MIN_CALLS = 2_000
-"""Fewer calls than this in the measured phase and the bounds below would mean little."""
+"""Calls the measured phase makes at least, however slow the machine: fewer and the bounds
+below would mean little."""
+MAX_SOAK_SECONDS = 90.0
+"""Where the measured phase ends even short of MIN_CALLS (the test then fails)."""
 RSS_GROWTH_KIB = 20 * 1024
 FD_GROWTH = 8
 THREAD_GROWTH = 4
@@ -82,6 +83,20 @@ class Tally:
         self.errors.update(other.errors)
 
 
+class Phase:
+    """The measured phase: at least SOAK_SECONDS and MIN_CALLS calls in all."""
+
+    def __init__(self, tallies: list[Tally]) -> None:
+        self.tallies = tallies
+        self.began = time.monotonic()
+
+    def over(self) -> bool:
+        ran = time.monotonic() - self.began
+        if ran < SOAK_SECONDS:
+            return False
+        return ran > MAX_SOAK_SECONDS or sum(tally.calls for tally in self.tallies) >= MIN_CALLS
+
+
 def inputs(caller: int) -> tuple[Array, Array]:
     """Distinct inputs per caller, so that an answer delivered to another caller shows."""
     a = np.arange(4, dtype=np.float32) + np.float32(caller * 10)
@@ -106,15 +121,13 @@ def soak_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServe
 
 
 def sync_soak(url: str) -> tuple[Usage, Usage, Tally]:
-    barrier = threading.Barrier(THREADS + 1, timeout=60)
-    deadline = [0.0]  # set by the main thread before the measured phase starts
+    barrier = threading.Barrier(THREADS + 1, timeout=120)
     tallies = [Tally() for _ in range(THREADS)]
+    phase = [Phase(tallies)]  # begun again by the main thread once the baseline is measured
 
-    def run(model: ts.Model, caller: int, calls: int, until: float | None, tally: Tally) -> None:
+    def run(model: ts.Model, caller: int, over: Callable[[], bool], tally: Tally) -> None:
         a, b = inputs(caller)
-        for _ in range(calls):
-            if until is not None and time.monotonic() > until:
-                return
+        while not over():
             try:
                 check(model.infer(INPUT0=a, INPUT1=b), a, b, tally)
             except Exception as error:
@@ -123,10 +136,11 @@ def sync_soak(url: str) -> tuple[Usage, Usage, Tally]:
 
     def caller(model: ts.Model, index: int) -> None:
         try:
-            run(model, index, WARMUP_CALLS, time.monotonic() + 30, Tally())
+            warmup = Tally()
+            run(model, index, lambda: warmup.calls >= WARMUP_CALLS, warmup)
             barrier.wait()  # warm-up done
             barrier.wait()  # baseline measured
-            run(model, index, MAX_CALLS, deadline[0], tallies[index])
+            run(model, index, phase[0].over, tallies[index])
             barrier.wait()  # soak done
             barrier.wait()  # end measured
         except BaseException:
@@ -144,7 +158,7 @@ def sync_soak(url: str) -> tuple[Usage, Usage, Tally]:
         try:
             barrier.wait()
             before = usage()
-            deadline[0] = time.monotonic() + SOAK_SECONDS
+            phase[0] = Phase(tallies)
             barrier.wait()
             barrier.wait()
             after = usage()
@@ -164,22 +178,22 @@ def sync_soak(url: str) -> tuple[Usage, Usage, Tally]:
 # The asyncio client: TASKS tasks on one event loop
 
 
-async def async_phase(model: ts.AsyncModel, calls: int, until: float) -> Tally:
-    async def caller(index: int) -> Tally:
-        tally = Tally()
+async def async_phase(model: ts.AsyncModel, warmup: bool) -> Tally:
+    tallies = [Tally() for _ in range(TASKS)]
+    phase = Phase(tallies)
+
+    async def caller(index: int, tally: Tally) -> None:
         a, b = inputs(index)
-        for _ in range(calls):
-            if time.monotonic() > until:
-                break
+        while not (tally.calls >= WARMUP_CALLS if warmup else phase.over()):
             try:
                 check(await model.infer(INPUT0=a, INPUT1=b), a, b, tally)
             except Exception as error:
                 tally.calls += 1
                 tally.errors[type(error).__name__] += 1
-        return tally
 
+    await asyncio.gather(*(caller(index, tally) for index, tally in enumerate(tallies)))
     total = Tally()
-    for tally in await asyncio.gather(*(caller(index) for index in range(TASKS))):
+    for tally in tallies:
         total.add(tally)
     return total
 
@@ -187,9 +201,9 @@ async def async_phase(model: ts.AsyncModel, calls: int, until: float) -> Tally:
 async def async_soak(url: str) -> tuple[Usage, Usage, Tally]:
     async with ts.AsyncClient(url) as client:
         model = await client.model("add_sub")
-        await async_phase(model, WARMUP_CALLS, time.monotonic() + 30)
+        await async_phase(model, warmup=True)
         before = usage()
-        tally = await async_phase(model, MAX_CALLS, time.monotonic() + SOAK_SECONDS)
+        tally = await async_phase(model, warmup=False)
         after = usage()
     return before, after, tally
 
@@ -206,8 +220,8 @@ def test_no_growth_per_call(soak_server: LocalServer, protocol: str, mode: str) 
         before, after, tally = asyncio.run(async_soak(url))
     elapsed = time.monotonic() - began
     print(
-        f"soak {protocol}-{mode}: {tally.calls} calls in {SOAK_SECONDS:g}s ({elapsed:.1f}s in "
-        f"all); RSS {before.rss_kib} -> {after.rss_kib} KiB "
+        f"soak {protocol}-{mode}: {tally.calls} calls ({elapsed:.1f}s in all); "
+        f"RSS {before.rss_kib} -> {after.rss_kib} KiB "
         f"({after.rss_kib - before.rss_kib:+d}), fds {before.fds} -> {after.fds}, "
         f"threads {before.threads} -> {after.threads} (OS {before.os_threads} -> "
         f"{after.os_threads})"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -577,26 +576,38 @@ async def test_a_closed_client_raises_and_sends_nothing(connect: Connect) -> Non
 
 
 def slow_first_chunk(mode: str, finished: list[float]) -> Callable[..., object]:
-    """Y = 2 * X; the chunk starting at X = 0 answers last."""
+    """Y = 2 * X; the chunk starting at X = 0 answers once the two others have."""
 
     def double(op: ops.InferRequest) -> object:
         x = op.inputs[0].array
         finished.append(float(x[0, 0]))
         return {"Y": x * 2}
 
+    def is_first(op: ops.InferRequest) -> bool:
+        return bool(op.inputs[0].array[0, 0] == 0)
+
     if mode == "sync":
+        others_done = threading.Event()
 
         def handler(op: Any, ctx: ts.CallContext) -> object:
-            if op.inputs[0].array[0, 0] == 0:
-                time.sleep(0.03)
-            return double(op)
+            if is_first(op):
+                others_done.wait(10)
+            result = double(op)
+            if len(finished) == 2:
+                others_done.set()
+            return result
 
         return handler
 
+    async_others_done = asyncio.Event()
+
     async def ahandler(op: Any, ctx: ts.CallContext) -> object:
-        if op.inputs[0].array[0, 0] == 0:
-            await asyncio.sleep(0.03)
-        return double(op)
+        if is_first(op):
+            await asyncio.wait_for(async_others_done.wait(), 10)
+        result = double(op)
+        if len(finished) == 2:
+            async_others_done.set()
+        return result
 
     return ahandler
 
