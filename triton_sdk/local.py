@@ -290,10 +290,15 @@ def _tail(path: Path, lines: int = 40) -> str:
 # tritonserver outlives the program that started it. It then removes the Python backend's
 # shared-memory files, which a killed server leaves in /dev/shm.
 _WATCHDOG: Final = """
-import glob, os, signal, sys
+import glob, os, signal, sys, time
 sys.stdin.buffer.read()
+group = int(sys.argv[1])
 try:
-    os.killpg(int(sys.argv[1]), signal.SIGKILL)
+    os.killpg(group, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # until the group is gone (an unreaped one lingers)
+        os.killpg(group, 0)
+        time.sleep(0.05)
 except (ProcessLookupError, PermissionError):
     pass
 if len(sys.argv) > 2:
@@ -470,10 +475,9 @@ class LocalServer:
         self._remove_workdir()  # what a kill() left behind
         installation = find_tritonserver()
         self._workdir = Path(tempfile.mkdtemp(prefix="triton_sdk-"))
-        if not any(_BACKEND_SHM_PREFIX_OPTION in arg for arg in self.extra_args):
-            self._backend_shm_prefix = (
-                f"triton_sdk_python_backend_{self._workdir.name.removeprefix('triton_sdk-')}_"
-            )
+        own_prefix = f"triton_sdk_python_backend_{self._workdir.name.removeprefix('triton_sdk-')}_"
+        chosen = any(_BACKEND_SHM_PREFIX_OPTION in arg for arg in self.extra_args)
+        self._backend_shm_prefix = None if chosen else own_prefix
         if self._log_path is None:
             self._log_path = self._workdir / "tritonserver.log"
         backends = _backend_directory(installation, self._workdir)

@@ -405,7 +405,7 @@ def test_kill_and_restart_under_load_loses_no_call(
             # The load may be in a retry's backoff: wait for a call after the restart.
             deadline = ready + 30
             while not (load.successes and load.successes[-1] > ready):
-                if time.monotonic() > deadline or load.errors:
+                if time.monotonic() > deadline or load.errors or not load._thread.is_alive():
                     break
                 time.sleep(0.05)
         down_for = ready - killed
