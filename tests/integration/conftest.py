@@ -177,7 +177,7 @@ def inference_count(server: LocalServer, model: str, within: float = 10.0) -> in
     """How many requests (successful or failed) of this model the server received.
 
     The server bumps its counters just after it answers, later still on a loaded machine,
-    so the count is read until it has held still for a quarter of a second.
+    so the count is read until it has held still for a tenth of a second.
     """
     deadline = time.monotonic() + within
     count = request_count(server, model)
@@ -187,6 +187,6 @@ def inference_count(server: LocalServer, model: str, within: float = 10.0) -> in
         again = request_count(server, model)
         if again != count:
             count, still_since = again, time.monotonic()
-        elif time.monotonic() - still_since >= 0.25:
+        elif time.monotonic() - still_since >= 0.1:
             break
     return count
