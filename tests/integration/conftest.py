@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,24 @@ def inference_count(server: LocalServer, model: str, within: float = 10.0) -> in
         elif time.monotonic() - still_since >= 0.1:
             break
     return count
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 30) -> None:
+    """Wait until ``condition()`` is true; fail, naming ``what``, after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
+def unused_port() -> int:
+    return unused_ports(1)[0]
+
+
+def unused_ports(count: int) -> list[int]:
+    """``count`` different free ports (each held open until all are found)."""
+    with contextlib.ExitStack() as held:
+        probes = [held.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]

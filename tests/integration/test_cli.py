@@ -18,7 +18,7 @@ import pytest
 from triton_sdk._cli import EXAMPLE_MODELS as EXAMPLES
 from triton_sdk._cli import main
 
-from .test_fleet import unused_ports
+from .conftest import unused_ports
 
 Capture = pytest.CaptureFixture[str]
 

@@ -6,7 +6,6 @@ The balancer's decisions alone are tested in tests/unit/test_balance.py.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
@@ -22,7 +21,15 @@ from triton_sdk.local import LocalServer
 
 from ._blocking import LoopThread
 from ._relay import Relay
-from .conftest import close_client, inference_count, open_client, server_url
+from .conftest import (
+    close_client,
+    inference_count,
+    open_client,
+    server_url,
+    unused_port,
+    unused_ports,
+    wait_until,
+)
 from .test_sequences import WIDE_CONFIG, new_sequence
 
 WORKERS = 4
@@ -67,13 +74,6 @@ def fleet_client(
 def states(client: Any) -> list[ts.EndpointState]:
     target = getattr(client, "target", client)
     return list(target.endpoints())
-
-
-def wait_until(condition: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)
 
 
 class SteadyLoad:
@@ -267,19 +267,6 @@ def test_a_server_down_from_the_start_is_skipped(
         assert dead.failures >= 1
     finally:
         close_client(client, loop_thread)
-
-
-def unused_port() -> int:
-    return unused_ports(1)[0]
-
-
-def unused_ports(count: int) -> list[int]:
-    """``count`` different free ports (each held open until all are found)."""
-    with contextlib.ExitStack() as held:
-        probes = [held.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 # A DNS name with three addresses: three servers on 127.0.0.1-3, on the same ports

@@ -15,7 +15,7 @@ import pytest
 import triton_sdk as ts
 from triton_sdk.local import LocalServer, ServerStartError, find_tritonserver
 
-from .conftest import EXAMPLE_MODELS, FIXTURE_MODELS
+from .conftest import EXAMPLE_MODELS, FIXTURE_MODELS, wait_until
 
 
 def _process_group_alive(pgid: int) -> bool:
@@ -33,15 +33,6 @@ def _backend_shm_files(server_pid: int) -> list[str]:
     (prefix,) = [argument.removeprefix(option) for argument in arguments if option in argument]
     assert prefix.startswith("triton_sdk_python_backend_")
     return sorted(path.name for path in Path("/dev/shm").glob(f"{prefix}*"))
-
-
-def _wait_until_gone(files: list[str]) -> list[str]:
-    deadline = time.monotonic() + 20
-    left = files
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = [name for name in files if (Path("/dev/shm") / name).exists()]
-    return left
 
 
 def test_two_servers_side_by_side_then_stopped(tmp_path: Path) -> None:
@@ -207,7 +198,11 @@ def test_server_does_not_outlive_a_killed_program() -> None:
             time.sleep(0.1)
         assert not _process_group_alive(server_pid)
         # The killed server could not remove them; the watchdog did.
-        assert _wait_until_gone(backend_files) == []
+        wait_until(
+            lambda: not any((Path("/dev/shm") / name).exists() for name in backend_files),
+            "the backend's files are removed",
+            timeout=20,
+        )
     finally:
         program.kill()
         program.wait()

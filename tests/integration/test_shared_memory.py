@@ -26,7 +26,7 @@ import triton_sdk as ts
 from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
 
-from .conftest import inference_count, request_count
+from .conftest import inference_count, request_count, wait_until
 
 SAMPLE = 262144  # FP32 elements per sample of big_fixed: 1 MiB
 
@@ -267,18 +267,12 @@ def test_a_killed_clients_regions_are_gone_by_the_next_clients_first_use(
 
 def wait_until_answered(server: LocalServer, model: str, count: int) -> None:
     """Wait until the server has answered ``count`` requests of ``model`` in all."""
-    deadline = time.monotonic() + 30
-    while request_count(server, model) < count:
-        assert time.monotonic() < deadline, f"{model} never answered {count} requests"
-        time.sleep(0.05)
+    wait_until(lambda: request_count(server, model) >= count, f"{model} answered {count}")
 
 
 def wait_until_started(marker: Path) -> None:
     """Wait until the ``sleep`` model runs the request that named ``marker``."""
-    deadline = time.monotonic() + 30
-    while not marker.exists():
-        assert time.monotonic() < deadline, "the request never started"
-        time.sleep(0.01)
+    wait_until(marker.exists, "the request started")
 
 
 def test_a_timed_out_calls_regions_are_not_reused_while_the_server_runs_it(
