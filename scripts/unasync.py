@@ -41,6 +41,7 @@ RULES: list[tuple[str, str]] = [
     # Syntax.
     (r"\basync def ", "def "),
     (r"\basync for ", "for "),
+    (r"\basync with ", "with "),
     (r"\banext\(", "next("),
     (r"\bStopAsyncIteration\b", "StopIteration"),
     (r"\bawait ", ""),

@@ -1726,19 +1726,19 @@ class _AsyncMapRunner:
             return outcomes
 
         try:
-            async for sample in aiterate(samples):
-                for batch in plan.builder.add(sample):
+            async with window:
+                async for sample in aiterate(samples):
+                    for batch in plan.builder.add(sample):
+                        window.submit(self._run_batch, batch)
+                        while len(window) >= plan.concurrency:
+                            for outcome in await finish_oldest():
+                                yield plan.emit(outcome)
+                for batch in plan.builder.flush():
                     window.submit(self._run_batch, batch)
-                    while len(window) >= plan.concurrency:
-                        for outcome in await finish_oldest():
-                            yield plan.emit(outcome)
-            for batch in plan.builder.flush():
-                window.submit(self._run_batch, batch)
-            while len(window):
-                for outcome in await finish_oldest():
-                    yield plan.emit(outcome)
+                while len(window):
+                    for outcome in await finish_oldest():
+                        yield plan.emit(outcome)
         finally:
-            await window.aclose()
             if bar is not None:
                 bar.close()
 

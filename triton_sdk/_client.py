@@ -1711,19 +1711,19 @@ class _MapRunner:
             return outcomes
 
         try:
-            for sample in iterate(samples):
-                for batch in plan.builder.add(sample):
+            with window:
+                for sample in iterate(samples):
+                    for batch in plan.builder.add(sample):
+                        window.submit(self._run_batch, batch)
+                        while len(window) >= plan.concurrency:
+                            for outcome in finish_oldest():
+                                yield plan.emit(outcome)
+                for batch in plan.builder.flush():
                     window.submit(self._run_batch, batch)
-                    while len(window) >= plan.concurrency:
-                        for outcome in finish_oldest():
-                            yield plan.emit(outcome)
-            for batch in plan.builder.flush():
-                window.submit(self._run_batch, batch)
-            while len(window):
-                for outcome in finish_oldest():
-                    yield plan.emit(outcome)
+                while len(window):
+                    for outcome in finish_oldest():
+                        yield plan.emit(outcome)
         finally:
-            window.close()
             if bar is not None:
                 bar.close()
 

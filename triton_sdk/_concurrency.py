@@ -140,16 +140,27 @@ class AsyncChunkRunner:
 
     async def run(self, send: Callable[[A], Awaitable[R]], chunks: Iterable[A]) -> list[R]:
         slots = asyncio.Semaphore(MAX_CHUNKS_IN_FLIGHT)
+        sent: set[int] = set()
 
-        async def one(chunk: A) -> R:
+        async def one(index: int, chunk: A) -> R:
             async with slots:
+                sent.add(index)
                 return await send(chunk)
 
-        tasks = [asyncio.ensure_future(one(chunk)) for chunk in chunks]
+        tasks = [asyncio.ensure_future(one(index, chunk)) for index, chunk in enumerate(chunks)]
         try:
             return list(await asyncio.gather(*tasks))
+        except Exception:
+            # The first failure ends the call, whichever chunk it is. Chunks still waiting
+            # for a slot are dropped; those already sent are waited for, not cancelled
+            # (see AsyncWindow.aclose).
+            for index, task in enumerate(tasks):
+                if index not in sent:
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         finally:
-            for task in tasks:
+            for task in tasks:  # cancelling the caller cancels every chunk
                 task.cancel()
 
     def close(self) -> None:
@@ -178,7 +189,10 @@ class Window:
         """Wait for the oldest batch and return its answer."""
         return self._pending.popleft().result()
 
-    def close(self) -> None:
+    def __enter__(self) -> Window:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
         """Cancel what has not started; wait for what has."""
         for future in self._pending:
             future.cancel()
@@ -201,9 +215,20 @@ class AsyncWindow:
     async def oldest(self) -> Any:
         return await self._pending.popleft()
 
-    async def aclose(self) -> None:
-        for task in self._pending:
-            task.cancel()
+    async def __aenter__(self) -> AsyncWindow:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        """Wait for the batches in flight, whose outcomes are dropped.
+
+        They are not cancelled: a request cancelled just as the server answers it can crash
+        Triton releases before 2.56 (triton-inference-server/server#7368 and #8034), and
+        ``map`` should not risk a server for results nobody reads. Only cancelling the task
+        that iterates cancels them.
+        """
+        if exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
+            for task in self._pending:
+                task.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
 
 

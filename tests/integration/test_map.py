@@ -8,6 +8,7 @@ import math
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -212,6 +213,21 @@ def test_errors_raise_raises_the_first_error(client: Any) -> None:
         list(model.map(samples, concurrency=2))
     with pytest.raises(ts.InvalidInputError, match=r"'IMAGE'.*\(3, 3\)"):
         list(model.map(samples, errors="raise"))
+
+
+def test_an_error_raised_by_map_lets_the_requests_in_flight_finish(
+    client: Any, tmp_path: Path
+) -> None:
+    # Cancelling a request just as the server answers it can crash older Tritons (this
+    # test's among them), so map waits for what it has sent before it raises, on both clients.
+    finished = tmp_path / "finished"
+    samples = [{"SECONDS": [-0.3]}, {"SECONDS": [1.0]}]  # the first fails after 0.3 s
+    mapped = client.model("sleep").map(
+        samples, concurrency=2, headers={"x-finished": str(finished)}
+    )
+    with pytest.raises(ts.InferenceError, match="failed as asked"):
+        list(mapped)
+    assert finished.exists()  # the second request had run, and had been answered
 
 
 def test_errors_raise_on_a_model_error(client: Any) -> None:

@@ -647,20 +647,22 @@ async def test_a_failed_chunk_fails_the_call(connect: Connect) -> None:
 async def test_a_failed_call_sends_none_of_its_chunks_still_waiting(
     connect: Connect, mode: str
 ) -> None:
-    # The second chunk fails at once; the others hold their threads until the call has
-    # raised. The chunks left waiting must never be sent.
-    release, released = threading.Event(), asyncio.Event()
+    # The second chunk fails at once; the others are still in flight when it does. The
+    # chunks left waiting must never be sent.
+    release = threading.Event()
     failing = DOUBLE.max_batch_size  # the first row of the second chunk
 
     def handler(op: Any, ctx: ts.CallContext) -> object:
         if op.inputs[0].array[0, 0] == failing:
             return ts.InferenceError("chunk refused", status="INVALID_ARGUMENT")
         if mode == "sync":
-            release.wait(10)
+            release.wait(10)  # (until the call has raised: it does not wait for these)
             return {"Y": op.inputs[0].array}
 
         async def later() -> object:
-            await released.wait()
+            # The call waits for these; by the time a timer can wake them, the failed
+            # chunk's task has woken the call, which drops the chunks still waiting.
+            await asyncio.sleep(0.05)
             return {"Y": op.inputs[0].array}
 
         return later()
@@ -674,10 +676,57 @@ async def test_a_failed_call_sends_none_of_its_chunks_still_waiting(
             await resolve(model.infer(X=np.arange(rows, dtype=np.float32).reshape(rows, 1)))
     finally:
         release.set()
-        released.set()
     await asyncio.sleep(0.2)  # (what was left of the call would go out now)
     # Those that had a thread, and the one that may take the failed chunk's at once.
     assert len(mock.calls) <= MAX_CHUNKS_IN_FLIGHT + 1
+
+
+async def test_a_failed_call_waits_for_its_chunks_in_flight_instead_of_cancelling_them() -> None:
+    # Cancelling a request as the server answers it can crash older Tritons, so the asyncio
+    # client lets the chunks it has sent finish before it raises.
+    answered: list[float] = []
+
+    async def handler(op: Any, ctx: ts.CallContext) -> object:
+        first = float(op.inputs[0].array[0, 0])
+        if first == DOUBLE.max_batch_size:
+            return ts.InferenceError("chunk refused", status="INVALID_ARGUMENT")
+        await asyncio.sleep(0.05)
+        answered.append(first)
+        return {"Y": op.inputs[0].array}
+
+    mock = MockTransport(handler, models=MODELS)
+    async with ts.AsyncClient("grpc://triton", transport=mock) as client:
+        model = await client.model("double")
+        rows = 3 * DOUBLE.max_batch_size
+        with pytest.raises(ts.InferenceError, match="chunk refused"):
+            await model.infer(X=np.arange(rows, dtype=np.float32).reshape(rows, 1))
+    assert sorted(answered) == [0.0, 2.0 * DOUBLE.max_batch_size]
+
+
+async def test_cancelling_a_split_call_cancels_its_chunks() -> None:
+    started, cancelled = asyncio.Event(), []
+
+    async def handler(op: Any, ctx: ts.CallContext) -> object:
+        started.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(float(op.inputs[0].array[0, 0]))
+            raise
+        return {"Y": op.inputs[0].array}
+
+    mock = MockTransport(handler, models=MODELS)
+    async with ts.AsyncClient("grpc://triton", transport=mock) as client:
+        model = await client.model("double")
+        rows = 3 * DOUBLE.max_batch_size
+        call = asyncio.ensure_future(
+            model.infer(X=np.arange(rows, dtype=np.float32).reshape(rows, 1))
+        )
+        await started.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    assert sorted(cancelled) == [0.0, 4.0, 8.0]
 
 
 async def test_a_chunk_answered_with_other_rows_fails_the_call(connect: Connect) -> None:
