@@ -248,6 +248,7 @@ class GrpcTransport:
 
         threading.Thread(target=read, name="triton_sdk-stream", daemon=True).start()
         timeout = ctx.timeout
+        answered = False
         try:
             while True:
                 try:
@@ -262,9 +263,11 @@ class GrpcTransport:
                 if item is not None:
                     yield item
                 if final:
+                    answered = True
                     return
         finally:
-            call.cancel()
+            if not answered:
+                call.cancel()  # see AsyncGrpcTransport._stream
 
     def _refused(self, exc: ValueError) -> TritonError:
         return closed_error(exc) if self._closed else refused_error(exc)
@@ -368,6 +371,7 @@ class AsyncGrpcTransport:
         if ctx._stop is not None:
             ctx._stop.arm(call.cancel)
         timeout = ctx.timeout
+        answered = False
         try:
             try:
                 await call.write(stream.message)
@@ -383,6 +387,7 @@ class AsyncGrpcTransport:
                     if item is not None:
                         yield item
                     if final:
+                        answered = True
                         return
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
@@ -393,7 +398,11 @@ class AsyncGrpcTransport:
                 raise_if_cut_by_close(exc, self._closed)
                 raise
         finally:
-            call.cancel()
+            # A request that has had its final response is left to end on its own: the
+            # server closes the stream next, and a cancellation racing that close can crash
+            # Triton releases before 2.56 (triton-inference-server/server#7368, #8034).
+            if not answered:
+                call.cancel()
 
     def _failed(
         self, exc: grpc.RpcError, op: Op[Any] | StreamOp[Any], ctx: CallContext
