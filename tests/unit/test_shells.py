@@ -1142,3 +1142,85 @@ async def test_map_yields_one_result_per_sample_in_order(shell: Shell) -> None:
     results = await resolve(shell.double.map(samples, batch_size=3))
     assert [result["Y"].tolist() for result in results] == [[2.0 * n] for n in range(7)]
     assert batch_sizes(shell.mock) == [1, 3, 3]
+
+
+async def test_leaving_map_early_waits_for_the_batches_in_flight(
+    connect: Connect, mode: str
+) -> None:
+    # They are not cancelled (a request cancelled as the server answers it can crash older
+    # Tritons): the first request answers once three are out, and the two others are
+    # answered after the caller has left.
+    sent: list[float] = []
+    answered: list[float] = []
+    three_out, three_out_async = threading.Event(), asyncio.Event()
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        x = op.inputs[0].array
+        first = x[0, 0] == 0
+        sent.append(float(x[0, 0]))
+        if len(sent) == 3:
+            three_out.set()
+            three_out_async.set()
+
+        def done() -> object:
+            if not first:
+                answered.append(float(x[0, 0]))
+            return {"Y": x * 2}
+
+        if mode == "sync":
+            if first:
+                three_out.wait(10)
+            else:
+                threading.Event().wait(0.05)
+            return done()
+
+        async def later() -> object:
+            if first:
+                await asyncio.wait_for(three_out_async.wait(), 10)
+            else:
+                await asyncio.sleep(0.05)
+            return done()
+
+        return later()
+
+    client, _ = connect(handler)
+    model = await resolve(client.model("double"))
+    mapped = model.map([{"X": [float(n)]} for n in range(10)], batch_size=1, concurrency=3)
+    result = await next_item(mapped)
+    await close(mapped)
+    assert result["Y"].tolist() == [0.0]
+    assert sorted(sent) == [0.0, 1.0, 2.0]
+    assert sorted(answered) == [1.0, 2.0]
+
+
+async def test_cancelling_the_task_that_iterates_map_cancels_its_batches() -> None:
+    running: list[float] = []
+    cancelled: list[float] = []
+    two_running = asyncio.Event()
+
+    async def handler(op: Any, ctx: ts.CallContext) -> object:
+        x = float(op.inputs[0].array[0, 0])
+        running.append(x)
+        if len(running) == 2:
+            two_running.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(x)
+            raise
+        return {"Y": op.inputs[0].array}
+
+    mock = MockTransport(handler, models=MODELS)
+    async with ts.AsyncClient("grpc://triton", transport=mock) as client:
+        model = await client.model("double")
+        samples = [{"X": [float(n)]} for n in range(5)]
+
+        async def consume() -> list[ts.InferResult]:
+            return [result async for result in model.map(samples, batch_size=1, concurrency=2)]
+
+        task = asyncio.ensure_future(consume())
+        await asyncio.wait_for(two_running.wait(), 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert sorted(cancelled) == [0.0, 1.0]
