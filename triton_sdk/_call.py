@@ -74,10 +74,16 @@ class StreamStop:
         if self.requested:  # stopped while it opened
             cancel()
 
+    def disarm(self) -> None:
+        """Called by the transport once the request has had its last response: there is
+        nothing left to stop, and the server closes the stream itself."""
+        self._cancel = None
+
     def request(self) -> None:
         self.requested = True
-        if self._cancel is not None:
-            self._cancel()
+        cancel = self._cancel  # (read once: the reader's thread may disarm it meanwhile)
+        if cancel is not None:
+            cancel()
 
 
 class CallHook:

@@ -563,6 +563,12 @@ def _stream_message(request: InferRequest) -> pb.ModelInferRequest:
     return message
 
 
+def is_final_response(response: pb.ModelStreamInferResponse) -> bool:
+    """Whether a stream's message is its request's last (an error's included)."""
+    parameters = response.infer_response.parameters
+    return "triton_final_response" in parameters and parameters["triton_final_response"].bool_param
+
+
 def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
     model, request_id = request.model, request.request_id or None
 
@@ -570,7 +576,7 @@ def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
         if response.error_message:
             raise classify_message(response.error_message, model=model, request_id=request_id)
         answer = response.infer_response
-        final = answer.parameters["triton_final_response"].bool_param
+        final = is_final_response(response)
         if not answer.outputs:
             return None, final
         return decode_infer_response(answer), final

@@ -1,10 +1,11 @@
-"""How the gRPC transports end a stream, seen from a gRPC server of the test's own that
-holds each stream open for a while after its final response (as a server may, between that
+"""How ``model.stream`` ends a gRPC stream, seen from a gRPC server of the test's own that
+holds each stream open for a while after its last response (as a server may, between that
 response and its closing status).
 
-A stream read to its final response must not be cancelled: a cancellation that races the
-server's close of the stream can crash Triton releases before 2.56. A stream left early
-must be (the server stops the request).
+A stream whose request has had its last response must not be cancelled, however the
+reader leaves it: a cancellation that races the server's close of the stream can crash
+Triton releases before 2.56. A stream left before then must be (the server stops the
+request).
 """
 
 from __future__ import annotations
@@ -18,58 +19,85 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
 import triton_sdk as ts
-from triton_sdk._call import CallContext
-from triton_sdk._config import parse_url
-from triton_sdk._ops import StreamInfer
-from triton_sdk._request import InferRequest
-from triton_sdk._shaping import Tensor
-from triton_sdk._transports._grpc import AsyncGrpcTransport, GrpcTransport
+from triton_sdk._transports import _grpc
 
 HOLD = 0.5
 """Seconds the server keeps each stream open after its last response."""
 
-SPEC = ts.ModelSpec(
-    name="talker",
-    inputs={"X": ts.TensorSpec(name="X", datatype="FP32", shape=(1,))},
-    outputs={"Y": ts.TensorSpec(name="Y", datatype="FP32", shape=(1,))},
-    decoupled=True,
-)
 
-
-def response(final: bool) -> pb.ModelStreamInferResponse:
+def response(*, outputs: bool, final: bool, error: str = "") -> pb.ModelStreamInferResponse:
     answer = pb.ModelInferResponse(model_name="talker", model_version="1")
-    if final:
-        answer.parameters["triton_final_response"].bool_param = True
-    else:
+    if outputs:
         answer.outputs.add(name="Y", datatype="FP32", shape=[1])
         answer.raw_output_contents.append(np.float32(1.0).tobytes())
-    return pb.ModelStreamInferResponse(infer_response=answer)
+    if final:
+        answer.parameters["triton_final_response"].bool_param = True
+    return pb.ModelStreamInferResponse(error_message=error, infer_response=answer)
+
+
+TWO_RESPONSES = [response(outputs=True, final=False), response(outputs=False, final=True)]
+ONE_FINAL_RESPONSE = [response(outputs=True, final=True)]
+A_FINAL_ERROR = [response(outputs=False, final=True, error="the model refused it")]
 
 
 class HoldingServer:
-    """Answers each stream with two responses (the second one final), then keeps it open
-    for HOLD seconds and records whether the client cancelled it meanwhile."""
+    """A decoupled model, ``talker``: answers each stream with ``script``, keeps the stream
+    open for ``hold`` seconds, then closes it; ``cancelled`` records, for each stream, whether
+    the client cancelled it."""
 
     def __init__(self) -> None:
+        self.script = TWO_RESPONSES
+        self.hold = HOLD
         self.cancelled: list[bool] = []
         self._server = grpc.server(ThreadPoolExecutor(4))
-        handler = grpc.stream_stream_rpc_method_handler(
-            self._stream,
-            request_deserializer=pb.ModelInferRequest.FromString,
-            response_serializer=pb.ModelStreamInferResponse.SerializeToString,
-        )
-        self._server.add_generic_rpc_handlers(
-            [
-                grpc.method_handlers_generic_handler(
-                    "inference.GRPCInferenceService", {"ModelStreamInfer": handler}
-                )
-            ]
-        )
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        unary = grpc.unary_unary_rpc_method_handler
+        handlers = {
+            "ModelMetadata": unary(
+                lambda request, context: self.metadata(),
+                request_deserializer=pb.ModelMetadataRequest.FromString,
+                response_serializer=pb.ModelMetadataResponse.SerializeToString,
+            ),
+            "ModelConfig": unary(
+                lambda request, context: self.config(),
+                request_deserializer=pb.ModelConfigRequest.FromString,
+                response_serializer=pb.ModelConfigResponse.SerializeToString,
+            ),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
+                self._stream,
+                request_deserializer=pb.ModelInferRequest.FromString,
+                response_serializer=pb.ModelStreamInferResponse.SerializeToString,
+            ),
+        }
+        service = grpc.method_handlers_generic_handler("inference.GRPCInferenceService", handlers)
+        self._server.add_generic_rpc_handlers([service])
+        self.url = f"grpc://127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
         self._server.start()
+
+    @staticmethod
+    def metadata() -> pb.ModelMetadataResponse:
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name="talker",
+            versions=["1"],
+            platform="python",
+            inputs=[tensor(name="X", datatype="FP32", shape=[1])],
+            outputs=[tensor(name="Y", datatype="FP32", shape=[1])],
+        )
+
+    @staticmethod
+    def config() -> pb.ModelConfigResponse:
+        config = mc.ModelConfig(
+            name="talker",
+            backend="python",
+            input=[mc.ModelInput(name="X", data_type=mc.TYPE_FP32, dims=[1])],
+            output=[mc.ModelOutput(name="Y", data_type=mc.TYPE_FP32, dims=[1])],
+            model_transaction_policy=mc.ModelTransactionPolicy(decoupled=True),
+        )
+        return pb.ModelConfigResponse(config=config)
 
     def _stream(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         next(requests)
@@ -80,10 +108,18 @@ class HoldingServer:
             ended.set()
 
         context.add_callback(on_end)
-        yield response(final=False)
-        yield response(final=True)
-        ended.wait(HOLD)
+        yield from self.script
+        ended.wait(self.hold)
         returning.set()
+
+    def stream_was_cancelled(self) -> bool:
+        """Whether the client cancelled the one stream of the test."""
+        for _ in range(100):
+            if self.cancelled:
+                break
+            threading.Event().wait(self.hold / 10)
+        assert len(self.cancelled) == 1
+        return self.cancelled[0]
 
     def stop(self) -> None:
         self._server.stop(None)
@@ -96,64 +132,115 @@ def server() -> Iterator[HoldingServer]:
     running.stop()
 
 
-def op() -> StreamInfer:
-    request = InferRequest(model="talker", inputs=[Tensor("X", "FP32", np.ones(1, np.float32))])
-    return StreamInfer(request=request, spec=SPEC)
+# Blocking
 
 
-def context() -> CallContext:
-    return CallContext(call="stream", model="talker", headers={}, timeout=5.0)
+def test_a_stream_read_to_its_end_is_not_cancelled(server: HoldingServer) -> None:
+    with ts.Client(server.url) as client:
+        with client.model("talker").stream(X=[1.0]) as responses:
+            assert [response["Y"].tolist() for response in responses] == [[1.0]]
+        assert server.stream_was_cancelled() is False
 
 
-def held_stream_ended(server: HoldingServer) -> bool:
-    """Whether the client cancelled the one stream while the server held it open."""
-    for _ in range(100):
-        if server.cancelled:
-            break
-        threading.Event().wait(HOLD / 10)
-    assert len(server.cancelled) == 1
-    return server.cancelled[0]
+def test_a_stream_dropped_after_its_last_response_is_not_cancelled(
+    server: HoldingServer,
+) -> None:
+    # The last response carries the outputs: the reader takes it and leaves.
+    server.script = ONE_FINAL_RESPONSE
+    with ts.Client(server.url) as client:
+        responses = client.model("talker").stream(X=[1.0])
+        assert next(responses)["Y"].tolist() == [1.0]
+        responses.close()
+        assert server.stream_was_cancelled() is False
 
 
-def test_a_blocking_stream_read_to_its_end_is_not_cancelled(server: HoldingServer) -> None:
-    transport = GrpcTransport(parse_url(f"grpc://127.0.0.1:{server.port}"), tls=None)
-    try:
-        items = list(transport.stream(op(), context()))
-        assert [item["Y"].tolist() for item in items] == [[1.0]]
-        assert held_stream_ended(server) is False
-    finally:
-        transport.close()
+def test_a_stream_ended_by_an_error_response_is_not_cancelled(server: HoldingServer) -> None:
+    server.script = A_FINAL_ERROR
+    with ts.Client(server.url) as client:
+        with pytest.raises(ts.InferenceError, match="the model refused it"):
+            list(client.model("talker").stream(X=[1.0]))
+        assert server.stream_was_cancelled() is False
 
 
-def test_a_blocking_stream_left_early_is_cancelled(server: HoldingServer) -> None:
-    transport = GrpcTransport(parse_url(f"grpc://127.0.0.1:{server.port}"), tls=None)
-    try:
-        stream = transport.stream(op(), context())
-        next(stream)
-        stream.close()  # (server-side, the final response may still be on its way)
-        assert held_stream_ended(server) is True
-    finally:
-        transport.close()
+def test_a_stream_left_early_is_cancelled(server: HoldingServer) -> None:
+    with ts.Client(server.url) as client:
+        responses = client.model("talker").stream(X=[1.0])
+        next(responses)
+        responses.close()  # (the last response may be on its way, or still to be sent)
+        assert server.stream_was_cancelled() is True
+
+
+def test_a_stream_closed_from_another_thread_after_its_end_is_not_cancelled(
+    server: HoldingServer,
+) -> None:
+    with ts.Client(server.url) as client:
+        responses = client.model("talker").stream(X=[1.0])
+        assert len(list(responses)) == 1
+        closer = threading.Thread(target=responses.close)
+        closer.start()
+        closer.join()
+        assert server.stream_was_cancelled() is False
+
+
+def test_a_stream_the_server_leaves_open_after_its_end_is_cancelled_in_the_end(
+    server: HoldingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_grpc, "STREAM_CLOSE_GRACE", 0.1)
+    server.hold = 10.0
+    with ts.Client(server.url) as client:
+        assert len(list(client.model("talker").stream(X=[1.0]))) == 1
+        assert server.stream_was_cancelled() is True
+
+
+# asyncio
 
 
 async def test_an_asyncio_stream_read_to_its_end_is_not_cancelled(server: HoldingServer) -> None:
-    transport = AsyncGrpcTransport(parse_url(f"grpc://127.0.0.1:{server.port}"), tls=None)
-    try:
-        items = [item async for item in transport.astream(op(), context())]
-        assert [item["Y"].tolist() for item in items] == [[1.0]]
-        ended = await asyncio.to_thread(held_stream_ended, server)
-        assert ended is False
-    finally:
-        await transport.aclose()
+    async with ts.AsyncClient(server.url) as client:
+        model = await client.model("talker")
+        async with model.stream(X=[1.0]) as responses:
+            assert [response["Y"].tolist() async for response in responses] == [[1.0]]
+        assert await asyncio.to_thread(server.stream_was_cancelled) is False
+
+
+async def test_an_asyncio_stream_closed_after_its_last_response_is_not_cancelled(
+    server: HoldingServer,
+) -> None:
+    server.script = ONE_FINAL_RESPONSE
+    async with ts.AsyncClient(server.url) as client:
+        model = await client.model("talker")
+        responses = model.stream(X=[1.0])
+        assert (await anext(responses))["Y"].tolist() == [1.0]
+        await responses.aclose()
+        assert await asyncio.to_thread(server.stream_was_cancelled) is False
+
+
+async def test_an_asyncio_stream_ended_by_an_error_response_is_not_cancelled(
+    server: HoldingServer,
+) -> None:
+    server.script = A_FINAL_ERROR
+    async with ts.AsyncClient(server.url) as client:
+        model = await client.model("talker")
+        with pytest.raises(ts.InferenceError, match="the model refused it"):
+            [response async for response in model.stream(X=[1.0])]
+        assert await asyncio.to_thread(server.stream_was_cancelled) is False
 
 
 async def test_an_asyncio_stream_left_early_is_cancelled(server: HoldingServer) -> None:
-    transport = AsyncGrpcTransport(parse_url(f"grpc://127.0.0.1:{server.port}"), tls=None)
-    try:
-        stream = transport.astream(op(), context())
-        await stream.__anext__()
-        await stream.aclose()
-        ended = await asyncio.to_thread(held_stream_ended, server)
-        assert ended is True
-    finally:
-        await transport.aclose()
+    async with ts.AsyncClient(server.url) as client:
+        model = await client.model("talker")
+        responses = model.stream(X=[1.0])
+        await anext(responses)
+        await responses.aclose()
+        assert await asyncio.to_thread(server.stream_was_cancelled) is True
+
+
+async def test_an_asyncio_stream_the_server_leaves_open_is_cancelled_in_the_end(
+    server: HoldingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_grpc, "STREAM_CLOSE_GRACE", 0.1)
+    server.hold = 10.0
+    async with ts.AsyncClient(server.url) as client:
+        model = await client.model("talker")
+        assert len([response async for response in model.stream(X=[1.0])]) == 1
+        assert await asyncio.to_thread(server.stream_was_cancelled) is True

@@ -660,9 +660,9 @@ async def test_a_failed_call_sends_none_of_its_chunks_still_waiting(
             return {"Y": op.inputs[0].array}
 
         async def later() -> object:
-            # The call waits for these; by the time a timer can wake them, the failed
+            # The call waits for these; long before a timer can wake them, the failed
             # chunk's task has woken the call, which drops the chunks still waiting.
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
             return {"Y": op.inputs[0].array}
 
         return later()

@@ -23,7 +23,15 @@ from .._compression import Compression
 from .._concurrency import aclose_iterator
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError, TritonError, TritonTimeoutError
-from .._grpc_codec import SERVICE, GrpcCall, GrpcCollect, GrpcStream, encode, encode_stream
+from .._grpc_codec import (
+    SERVICE,
+    GrpcCall,
+    GrpcCollect,
+    GrpcStream,
+    encode,
+    encode_stream,
+    is_final_response,
+)
 from .._ops import FetchMetrics, Op, StreamOp
 from ._errors import (
     closed_by_aclose,
@@ -119,6 +127,28 @@ class _Metadata:
         metadata = tuple((key.lower(), value) for key, value in headers.items()) or None
         self._last = (headers, metadata)
         return metadata
+
+
+STREAM_CLOSE_GRACE: Final = 5.0
+"""Seconds a stream whose request has had its last response is left for the server to
+close before it is cancelled."""
+
+
+def _disarm_stop(ctx: CallContext) -> None:
+    """The request of a stream has had its last response: from now on the stream is left
+    for the server to close, never cancelled, whatever the reader does. A cancellation
+    that races the server's own close can crash Triton releases before 2.56
+    (triton-inference-server/server#7368, #8034)."""
+    if ctx._stop is not None:
+        ctx._stop.disarm()
+
+
+def _let_close(call: Any) -> None:
+    """Wait for the server to close an answered stream; cancel one it leaves open."""
+    closed = threading.Event()
+    call.add_done_callback(lambda _: closed.set())
+    if not closed.wait(STREAM_CLOSE_GRACE):
+        call.cancel()
 
 
 def _method(
@@ -242,9 +272,16 @@ class GrpcTransport:
             try:
                 for message in call:
                     messages.put(message)
+                    if is_final_response(message):
+                        break
+                else:
+                    messages.put(_END)
+                    return
             except grpc.RpcError as exc:
                 messages.put(exc)
-            messages.put(_END)
+                messages.put(_END)
+                return
+            _let_close(call)  # (this thread's wait, not the reader's)
 
         threading.Thread(target=read, name="triton_sdk-stream", daemon=True).start()
         timeout = ctx.timeout
@@ -259,15 +296,17 @@ class GrpcTransport:
                     return
                 if isinstance(message, grpc.RpcError):
                     raise self._failed(message, op, ctx) from message
+                if is_final_response(message):
+                    answered = True
+                    _disarm_stop(ctx)
                 item, final = stream.read(message)
                 if item is not None:
                     yield item
                 if final:
-                    answered = True
                     return
         finally:
             if not answered:
-                call.cancel()  # see AsyncGrpcTransport._stream
+                call.cancel()  # (an answered one is left to close: see _disarm_stop)
 
     def _refused(self, exc: ValueError) -> TritonError:
         return closed_error(exc) if self._closed else refused_error(exc)
@@ -383,11 +422,13 @@ class AsyncGrpcTransport:
                         raise _response_timeout(timeout, op) from None
                     if message is grpc.aio.EOF:
                         return
+                    if is_final_response(message):
+                        answered = True
+                        _disarm_stop(ctx)
                     item, final = stream.read(message)
                     if item is not None:
                         yield item
                     if final:
-                        answered = True
                         return
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
@@ -398,10 +439,11 @@ class AsyncGrpcTransport:
                 raise_if_cut_by_close(exc, self._closed)
                 raise
         finally:
-            # A request that has had its final response is left to end on its own: the
-            # server closes the stream next, and a cancellation racing that close can crash
-            # Triton releases before 2.56 (triton-inference-server/server#7368, #8034).
-            if not answered:
+            if answered:
+                # Bounded, for a server that never closes it (cancelling a finished call
+                # does nothing).
+                asyncio.get_running_loop().call_later(STREAM_CLOSE_GRACE, call.cancel)
+            else:
                 call.cancel()
 
     def _failed(
