@@ -11,8 +11,9 @@ request).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -195,44 +196,50 @@ def test_a_stream_the_server_leaves_open_after_its_end_is_cancelled_in_the_end(
 # asyncio
 
 
-async def test_an_asyncio_stream_read_to_its_end_is_not_cancelled(server: HoldingServer) -> None:
+@contextlib.asynccontextmanager
+async def asyncio_talker(server: HoldingServer) -> AsyncIterator[ts.AsyncModel]:
     async with ts.AsyncClient(server.url) as client:
-        model = await client.model("talker")
+        yield await client.model("talker")
+
+
+async def cancelled(server: HoldingServer) -> bool:
+    return await asyncio.to_thread(server.stream_was_cancelled)
+
+
+async def test_an_asyncio_stream_read_to_its_end_is_not_cancelled(server: HoldingServer) -> None:
+    async with asyncio_talker(server) as model:
         async with model.stream(X=[1.0]) as responses:
             assert [response["Y"].tolist() async for response in responses] == [[1.0]]
-        assert await asyncio.to_thread(server.stream_was_cancelled) is False
+        assert await cancelled(server) is False
 
 
 async def test_an_asyncio_stream_closed_after_its_last_response_is_not_cancelled(
     server: HoldingServer,
 ) -> None:
     server.script = ONE_FINAL_RESPONSE
-    async with ts.AsyncClient(server.url) as client:
-        model = await client.model("talker")
+    async with asyncio_talker(server) as model:
         responses = model.stream(X=[1.0])
         assert (await anext(responses))["Y"].tolist() == [1.0]
         await responses.aclose()
-        assert await asyncio.to_thread(server.stream_was_cancelled) is False
+        assert await cancelled(server) is False
 
 
 async def test_an_asyncio_stream_ended_by_an_error_response_is_not_cancelled(
     server: HoldingServer,
 ) -> None:
     server.script = A_FINAL_ERROR
-    async with ts.AsyncClient(server.url) as client:
-        model = await client.model("talker")
+    async with asyncio_talker(server) as model:
         with pytest.raises(ts.InferenceError, match="the model refused it"):
             [response async for response in model.stream(X=[1.0])]
-        assert await asyncio.to_thread(server.stream_was_cancelled) is False
+        assert await cancelled(server) is False
 
 
 async def test_an_asyncio_stream_left_early_is_cancelled(server: HoldingServer) -> None:
-    async with ts.AsyncClient(server.url) as client:
-        model = await client.model("talker")
+    async with asyncio_talker(server) as model:
         responses = model.stream(X=[1.0])
         await anext(responses)
         await responses.aclose()
-        assert await asyncio.to_thread(server.stream_was_cancelled) is True
+        assert await cancelled(server) is True
 
 
 async def test_an_asyncio_stream_the_server_leaves_open_is_cancelled_in_the_end(
@@ -240,7 +247,6 @@ async def test_an_asyncio_stream_the_server_leaves_open_is_cancelled_in_the_end(
 ) -> None:
     monkeypatch.setattr(_grpc, "STREAM_CLOSE_GRACE", 0.1)
     server.hold = 10.0
-    async with ts.AsyncClient(server.url) as client:
-        model = await client.model("talker")
+    async with asyncio_talker(server) as model:
         assert len([response async for response in model.stream(X=[1.0])]) == 1
-        assert await asyncio.to_thread(server.stream_was_cancelled) is True
+        assert await cancelled(server) is True
