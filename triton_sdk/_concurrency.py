@@ -222,7 +222,7 @@ class AsyncWindow:
         """Wait for the batches in flight, whose outcomes are dropped.
 
         They are not cancelled: a request cancelled just as the server answers it can crash
-        Triton releases before 2.56 (triton-inference-server/server#7368 and #8034), and
+        older Triton releases (triton-inference-server/server#7368 and #8034), and
         ``map`` should not risk a server for results nobody reads. Only cancelling the task
         that iterates cancels them.
         """

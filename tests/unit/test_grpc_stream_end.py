@@ -4,7 +4,7 @@ response and its closing status).
 
 A stream whose request has had its last response must not be cancelled, however the
 reader leaves it: a cancellation that races the server's close of the stream can crash
-Triton releases before 2.56. A stream left before then must be (the server stops the
+older Triton releases. A stream left before then must be (the server stops the
 request).
 """
 

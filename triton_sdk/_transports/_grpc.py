@@ -137,7 +137,7 @@ close before it is cancelled."""
 def _disarm_stop(ctx: CallContext) -> None:
     """The request of a stream has had its last response: from now on the stream is left
     for the server to close, never cancelled, whatever the reader does. A cancellation
-    that races the server's own close can crash Triton releases before 2.56
+    that races the server's own close can crash older Triton releases
     (triton-inference-server/server#7368, #8034)."""
     if ctx._stop is not None:
         ctx._stop.disarm()
