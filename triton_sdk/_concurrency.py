@@ -223,8 +223,8 @@ class AsyncWindow:
 
         They are not cancelled: a request cancelled just as the server answers it can crash
         older Triton releases (triton-inference-server/server#7368 and #8034), and
-        ``map`` should not risk a server for results nobody reads. Only cancelling the task
-        that iterates cancels them.
+        ``map`` should not risk a server for results nobody reads. Only a cancellation that
+        ends the iteration (the task cancelled while it waits in ``map``) cancels them.
         """
         if exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
             for task in self._pending:
