@@ -153,7 +153,7 @@ class AsyncChunkRunner:
         except Exception:
             # The first failure ends the call, whichever chunk it is. Chunks still waiting
             # for a slot are dropped; those already sent are waited for, not cancelled
-            # (see AsyncWindow.aclose).
+            # (see AsyncWindow.__aexit__).
             for index, task in enumerate(tasks):
                 if index not in sent:
                     task.cancel()

@@ -105,10 +105,11 @@ class GrpcCall(Generic[T]):
 @attrs.define
 class GrpcStream(Generic[T]):
     """One request on a bidirectional ``ModelStreamInfer``; ``read`` turns each message
-    into ``(item or None, final)``, raising the error a message carries."""
+    into an item or None, raising the error a message carries. Whether a message is the
+    request's last is :func:`is_final_response`'s to say."""
 
     message: pb.ModelInferRequest
-    read: Callable[[pb.ModelStreamInferResponse], tuple[T | None, bool]]
+    read: Callable[[pb.ModelStreamInferResponse], T | None]
 
 
 @attrs.define
@@ -572,14 +573,11 @@ def is_final_response(response: pb.ModelStreamInferResponse) -> bool:
 def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
     model, request_id = request.model, request.request_id or None
 
-    def read(response: pb.ModelStreamInferResponse) -> tuple[InferResult | None, bool]:
+    def read(response: pb.ModelStreamInferResponse) -> InferResult | None:
         if response.error_message:
             raise classify_message(response.error_message, model=model, request_id=request_id)
         answer = response.infer_response
-        final = is_final_response(response)
-        if not answer.outputs:
-            return None, final
-        return decode_infer_response(answer), final
+        return decode_infer_response(answer) if answer.outputs else None
 
     return GrpcStream(_stream_message(request), read)
 
@@ -812,10 +810,9 @@ def encode_stream(op: StreamOp[T]) -> GrpcStream[T] | GrpcCall[T]:
             )
         stream = _stream_of(request)
 
-        def read(response: pb.ModelStreamInferResponse) -> tuple[Any, bool]:
-            result, final = stream.read(response)
-            fields = None if result is None else result_fields(result, batched=spec.batched)
-            return fields, final
+        def read(response: pb.ModelStreamInferResponse) -> Any:
+            result = stream.read(response)
+            return None if result is None else result_fields(result, batched=spec.batched)
 
         return cast("GrpcStream[T]", GrpcStream(stream.message, read))
     raise TypeError(f"no gRPC stream encoding for {type(op).__name__}")

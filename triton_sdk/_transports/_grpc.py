@@ -273,15 +273,11 @@ class GrpcTransport:
                 for message in call:
                     messages.put(message)
                     if is_final_response(message):
-                        break
-                else:
-                    messages.put(_END)
-                    return
+                        _let_close(call)  # (here: the caller does not wait for it)
+                        return
             except grpc.RpcError as exc:
                 messages.put(exc)
-                messages.put(_END)
-                return
-            _let_close(call)  # (this thread's wait, not the reader's)
+            messages.put(_END)
 
         threading.Thread(target=read, name="triton_sdk-stream", daemon=True).start()
         timeout = ctx.timeout
@@ -296,13 +292,13 @@ class GrpcTransport:
                     return
                 if isinstance(message, grpc.RpcError):
                     raise self._failed(message, op, ctx) from message
-                if is_final_response(message):
-                    answered = True
+                answered = is_final_response(message)
+                if answered:
                     _disarm_stop(ctx)
-                item, final = stream.read(message)
+                item = stream.read(message)
                 if item is not None:
                     yield item
-                if final:
+                if answered:
                     return
         finally:
             if not answered:
@@ -422,13 +418,13 @@ class AsyncGrpcTransport:
                         raise _response_timeout(timeout, op) from None
                     if message is grpc.aio.EOF:
                         return
-                    if is_final_response(message):
-                        answered = True
+                    answered = is_final_response(message)
+                    if answered:
                         _disarm_stop(ctx)
-                    item, final = stream.read(message)
+                    item = stream.read(message)
                     if item is not None:
                         yield item
-                    if final:
+                    if answered:
                         return
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
