@@ -147,8 +147,10 @@ def response_fields(
 def result_fields(result: InferResult, *, batched: bool) -> dict[str, JSONValue]:
     """A generate-style dict from an inference result (gRPC path)."""
     # Flat, as the HTTP extension writes them.
+    # array[0, ...] keeps the sample an array when it is a scalar: array[0] would be
+    # a bare bytes or str for BYTES.
     return {
-        name: _plain((array[0] if batched and array.ndim else array).reshape(-1))
+        name: _plain((array[0, ...] if batched and array.ndim else array).reshape(-1))
         for name, array in result.items()
     }
 
@@ -169,7 +171,7 @@ def tensors_to_fields(tensors: list[Tensor], spec: ModelSpec) -> dict[str, JSONV
                     f"of {array.shape[0]}: use a gRPC client for batched streams",
                     model=spec.name,
                 )
-            array = array[0]
+            array = array[0, ...]  # (a scalar sample stays an array)
         if array.ndim > 1:
             raise InvalidInputError(
                 f"streaming over HTTP (the generate extension) carries scalars and 1-D values "

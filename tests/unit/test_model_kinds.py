@@ -323,6 +323,13 @@ def test_result_fields_bytes_become_str() -> None:
     assert isinstance(fields["t"], str)
 
 
+def test_result_fields_of_a_batch_of_scalar_samples() -> None:
+    # Metadata [-1] on a batched model (as MLServer and KServe give it): each sample is
+    # a scalar, and a BYTES one is a bare bytes object inside the array.
+    result = result_of({"text": bytes_array(b"AB"), "score": np.array([0.5], dtype=np.float32)})
+    assert result_fields(result, batched=True) == {"text": "AB", "score": 0.5}
+
+
 GEN_SPEC = make_spec(
     [tensor("text_input", "BYTES", 1), tensor("max_tokens", "INT32", 1, optional=True)],
     [tensor("text_output", "BYTES", 1), tensor("tokens", "INT32", -1)],
@@ -338,6 +345,12 @@ def test_tensors_to_fields_one_sample_of_a_batched_model() -> None:
         Tensor("ids", "INT32", np.array([[1, 2, 3]], dtype=np.int32)),
     ]
     assert tensors_to_fields(tensors, GEN_SPEC) == {"text_input": "hi", "ids": [1, 2, 3]}
+
+
+def test_tensors_to_fields_a_scalar_sample() -> None:
+    spec = make_spec([tensor("text_input", "BYTES")], max_batch_size=4)
+    tensors = [Tensor("text_input", "BYTES", np.array(["hi"], dtype=object))]
+    assert tensors_to_fields(tensors, spec) == {"text_input": "hi"}
 
 
 def test_tensors_to_fields_refuse_a_batch_of_several_and_point_to_grpc() -> None:
