@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -66,6 +67,19 @@ def test_aclose_ends_what_is_in_flight_with_the_closed_error(
     outcomes = asyncio.run(main())
     assert all(isinstance(outcome, BaseException) for outcome in outcomes), outcomes
     assert all(is_closed_error(outcome) for outcome in outcomes), outcomes  # type: ignore[arg-type]
+    if what == "calls":
+        wait_for_the_sleeps(server)
+
+
+def wait_for_the_sleeps(server: LocalServer) -> None:
+    """Wait until the server has run the sleeps the closed client left it (later tests of
+    the ``sleep`` model have short timeouts). The model runs its queue in order on two
+    instances, so two quick requests sent at once both answer only once each instance has
+    finished what came before them."""
+    with ts.Client(server.grpc_url) as client, ThreadPoolExecutor(2) as pool:
+        sleep = client.model("sleep")
+        quick = [pool.submit(sleep.infer, SECONDS=[0.0], timeout=60) for _ in range(2)]
+        assert all(call.result()["SLEPT"].tolist() == [0.0] for call in quick)
 
 
 def test_cancelling_the_reader_still_cancels_it(server: LocalServer, protocol: str) -> None:
