@@ -55,6 +55,7 @@ from ._wire import tensor_bytes, tensor_payload
 
 if TYPE_CHECKING:
     from ._shm import Placement, Slot
+    from ._spec import ModelSpec
 
 __all__ = [
     "SERVICE",
@@ -105,11 +106,20 @@ class GrpcCall(Generic[T]):
 @attrs.define
 class GrpcStream(Generic[T]):
     """One request on a bidirectional ``ModelStreamInfer``; ``read`` turns each message
-    into an item or None, raising the error a message carries. Whether a message is the
-    request's last is :func:`is_final_response`'s to say."""
+    into an item or None, raising the error a message carries.
+
+    ``bare=True``: the server answers with bare ``ModelInferResponse`` messages, as
+    MLServer does, instead of Triton's ``ModelStreamInferResponse``; none of them says
+    it is the last, so the stream ends when the server closes it.
+    """
 
     message: pb.ModelInferRequest
-    read: Callable[[pb.ModelStreamInferResponse], T | None]
+    read: Callable[[Any], T | None]
+    bare: bool = False
+
+    def is_last(self, message: Any) -> bool:
+        """Whether ``message`` is its request's last (an error's included)."""
+        return not self.bare and is_final_response(message)
 
 
 @attrs.define
@@ -570,7 +580,11 @@ def is_final_response(response: pb.ModelStreamInferResponse) -> bool:
     return "triton_final_response" in parameters and parameters["triton_final_response"].bool_param
 
 
-def _stream_of(request: InferRequest) -> GrpcStream[InferResult]:
+def _stream_of(request: InferRequest, spec: ModelSpec | None = None) -> GrpcStream[InferResult]:
+    """The stream of ``request``: Triton's, or the bare one of a server that gave no
+    config for ``spec`` (errors then end the call with a status)."""
+    if spec is not None and not spec.has_config:
+        return GrpcStream(build_infer_request(request), decode_infer_response, bare=True)
     model, request_id = request.model, request.request_id or None
 
     def read(response: pb.ModelStreamInferResponse) -> InferResult | None:
@@ -793,13 +807,13 @@ def encode(op: Op[T]) -> GrpcCall[T] | GrpcCollect[Any, T]:
 
 def encode_stream(op: StreamOp[T]) -> GrpcStream[T] | GrpcCall[T]:
     """How a streamed op travels: a stream, or one unary call standing for a stream of one
-    (generate_stream on a model that is not decoupled)."""
+    (generate_stream on a Triton model that is not decoupled)."""
     if isinstance(op, StreamInfer):
-        return cast("GrpcStream[T]", _stream_of(op.request))
+        return cast("GrpcStream[T]", _stream_of(op.request, op.spec))
     if isinstance(op, GenerateStream):
         spec = op.spec
         request = generate_request(spec, op.version, op.fields, op.parameters)
-        if not spec.decoupled:
+        if not spec.decoupled and spec.has_config:
             return cast(
                 "GrpcCall[T]",
                 GrpcCall(
@@ -808,11 +822,11 @@ def encode_stream(op: StreamOp[T]) -> GrpcStream[T] | GrpcCall[T]:
                     lambda r: result_fields(decode_infer_response(r), batched=spec.batched),
                 ),
             )
-        stream = _stream_of(request)
+        stream = _stream_of(request, spec)
 
-        def read(response: pb.ModelStreamInferResponse) -> Any:
+        def read(response: Any) -> Any:
             result = stream.read(response)
             return None if result is None else result_fields(result, batched=spec.batched)
 
-        return cast("GrpcStream[T]", GrpcStream(stream.message, read))
+        return cast("GrpcStream[T]", GrpcStream(stream.message, read, stream.bare))
     raise TypeError(f"no gRPC stream encoding for {type(op).__name__}")

@@ -29,7 +29,9 @@ from ._generate import (
     ServerSentEvents,
     event_to_result,
     generate_body,
+    generate_request,
     response_fields,
+    result_fields,
     tensors_to_fields,
 )
 from ._ops import (
@@ -580,7 +582,10 @@ class HttpCodec:
         return cast("HttpCall[T]", (encoder or self._routed)(op))
 
     def encode_stream(self, op: StreamOp[T]) -> HttpStream[T]:
-        """How a streamed op travels: a generate_stream request."""
+        """How a streamed op travels: a generate_stream request to Triton, an infer_stream
+        request to a server that gave no config (see :meth:`_infer_stream`)."""
+        if isinstance(op, StreamInfer | GenerateStream) and not op.spec.has_config:
+            return cast("HttpStream[T]", self._infer_stream(op))
         if isinstance(op, GenerateStream):
             spec = op.spec
             body = generate_body(op.fields, op.parameters, spec=spec)
@@ -609,6 +614,37 @@ class HttpCodec:
                 ),
             )
         raise TypeError(f"no HTTP stream encoding for {type(op).__name__}")
+
+    def _infer_stream(
+        self, op: StreamInfer | GenerateStream
+    ) -> HttpStream[InferResult] | HttpStream[dict[str, JSONValue]]:
+        """A stream through MLServer's ``infer_stream`` endpoint: an inference request in
+        JSON (what it reads), answered by one event per response, each an inference
+        response in JSON. Servers without the endpoint answer 404: UnsupportedError."""
+        spec = op.spec
+        if isinstance(op, StreamInfer):
+            request = op.request
+        else:
+            request = generate_request(spec, op.version, op.fields, op.parameters)
+        request_id = request.request_id or None
+        path = model_path(self.base, spec.name, request.version, "/infer_stream")
+        check = _status_reader(spec.name, request_id)
+
+        def result(data: str) -> InferResult:
+            return decode_infer(data.encode(), None, spec.name, request_id)
+
+        body = [encode_infer_json(request)]
+        if isinstance(op, StreamInfer):
+            return HttpStream(
+                "POST", path, body, _STREAM_HEADERS, check, lambda: EventDecoder(result), spec.name
+            )
+
+        def fields(data: str) -> dict[str, JSONValue]:
+            return result_fields(result(data), batched=spec.batched)
+
+        return HttpStream(
+            "POST", path, body, _STREAM_HEADERS, check, lambda: EventDecoder(fields), spec.name
+        )
 
     def _event_stream(
         self,
@@ -714,6 +750,18 @@ class HttpCodec:
 
     def _generate(self, op: Generate) -> HttpCall[dict[str, JSONValue]]:
         spec = op.spec
+        if not spec.has_config:
+            # Not Triton: its generate extension cannot be counted on (MLServer's
+            # generate endpoint takes an inference request), so generate is an inference,
+            # as over gRPC.
+            request = generate_request(spec, op.version, op.fields, op.parameters)
+            call = self._infer(request, json_body=self.binary is not True)
+            infer = call.read
+
+            def read(status: int, header_length: int | None, data: Body) -> dict[str, JSONValue]:
+                return result_fields(infer(status, header_length, data), batched=spec.batched)
+
+            return HttpCall(call.method, call.path, call.body, call.headers, read)
         body = generate_body(op.fields, op.parameters, spec=spec)
         path = model_path(self.base, spec.name, op.version, "/generate")
 
@@ -722,8 +770,8 @@ class HttpCodec:
 
         return HttpCall("POST", path, [body], _JSON_HEADERS, _reader(generated, spec.name))
 
-    def _infer(self, request: InferRequest) -> HttpCall[InferResult]:
-        if self.binary is False:
+    def _infer(self, request: InferRequest, json_body: bool = False) -> HttpCall[InferResult]:
+        if json_body or self.binary is False:
             parts: list[bytes | memoryview] = [encode_infer_json(request)]
             headers = _JSON_HEADERS
         else:

@@ -91,6 +91,11 @@ class ModelSpec(Displayable):
             and KServe have none; a leading -1 on every input and output means batched
             with no known limit, :data:`NO_KNOWN_LIMIT`), or ``"override"`` (the
             ``max_batch_size`` given to ``client.model``).
+        has_config: the server gave the model's config, as Triton does. Without one
+            (MLServer, KServe) the server is taken for a plain Open Inference Protocol
+            server: ``generate`` travels as an inference, and ``stream`` and
+            ``generate_stream`` through the server's own streaming endpoint (see
+            docs/servers.md).
     """
 
     name: str
@@ -114,6 +119,7 @@ class ModelSpec(Displayable):
         factory=dict, converter=_frozen_parameters, hash=False
     )
     source: SpecSource = "config"
+    has_config: bool = True
 
     def describe(self) -> str:
         """A few lines showing what the model takes and returns."""
@@ -169,6 +175,7 @@ class ModelSpec(Displayable):
         no known limit. ``max_batch_size`` overrides both (0: no batch axis).
         """
         source: SpecSource = "config" if config is not None else "metadata"
+        has_config = config is not None
         config = config or {}
         if max_batch_size is not None:
             source = "override"
@@ -211,6 +218,7 @@ class ModelSpec(Displayable):
                 for key, value in (config.get("parameters") or {}).items()
             },
             source=source,
+            has_config=has_config,
         )
 
 

@@ -2,7 +2,8 @@
 and KServe servers, gRPC and HTTP, blocking and asyncio (see conftest.py).
 
 The models (mlserver_models/oip_models.py, kserve_server.py): add_sub (FP32 rows of 4,
-two inputs, two outputs), upper (BYTES), vector (a fixed [3]: no batch axis).
+two inputs, two outputs), upper (BYTES), vector (a fixed [3]: no batch axis); on MLServer
+also repeat, which streams one response per element of its input.
 """
 
 from __future__ import annotations
@@ -124,3 +125,52 @@ def test_http_tensor_encoding_is_a_choice(make_client: Any, server: OIPServer) -
     else:  # KServe reads both
         result = binary.infer_sample(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 0])
         assert result["OUTPUT0"].tolist() == [1, 2, 3, 4]
+
+
+def test_stream_goes_through_the_servers_streaming_endpoint(client: Any, server: OIPServer) -> None:
+    add_sub = client.model("add_sub")
+    first = np.arange(4, dtype=np.float32)
+    if server.name == "kserve":  # KServe has no streaming endpoint
+        with pytest.raises(ts.UnsupportedError, match="does not support stream"):
+            list(add_sub.stream(INPUT0=[first], INPUT1=[first]))
+        return
+    # A model that does not stream answers once (MLServer runs its predict).
+    results = list(add_sub.stream(INPUT0=[first], INPUT1=[np.ones(4, np.float32)]))
+    assert [result["OUTPUT0"].tolist() for result in results] == [[[1, 2, 3, 4]]]
+    repeat = [
+        (r["OUT"].tolist(), r["IDX"].tolist()) for r in client.model("repeat").stream(IN=[4, 2, 0])
+    ]
+    assert repeat == [([4], [0]), ([2], [1]), ([0], [2])]
+    texts = [r.as_strings("UPPER").tolist() for r in client.model("upper").stream(TEXT=["ab", "c"])]
+    assert texts == [["AB", "C"]]
+
+
+def test_generate_is_an_inference(client: Any) -> None:
+    # Fields named like inputs are one sample, outputs come back flat (as from Triton).
+    fields = client.model("add_sub").generate(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    assert fields == {"OUTPUT0": [2.0, 3.0, 4.0, 5.0], "OUTPUT1": [0.0, 1.0, 2.0, 3.0]}
+    assert client.model("upper").generate(TEXT="안녕 hi") == {"UPPER": "안녕 HI"}
+
+
+def test_generate_stream(client: Any, server: OIPServer) -> None:
+    upper = client.model("upper")
+    if server.name == "kserve":
+        with pytest.raises(ts.UnsupportedError, match="does not support generate_stream"):
+            list(upper.generate_stream(TEXT="ab"))
+        return
+    assert list(upper.generate_stream(TEXT="ab")) == [{"UPPER": "AB"}]
+    events = list(client.model("repeat").generate_stream(IN=[7, 5]))
+    assert events == [{"OUT": 7, "IDX": 0}, {"OUT": 5, "IDX": 1}]
+
+
+def test_chat_through_a_text_model(client: Any) -> None:
+    completion = client.model("upper").chat(
+        [{"role": "user", "content": "hello"}], chat_template="<{{ messages[0].content }}>"
+    )
+    assert completion.choices[0].message.content == "<HELLO>"
+
+
+def test_sequences_need_a_sequence_batcher(client: Any) -> None:
+    # Without a config nothing says the model keeps state: refused before anything is sent.
+    with pytest.raises(ts.InvalidInputError, match="not stateful"):
+        client.model("add_sub").sequence()

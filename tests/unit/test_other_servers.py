@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import numpy as np
 import pytest
+from tritonclient.grpc import service_pb2 as pb
 
 import triton_sdk as ts
 from triton_sdk import ops
-from triton_sdk._http_codec import encode_infer_json, error_from_response, is_triton
+from triton_sdk._grpc_codec import GrpcStream, encode_stream
+from triton_sdk._http_codec import HttpCodec, encode_infer_json, error_from_response, is_triton
 from triton_sdk._shaping import Tensor
 from triton_sdk._spec import NO_KNOWN_LIMIT
 
@@ -34,6 +37,7 @@ def test_a_spec_from_metadata_alone() -> None:
     spec = ts.ModelSpec.from_metadata(ROWS, None)
     assert spec.versions == ()  # "versions": null is no versions
     assert spec.source == "metadata"
+    assert not spec.has_config
     assert spec.max_batch_size == NO_KNOWN_LIMIT
     assert not spec.batch_limit_known
     assert spec.inputs["INPUT0"].shape == (4,)
@@ -46,6 +50,10 @@ def test_a_spec_from_metadata_alone() -> None:
 def test_max_batch_size_overrides() -> None:
     spec = ts.ModelSpec.from_metadata(ROWS, None, max_batch_size=8)
     assert (spec.source, spec.max_batch_size, spec.inputs["INPUT0"].shape) == ("override", 8, (4,))
+    assert not spec.has_config  # the override says nothing of the server
+    with_config = ts.ModelSpec.from_metadata(ROWS, {"max_batch_size": 4}, max_batch_size=8)
+    assert with_config.source == "override"
+    assert with_config.has_config
     flat = ts.ModelSpec.from_metadata(ROWS, None, max_batch_size=0)
     assert not flat.batched
     assert flat.inputs["INPUT0"].shape == (-1, 4)
@@ -167,3 +175,76 @@ def test_http_binary_takes_three_values(value: object) -> None:
 def test_nan_cannot_travel_as_json() -> None:
     with pytest.raises(ts.InvalidInputError, match="NaN"):
         encode_infer_json(request(Tensor("X", "FP32", np.array([np.nan], dtype=np.float32))))
+
+
+# Streams and generate on a server that gave no config (MLServer, KServe)
+
+UPPER = ts.ModelSpec.from_metadata(
+    {
+        "name": "upper",
+        "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [-1]}],
+        "outputs": [{"name": "UPPER", "datatype": "BYTES", "shape": [-1]}],
+    },
+    None,
+)
+TRITON_UPPER = attrs.evolve(UPPER, has_config=True)
+ANSWER = {
+    "model_name": "upper",
+    "id": "1",
+    "parameters": None,  # MLServer's events write what is unset as null
+    "outputs": [
+        {"name": "UPPER", "datatype": "BYTES", "shape": [1], "parameters": None, "data": ["AB"]}
+    ],
+}
+
+
+def text_request(*texts: str) -> ops.InferRequest:
+    array = np.array([text.encode() for text in texts], dtype=object)
+    return ops.InferRequest(model="upper", inputs=[Tensor("TEXT", "BYTES", array)])
+
+
+def test_http_generate_without_a_config_is_an_inference_in_json() -> None:
+    call = HttpCodec("", None).encode(ops.Generate(UPPER, None, {"TEXT": "ab"}))
+    assert (call.method, call.path) == ("POST", "/v2/models/upper/infer")
+    body = json.loads(b"".join(call.body or ()))
+    assert body["inputs"] == [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["ab"]}]
+    assert call.read(200, None, json.dumps(ANSWER).encode()) == {"UPPER": "AB"}
+    triton = HttpCodec("", None).encode(ops.Generate(TRITON_UPPER, None, {"TEXT": "ab"}))
+    assert triton.path == "/v2/models/upper/generate"
+
+
+def test_http_streams_without_a_config_go_to_infer_stream() -> None:
+    codec = HttpCodec("", True)  # JSON all the same: MLServer's infer_stream reads no other
+    event = b"data: " + json.dumps(ANSWER).encode() + b"\n\n"
+    stream = codec.encode_stream(ops.StreamInfer(text_request("ab"), UPPER))
+    assert (stream.method, stream.path) == ("POST", "/v2/models/upper/infer_stream")
+    assert stream.headers["Accept"] == "text/event-stream"
+    assert json.loads(b"".join(stream.body))["inputs"][0]["data"] == ["ab"]
+    [result] = stream.decoder().feed(event)
+    assert result.as_strings("UPPER").tolist() == ["AB"]
+    fields = codec.encode_stream(ops.GenerateStream(UPPER, None, {"TEXT": "ab"}))
+    assert fields.path == "/v2/models/upper/infer_stream"
+    assert fields.decoder().feed(event) == [{"UPPER": "AB"}]
+    triton = codec.encode_stream(ops.StreamInfer(text_request("ab"), TRITON_UPPER))
+    assert triton.path == "/v2/models/upper/generate_stream"
+
+
+def test_grpc_streams_without_a_config_read_bare_infer_responses() -> None:
+    stream = encode_stream(ops.StreamInfer(text_request("ab"), UPPER))
+    assert isinstance(stream, GrpcStream)
+    assert stream.bare
+    # Triton's flag for an empty last response means nothing to another server.
+    assert "triton_enable_empty_final_response" not in stream.message.parameters
+    answer = pb.ModelInferResponse(model_name="upper", id="1")
+    output = answer.outputs.add(name="UPPER", datatype="BYTES", shape=[1])
+    output.contents.bytes_contents.append(b"AB")
+    assert not stream.is_last(answer)  # the stream ends when the server closes it
+    result = stream.read(answer)
+    assert result is not None
+    assert result.as_strings("UPPER").tolist() == ["AB"]
+    generated = encode_stream(ops.GenerateStream(UPPER, None, {"TEXT": "ab"}))
+    assert isinstance(generated, GrpcStream)
+    assert generated.read(answer) == {"UPPER": "AB"}
+    triton = encode_stream(ops.StreamInfer(text_request("ab"), TRITON_UPPER))
+    assert isinstance(triton, GrpcStream)
+    assert not triton.bare

@@ -16,6 +16,7 @@ from typing import Any, Final, TypeVar
 
 import grpc
 import grpc.aio
+from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from .._call import CallContext
@@ -30,7 +31,6 @@ from .._grpc_codec import (
     GrpcStream,
     encode,
     encode_stream,
-    is_final_response,
 )
 from .._ops import FetchMetrics, Op, StreamOp
 from ._errors import (
@@ -152,19 +152,41 @@ def _let_close(call: Any) -> None:
 
 
 def _method(
-    stub: Any, channel: Any, wire_methods: dict[tuple[str, bool], Any], call: GrpcCall[Any]
+    stub: Any, channel: Any, wire_methods: dict[tuple[str, str], Any], call: GrpcCall[Any]
 ) -> Any:
     """The channel's method for ``call``: the stub's, or (``call.wire``) one that sends and
     receives wire bytes as they are, unary or (``call.streamed``) stream-unary, made once
     per RPC and kind."""
     if not call.wire:
         return getattr(stub, call.rpc)
-    key = (call.rpc, call.streamed)
+    key = (call.rpc, "stream-unary" if call.streamed else "unary")
     method = wire_methods.get(key)
     if method is None:
         path = f"/{SERVICE}/{call.rpc}"
         kind = channel.stream_unary if call.streamed else channel.unary_unary
         method = wire_methods[key] = kind(path)
+    return method
+
+
+def _stream_method(channel: Any, methods: dict[tuple[str, str], Any], bare: bool) -> Any:
+    """``ModelStreamInfer`` for one request, reading Triton's messages or (``bare``, see
+    :class:`GrpcStream`) plain ``ModelInferResponse`` ones; made once per kind.
+
+    It is called as unary-stream: the one message and the half-close go in one batch,
+    the same bytes on the wire as a bidirectional call's. On a stream-stream call,
+    grpc.aio's ``write`` can lose the race with a server that ends the call at once
+    (UNIMPLEMENTED on a server without streams), and the caller then sees "Internal
+    error from Core" instead of the server's status.
+    """
+    key = ("ModelStreamInfer", "bare" if bare else "triton")
+    method = methods.get(key)
+    if method is None:
+        response = pb.ModelInferResponse if bare else pb.ModelStreamInferResponse
+        method = methods[key] = channel.unary_stream(
+            f"/{SERVICE}/ModelStreamInfer",
+            request_serializer=pb.ModelInferRequest.SerializeToString,
+            response_deserializer=response.FromString,
+        )
     return method
 
 
@@ -213,7 +235,7 @@ class GrpcTransport:
         else:
             self._channel = grpc.insecure_channel(target, options=channel_options(tls))
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
-        self._wire_methods: dict[tuple[str, bool], Any] = {}
+        self._methods: dict[tuple[str, str], Any] = {}
         self._metadata = _Metadata()
         self._closed = False
 
@@ -226,7 +248,7 @@ class GrpcTransport:
         return encoded.read(self._unary(encoded, op, ctx))
 
     def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
-        method = _method(self._stub, self._channel, self._wire_methods, call)
+        method = _method(self._stub, self._channel, self._methods, call)
         try:
             return method(
                 call.take() if call.streamed else call.message,
@@ -249,7 +271,7 @@ class GrpcTransport:
     def _stream(
         self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
     ) -> Iterator[T]:
-        """The responses of one request on a bidirectional stream of its own.
+        """The responses of one request on a ModelStreamInfer call of its own.
 
         gRPC's blocking stream iterator has no timeout, so a reader thread moves the
         messages to a queue that is read with the timeout per response. Closing the
@@ -257,8 +279,9 @@ class GrpcTransport:
         request on the server.
         """
         try:
-            call = self._stub.ModelStreamInfer(
-                iter((stream.message,)),
+            method = _stream_method(self._channel, self._methods, stream.bare)
+            call = method(
+                stream.message,
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
             )
@@ -272,7 +295,7 @@ class GrpcTransport:
             try:
                 for message in call:
                     messages.put(message)
-                    if is_final_response(message):
+                    if stream.is_last(message):
                         _let_close(call)  # (here: the caller does not wait for it)
                         return
             except grpc.RpcError as exc:
@@ -292,7 +315,7 @@ class GrpcTransport:
                     return
                 if isinstance(message, grpc.RpcError):
                     raise self._failed(message, op, ctx) from message
-                answered = is_final_response(message)
+                answered = stream.is_last(message)
                 if answered:
                     _disarm_stop(ctx)
                 item = stream.read(message)
@@ -330,7 +353,7 @@ class AsyncGrpcTransport:
         self._metadata = _Metadata()
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
-        self._wire_methods: dict[tuple[str, bool], Any] = {}
+        self._methods: dict[tuple[str, str], Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -369,7 +392,7 @@ class AsyncGrpcTransport:
     def _unary(self, call: GrpcCall[Any], ctx: CallContext) -> Any:
         """The call in flight (awaited by the caller, which maps its errors: one coroutine
         less on the hot path)."""
-        method = _method(self._open(), self._channel, self._wire_methods, call)
+        method = _method(self._open(), self._channel, self._methods, call)
         return method(
             call.take() if call.streamed else call.message,
             timeout=ctx.timeout,
@@ -399,9 +422,11 @@ class AsyncGrpcTransport:
     async def _stream(
         self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
     ) -> AsyncIterator[T]:
-        """The responses of one request on a bidirectional stream of its own."""
-        call = self._open().ModelStreamInfer(
-            metadata=self._metadata(ctx.headers), compression=self._compression
+        """The responses of one request on a ModelStreamInfer call of its own."""
+        self._open()
+        method = _stream_method(self._channel, self._methods, stream.bare)
+        call = method(
+            stream.message, metadata=self._metadata(ctx.headers), compression=self._compression
         )
         if ctx._stop is not None:
             ctx._stop.arm(call.cancel)
@@ -409,8 +434,6 @@ class AsyncGrpcTransport:
         answered = False
         try:
             try:
-                await call.write(stream.message)
-                await call.done_writing()
                 while True:
                     try:
                         message = await asyncio.wait_for(call.read(), timeout)
@@ -418,7 +441,7 @@ class AsyncGrpcTransport:
                         raise _response_timeout(timeout, op) from None
                     if message is grpc.aio.EOF:
                         return
-                    answered = is_final_response(message)
+                    answered = stream.is_last(message)
                     if answered:
                         _disarm_stop(ctx)
                     item = stream.read(message)
@@ -453,4 +476,4 @@ class AsyncGrpcTransport:
             await self._channel.close()
             self._channel = None
             self._stub = None
-            self._wire_methods.clear()
+            self._methods.clear()

@@ -2,10 +2,13 @@
 
 add_sub: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (FP32, a batch of rows of 4);
 upper: TEXT upper-cased (BYTES, a batch of strings); vector: Y = 2 * X for one fixed
-vector of 3 (no batch axis).
+vector of 3 (no batch axis); repeat (streaming): one response per element of IN (INT32),
+OUT = the element and IDX = its index.
 """
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
 
 import numpy as np
 from mlserver import MLModel
@@ -17,13 +20,13 @@ def _inputs(payload: InferenceRequest) -> dict[str, np.ndarray]:
     return {item.name: NumpyCodec.decode_input(item) for item in payload.inputs}
 
 
-def _output(name: str, array: np.ndarray) -> ResponseOutput:
+def _output(name: str, array: np.ndarray, datatype: str = "FP32") -> ResponseOutput:
     """An output of exactly the array's shape (MLServer's codecs add a trailing axis)."""
     if array.dtype == np.object_:
         data = [item.decode() if isinstance(item, bytes) else str(item) for item in array.flat]
         return ResponseOutput(name=name, shape=list(array.shape), datatype="BYTES", data=data)
     return ResponseOutput(
-        name=name, shape=list(array.shape), datatype="FP32", data=array.flatten().tolist()
+        name=name, shape=list(array.shape), datatype=datatype, data=array.flatten().tolist()
     )
 
 
@@ -47,3 +50,18 @@ class Vector(MLModel):
         x = _inputs(payload)["X"].astype(np.float32).reshape(-1)
         output = _output("Y", 2 * x)
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
+
+
+class Repeat(MLModel):
+    async def predict_stream(
+        self, payloads: AsyncIterator[InferenceRequest]
+    ) -> AsyncIterator[InferenceResponse]:
+        async for payload in payloads:
+            for index, value in enumerate(_inputs(payload)["IN"].reshape(-1).tolist()):
+                outputs = [
+                    _output("OUT", np.array([value], np.int32), "INT32"),
+                    _output("IDX", np.array([index], np.uint32), "UINT32"),
+                ]
+                yield InferenceResponse(
+                    model_name=self.name, model_version=self.version, outputs=outputs
+                )
