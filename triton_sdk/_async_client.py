@@ -1277,7 +1277,9 @@ class AsyncModel(ModelCore):
         response (no responses at all is an empty iteration); ``timeout`` bounds the wait
         for each response. Leaving the loop early cancels the request. Streams are never
         retried. Over HTTP the request goes through the generate_stream extension, which
-        carries one sample of scalar or 1-D inputs; gRPC streams anything.
+        carries one sample of scalar or 1-D inputs; gRPC streams anything. A server
+        without model configs (MLServer) is streamed its own way, and the iteration ends
+        when it closes the stream (see docs/servers.md).
         """
         (request,) = self._requests(
             inputs,
@@ -1307,7 +1309,8 @@ class AsyncModel(ModelCore):
 
         Fields named like inputs are one sample of that input; other fields are request
         parameters. Returns the response's outputs (a one-element output as its plain
-        value, BYTES as text). Works on gRPC too, through an inference or a stream.
+        value, BYTES as text). Works on gRPC too, through an inference or a stream, and
+        on servers without model configs (MLServer, KServe), through an inference.
         """
         op = Generate(self.spec, self.version, merge_fields(fields, named_fields), parameters)
         return await self._client._run(op, self._client._options(timeout, headers, retry))

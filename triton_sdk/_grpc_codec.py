@@ -105,7 +105,7 @@ class GrpcCall(Generic[T]):
 
 @attrs.define
 class GrpcStream(Generic[T]):
-    """One request on a bidirectional ``ModelStreamInfer``; ``read`` turns each message
+    """One request on a ``ModelStreamInfer`` call; ``read`` turns each message
     into an item or None, raising the error a message carries.
 
     ``bare=True``: the server answers with bare ``ModelInferResponse`` messages, as

@@ -311,9 +311,10 @@ def decode_infer(
     return InferResult.of(
         outputs,
         datatypes,
-        model_name=str(header.get("model_name", "")),
-        model_version=str(header.get("model_version", "")),
-        id=str(header.get("id", "")),
+        # (`or ""`: MLServer's stream events write what is unset as null.)
+        model_name=str(header.get("model_name") or ""),
+        model_version=str(header.get("model_version") or ""),
+        id=str(header.get("id") or ""),
         parameters=header.get("parameters") or {},
     )
 
@@ -407,6 +408,17 @@ class HttpStream(Generic[T]):
     check: Reader[None]
     decoder: Callable[[], EventDecoder[T]]
     model: str | None = None
+    cut_off: str | None = None
+    """For a server that ends a stream it has opened by dropping the connection when the
+    model fails (MLServer): the message of the :class:`InferenceError` that such an end
+    raises, instead of a connection error."""
+
+    def cut_off_error(self, request_id: str | None) -> InferenceError | None:
+        """The error of a stream that broke off after it opened, if this server means a
+        model's failure by that."""
+        if self.cut_off is None:
+            return None
+        return InferenceError(self.cut_off, model=self.model, request_id=request_id)
 
     def opens(self, status: int, content_type: str | None) -> bool:
         """Whether an answer opens the stream: a 200 that is an event stream (or does
@@ -497,6 +509,11 @@ def _infer_reader(request: InferRequest) -> Reader[InferResult]:
 
     return _reader(infer_result, model, request_id)
 
+
+_CUT_OFF: Final = (
+    "the server cut the stream off: MLServer ends a stream this way when the model fails, "
+    "and says why only in its own log"
+)
 
 _STREAM_HINT: Final = (
     " (model.stream over HTTP goes through the generate_stream extension, which takes one "
@@ -619,31 +636,32 @@ class HttpCodec:
         self, op: StreamInfer | GenerateStream
     ) -> HttpStream[InferResult] | HttpStream[dict[str, JSONValue]]:
         """A stream through MLServer's ``infer_stream`` endpoint: an inference request in
-        JSON (what it reads), answered by one event per response, each an inference
-        response in JSON. Servers without the endpoint answer 404: UnsupportedError."""
+        JSON (the only form it reads), answered by one event per response, each an
+        inference response in JSON. Servers without the endpoint answer 404:
+        UnsupportedError."""
         spec = op.spec
         if isinstance(op, StreamInfer):
             request = op.request
         else:
             request = generate_request(spec, op.version, op.fields, op.parameters)
         request_id = request.request_id or None
-        path = model_path(self.base, spec.name, request.version, "/infer_stream")
-        check = _status_reader(spec.name, request_id)
 
         def result(data: str) -> InferResult:
             return decode_infer(data.encode(), None, spec.name, request_id)
 
-        body = [encode_infer_json(request)]
-        if isinstance(op, StreamInfer):
-            return HttpStream(
-                "POST", path, body, _STREAM_HEADERS, check, lambda: EventDecoder(result), spec.name
-            )
-
         def fields(data: str) -> dict[str, JSONValue]:
             return result_fields(result(data), batched=spec.batched)
 
+        convert: Callable[[str], Any] = result if isinstance(op, StreamInfer) else fields
         return HttpStream(
-            "POST", path, body, _STREAM_HEADERS, check, lambda: EventDecoder(fields), spec.name
+            "POST",
+            model_path(self.base, spec.name, request.version, "/infer_stream"),
+            [encode_infer_json(request)],
+            _STREAM_HEADERS,
+            _status_reader(spec.name, request_id),
+            lambda: EventDecoder(convert),
+            spec.name,
+            cut_off=_CUT_OFF,
         )
 
     def _event_stream(
@@ -753,9 +771,9 @@ class HttpCodec:
         if not spec.has_config:
             # Not Triton: its generate extension cannot be counted on (MLServer's
             # generate endpoint takes an inference request), so generate is an inference,
-            # as over gRPC.
+            # as over gRPC, in JSON, which every such server reads.
             request = generate_request(spec, op.version, op.fields, op.parameters)
-            call = self._infer(request, json_body=self.binary is not True)
+            call = self._infer(request, json_body=True)
             infer = call.read
 
             def read(status: int, header_length: int | None, data: Body) -> dict[str, JSONValue]:

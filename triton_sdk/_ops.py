@@ -397,8 +397,9 @@ class _GenerateFields:
 class Generate(_GenerateFields, Op[dict[str, JSONValue]]):
     """The generate extension: JSON fields in, the one response's fields out.
 
-    Over gRPC it travels as an inference (a stream for decoupled models), so the model's
-    spec says which fields are inputs.
+    Over gRPC, and to a server without model configs (``spec.has_config`` false), it
+    travels as an inference (a stream for decoupled models), so the model's spec says
+    which fields are inputs.
     """
 
     call = "generate"
@@ -415,7 +416,8 @@ class GenerateStream(_GenerateFields, StreamOp[dict[str, JSONValue]]):
 class StreamInfer(StreamOp[InferResult]):
     """One request to a decoupled model, answered by any number of responses.
 
-    Over HTTP it travels through the generate_stream extension, which needs the spec.
+    Over HTTP it travels through the generate_stream extension, which needs the spec, or
+    to a server without model configs, through its infer_stream endpoint.
     """
 
     request: InferRequest

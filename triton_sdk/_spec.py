@@ -91,7 +91,8 @@ class ModelSpec(Displayable):
             and KServe have none; a leading -1 on every input and output means batched
             with no known limit, :data:`NO_KNOWN_LIMIT`), or ``"override"`` (the
             ``max_batch_size`` given to ``client.model``).
-        has_config: the server gave the model's config, as Triton does. Without one
+        has_config: the server gave the model's config, as Triton does (``source`` is
+            ``"override"`` either way when ``max_batch_size`` was given). Without one
             (MLServer, KServe) the server is taken for a plain Open Inference Protocol
             server: ``generate`` travels as an inference, and ``stream`` and
             ``generate_stream`` through the server's own streaming endpoint (see

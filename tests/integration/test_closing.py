@@ -72,10 +72,11 @@ def test_aclose_ends_what_is_in_flight_with_the_closed_error(
 
 
 def wait_for_the_sleeps(server: LocalServer) -> None:
-    """Wait until the server has run the sleeps the closed client left it (later tests of
-    the ``sleep`` model have short timeouts). The model runs its queue in order on two
-    instances, so two quick requests sent at once both answer only once each instance has
-    finished what came before them."""
+    """Wait until the sleeps the closed client left on the server are over (later tests
+    of the ``sleep`` model have short timeouts). The model serves one queue, in order, on
+    two instances: two quick requests sent at once answer only once every sleep before
+    them has started. Those sleeps are the same 3 s, started two at a time, so the last
+    ones then end within moments."""
     with ts.Client(server.grpc_url) as client, ThreadPoolExecutor(2) as pool:
         sleep = client.model("sleep")
         quick = [pool.submit(sleep.infer, SECONDS=[0.0], timeout=60) for _ in range(2)]

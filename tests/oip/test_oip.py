@@ -145,6 +145,25 @@ def test_stream_goes_through_the_servers_streaming_endpoint(client: Any, server:
     assert texts == [["AB", "C"]]
 
 
+@pytest.mark.parametrize("server", ["mlserver"], indirect=True)
+def test_a_model_failing_mid_stream(client: Any, protocol: str) -> None:
+    received = []
+
+    def read() -> None:
+        for result in client.model("repeat").stream(IN=[1, 2, -1, 3]):
+            received.append(result["OUT"].tolist())
+
+    with pytest.raises(ts.InferenceError) as caught:
+        read()
+    assert received == [[1], [2]]  # the responses before the failure
+    assert type(caught.value) is ts.InferenceError  # not a connection error
+    assert not caught.value.retryable
+    if protocol == "grpc":  # the model's message comes with the status
+        assert "no negative numbers" in str(caught.value)
+    else:  # MLServer drops the connection: the reason is only in its log
+        assert "cut the stream off" in str(caught.value)
+
+
 def test_generate_is_an_inference(client: Any) -> None:
     # Fields named like inputs are one sample, outputs come back flat (as from Triton).
     fields = client.model("add_sub").generate(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])

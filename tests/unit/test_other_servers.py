@@ -190,8 +190,9 @@ UPPER = ts.ModelSpec.from_metadata(
 TRITON_UPPER = attrs.evolve(UPPER, has_config=True)
 ANSWER = {
     "model_name": "upper",
+    "model_version": None,  # MLServer's events write what is unset as null
     "id": "1",
-    "parameters": None,  # MLServer's events write what is unset as null
+    "parameters": None,
     "outputs": [
         {"name": "UPPER", "datatype": "BYTES", "shape": [1], "parameters": None, "data": ["AB"]}
     ],
@@ -203,8 +204,9 @@ def text_request(*texts: str) -> ops.InferRequest:
     return ops.InferRequest(model="upper", inputs=[Tensor("TEXT", "BYTES", array)])
 
 
-def test_http_generate_without_a_config_is_an_inference_in_json() -> None:
-    call = HttpCodec("", None).encode(ops.Generate(UPPER, None, {"TEXT": "ab"}))
+@pytest.mark.parametrize("binary", [None, True, False])
+def test_http_generate_without_a_config_is_an_inference_in_json(binary: bool | None) -> None:
+    call = HttpCodec("", binary).encode(ops.Generate(UPPER, None, {"TEXT": "ab"}))
     assert (call.method, call.path) == ("POST", "/v2/models/upper/infer")
     body = json.loads(b"".join(call.body or ()))
     assert body["inputs"] == [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["ab"]}]
@@ -222,11 +224,17 @@ def test_http_streams_without_a_config_go_to_infer_stream() -> None:
     assert json.loads(b"".join(stream.body))["inputs"][0]["data"] == ["ab"]
     [result] = stream.decoder().feed(event)
     assert result.as_strings("UPPER").tolist() == ["AB"]
+    assert result.model_version == ""  # not "None"
+    assert stream.cut_off_error(None) is not None  # MLServer drops a failing stream
+    versioned = ops.InferRequest(model="upper", version="2", inputs=text_request("a").inputs)
+    path = codec.encode_stream(ops.StreamInfer(versioned, UPPER)).path
+    assert path == "/v2/models/upper/versions/2/infer_stream"
     fields = codec.encode_stream(ops.GenerateStream(UPPER, None, {"TEXT": "ab"}))
     assert fields.path == "/v2/models/upper/infer_stream"
     assert fields.decoder().feed(event) == [{"UPPER": "AB"}]
     triton = codec.encode_stream(ops.StreamInfer(text_request("ab"), TRITON_UPPER))
     assert triton.path == "/v2/models/upper/generate_stream"
+    assert triton.cut_off_error(None) is None  # Triton sends its errors as events
 
 
 def test_grpc_streams_without_a_config_read_bare_infer_responses() -> None:

@@ -57,6 +57,14 @@ _BUFFERED_MAX: Final = 2**31
 
 _HTTP_FAILURES: Final = (OSError, http.client.HTTPException, ValueError)
 
+# How a stream the server ends by dropping the connection breaks off.
+_CUT_OFF: Final = (http.client.IncompleteRead, ConnectionError)
+_AIOHTTP_CUT_OFF: Final = (
+    aiohttp.ClientPayloadError,
+    aiohttp.ServerDisconnectedError,
+    ConnectionError,
+)
+
 _AIOHTTP_FAILURES: Final = (
     aiohttp.ClientError,
     aiohttp.http_exceptions.HttpProcessingError,
@@ -160,7 +168,10 @@ class HttpTransport:
                         raise closed_in_flight()
                     items = decoder.feed(data) if data else decoder.finish()
                 except _HTTP_FAILURES as exc:  # UnicodeDecodeError is a ValueError
-                    raise self._failed(exc, op, ctx) from exc
+                    cut_off = None
+                    if isinstance(exc, _CUT_OFF) and not self._pool.closed:
+                        cut_off = call.cut_off_error(op.request_id)
+                    raise cut_off or self._failed(exc, op, ctx) from exc
                 yield from items
                 if not data:
                     break
@@ -362,6 +373,7 @@ class AsyncHttpTransport:
         # The timeout bounds the wait for each piece of the stream, not the whole of it.
         each = aiohttp.ClientTimeout(total=None, sock_read=ctx.timeout)
         decoder = call.decoder()
+        opened = False
         try:
             async with self._request(call, ctx, each) as response:
                 self._reading.add(response)
@@ -373,6 +385,7 @@ class AsyncHttpTransport:
                     content_type = response.headers.get("Content-Type")
                     if not call.opens(response.status, content_type):
                         call.refuse(response.status, content_type, await response.read())
+                    opened = True
                     async for data in response.content.iter_any():
                         for item in decoder.feed(data):
                             yield item
@@ -383,7 +396,10 @@ class AsyncHttpTransport:
         except _AIOHTTP_FAILURES as exc:
             if self._closed:
                 raise closed_in_flight() from exc
-            raise http_error(exc, op, ctx.timeout, self._url) from exc
+            cut_off = None
+            if opened and isinstance(exc, _AIOHTTP_CUT_OFF):
+                cut_off = call.cut_off_error(op.request_id)
+            raise cut_off or http_error(exc, op, ctx.timeout, self._url) from exc
         except asyncio.CancelledError as exc:
             raise_if_cut_by_close(exc, self._closed)
             raise

@@ -3,7 +3,7 @@
 add_sub: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (FP32, a batch of rows of 4);
 upper: TEXT upper-cased (BYTES, a batch of strings); vector: Y = 2 * X for one fixed
 vector of 3 (no batch axis); repeat (streaming): one response per element of IN (INT32),
-OUT = the element and IDX = its index.
+OUT = the element and IDX = its index; it fails at a negative element.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ class Repeat(MLModel):
     ) -> AsyncIterator[InferenceResponse]:
         async for payload in payloads:
             for index, value in enumerate(_inputs(payload)["IN"].reshape(-1).tolist()):
+                if value < 0:
+                    raise ValueError(f"repeat takes no negative numbers, got {value}")
                 outputs = [
                     _output("OUT", np.array([value], np.int32), "INT32"),
                     _output("IDX", np.array([index], np.uint32), "UINT32"),
