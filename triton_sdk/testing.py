@@ -41,7 +41,7 @@ import numpy as np
 
 from ._call import CallContext
 from ._dtypes import datatype_of
-from ._errors import InferenceError, ModelNotFoundError, TritonError
+from ._errors import InferenceError, ModelNotFoundError, TritonError, UnsupportedError
 from ._ops import (
     JSON,
     GetModelConfig,
@@ -87,7 +87,9 @@ class MockTransport:
 
     ``models`` are served without the handler: their metadata, config and readiness,
     the repository index (``ListModels``: these models, ready), and a live and ready
-    server; other names raise ModelNotFoundError. An op neither answers raises an
+    server; other names raise ModelNotFoundError. A spec with ``has_config=False`` gets
+    no config (a 404, as from MLServer or KServe), so the client builds its spec from
+    the metadata alone. An op neither answers raises an
     InferenceError with status ``"UNIMPLEMENTED"``.
     """
 
@@ -116,7 +118,11 @@ class MockTransport:
                 )
             if isinstance(op, IsModelReady):
                 return True
-            return model_metadata(spec) if isinstance(op, GetModelMetadata) else model_config(spec)
+            if isinstance(op, GetModelMetadata):
+                return model_metadata(spec)
+            if not spec.has_config:  # as MLServer and KServe answer
+                return UnsupportedError("Not Found", status=404, model=op.name)
+            return model_config(spec)
         return _UNANSWERED
 
     def _record(self, op: Op[Any] | StreamOp[Any], ctx: CallContext) -> None:

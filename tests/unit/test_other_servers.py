@@ -17,6 +17,7 @@ from triton_sdk._grpc_codec import GrpcStream, encode_stream
 from triton_sdk._http_codec import HttpCodec, encode_infer_json, error_from_response, is_triton
 from triton_sdk._shaping import Tensor
 from triton_sdk._spec import NO_KNOWN_LIMIT
+from triton_sdk.testing import MockTransport
 
 ROWS = {
     "name": "add_sub",
@@ -256,3 +257,9 @@ def test_grpc_streams_without_a_config_read_bare_infer_responses() -> None:
     triton = encode_stream(ops.StreamInfer(text_request("ab"), TRITON_UPPER))
     assert isinstance(triton, GrpcStream)
     assert not triton.bare
+
+
+def test_a_mock_model_without_a_config_is_seen_as_on_another_server() -> None:
+    client = ts.Client("http://test", transport=MockTransport(models=[UPPER]))
+    spec = client.model("upper").spec
+    assert (spec.source, spec.has_config) == ("metadata", False)
