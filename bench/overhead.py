@@ -281,7 +281,7 @@ def run_client_work(server: LocalServer, a: Array, b: Array, args: argparse.Name
             raw_client._client_stub.ModelInfer = canned
             transport: Any = client._transport
             transport._stub.ModelInfer = canned
-            transport._wire_methods[("ModelInfer", False)] = canned_wire
+            transport._methods[("ModelInfer", "unary")] = canned_wire
             variants = {
                 "raw": raw_sync_call(module, raw_client, a, b),
                 "sdk": sdk_sync_call(model, a, b),
