@@ -274,6 +274,10 @@ def decode_json(body: Body, what: str) -> Any:
         raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
 
 
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
 def decode_infer(
     body: Body,
     header_length: int | None,
@@ -311,10 +315,10 @@ def decode_infer(
     return InferResult.of(
         outputs,
         datatypes,
-        # (`or ""`: MLServer's stream events write what is unset as null.)
-        model_name=str(header.get("model_name") or ""),
-        model_version=str(header.get("model_version") or ""),
-        id=str(header.get("id") or ""),
+        # MLServer's stream events write what is unset as null.
+        model_name=_text(header.get("model_name")),
+        model_version=_text(header.get("model_version")),
+        id=_text(header.get("id")),
         parameters=header.get("parameters") or {},
     )
 
@@ -511,8 +515,8 @@ def _infer_reader(request: InferRequest) -> Reader[InferResult]:
 
 
 _CUT_OFF: Final = (
-    "the server cut the stream off: MLServer ends a stream this way when the model fails, "
-    "and says why only in its own log"
+    "the server closed the stream before its end (MLServer does this when the model fails, "
+    "and says why only in its own log)"
 )
 
 _STREAM_HINT: Final = (

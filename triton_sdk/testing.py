@@ -96,6 +96,10 @@ class MockTransport:
     def __init__(self, handler: Handler | None = None, *, models: Iterable[ModelSpec] = ()) -> None:
         self.handler = handler
         self.models: dict[str, ModelSpec] = {spec.name: spec for spec in models}
+        if len({spec.has_config for spec in self.models.values()}) > 1:
+            # A client remembers that its server has no config endpoint: one server is
+            # Triton or it is not.
+            raise ValueError("models mixes specs with and without has_config: use two mocks")
         self.calls: list[RecordedCall] = []
         self.closed: bool = False
 

@@ -263,3 +263,8 @@ def test_a_mock_model_without_a_config_is_seen_as_on_another_server() -> None:
     client = ts.Client("http://test", transport=MockTransport(models=[UPPER]))
     spec = client.model("upper").spec
     assert (spec.source, spec.has_config) == ("metadata", False)
+
+
+def test_a_mock_serves_specs_of_one_kind_of_server() -> None:
+    with pytest.raises(ValueError, match="has_config"):
+        MockTransport(models=[UPPER, attrs.evolve(TRITON_UPPER, name="other")])

@@ -1,0 +1,113 @@
+"""How a stream from a server without model configs (MLServer's ``infer_stream``) ends
+when the server breaks it off, seen from a stdlib server on loopback that stands in for
+MLServer: dropping the connection mid-stream (what MLServer does when the model fails) is
+the model's failure, not a lost connection; a stream that stalls still times out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+import triton_sdk as ts
+
+METADATA = {
+    "name": "upper",
+    "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [-1]}],
+    "outputs": [{"name": "UPPER", "datatype": "BYTES", "shape": [-1]}],
+}
+EVENT = {
+    "model_name": "upper",
+    "outputs": [{"name": "UPPER", "datatype": "BYTES", "shape": [1], "data": ["AB"]}],
+}
+
+
+class MLServerLike(BaseHTTPRequestHandler):
+    """Metadata, no config, and an infer_stream that sends one event and then, as the
+    ``x-end`` header says, drops the connection (``cut``) or goes quiet (``stall``)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _json(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/v2/models/upper":
+            self._json(200, METADATA)
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        event = b"data: " + json.dumps(EVENT).encode() + b"\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+        self.wfile.flush()
+        if self.headers["x-end"] == "stall":
+            time.sleep(2)
+        self.close_connection = True  # no closing chunk: the stream breaks off
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), MLServerLike)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def read(url: str, mode: str, end: str, received: list[object]) -> None:
+    """Stream from ``upper`` on a Client or (``mode="async"``) an AsyncClient."""
+    if mode == "sync":
+        with ts.Client(url) as client:
+            model = client.model("upper")
+            for result in model.stream(TEXT=["ab"], timeout=0.5, headers={"x-end": end}):
+                received.append(result.as_strings("UPPER").tolist())
+        return
+
+    async def main() -> None:
+        async with ts.AsyncClient(url) as client:
+            model = await client.model("upper")
+            async for result in model.stream(TEXT=["ab"], timeout=0.5, headers={"x-end": end}):
+                received.append(result.as_strings("UPPER").tolist())
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_stream_the_server_breaks_off_is_the_models_failure(url: str, mode: str) -> None:
+    received: list[object] = []
+    with pytest.raises(ts.TritonError) as caught:
+        read(url, mode, "cut", received)
+    assert received == [["AB"]]  # the response before the break
+    assert type(caught.value) is ts.InferenceError  # not a TritonConnectionError
+    assert "closed the stream before its end" in str(caught.value)
+    assert not caught.value.retryable
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_stream_that_stalls_still_times_out(url: str, mode: str) -> None:
+    received: list[object] = []
+    with pytest.raises(ts.TritonTimeoutError):
+        read(url, mode, "stall", received)
+    assert received == [["AB"]]
