@@ -17,6 +17,8 @@ import pytest
 
 import triton_sdk as ts
 
+from .._event_stream import open_event_stream, send_event
+
 METADATA = {
     "name": "upper",
     "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [-1]}],
@@ -49,14 +51,8 @@ class MLServerLike(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        event = b"data: " + json.dumps(EVENT).encode() + b"\n\n"
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-        self.wfile.flush()
+        open_event_stream(self)
+        send_event(self, json.dumps(EVENT).encode())
         if self.headers["x-end"] == "stall":
             time.sleep(2)
         self.close_connection = True  # no closing chunk: the stream breaks off

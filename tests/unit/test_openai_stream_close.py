@@ -18,6 +18,7 @@ import pytest
 
 import triton_sdk as ts
 
+from .._event_stream import open_event_stream, send_event
 from .._reader import StreamReader
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -29,11 +30,7 @@ class Streaming(BaseHTTPRequestHandler):
     hung_up: threading.Event
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        open_event_stream(self)
         chunk = {
             "id": "c",
             "object": "chat.completion.chunk",
@@ -41,11 +38,9 @@ class Streaming(BaseHTTPRequestHandler):
             "model": "m",
             "choices": [{"index": 0, "delta": {"content": "t"}, "finish_reason": None}],
         }
-        data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
         try:
             for _ in range(CHUNKS):
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
+                send_event(self, json.dumps(chunk).encode())
                 time.sleep(0.1)
         except OSError:
             type(self).hung_up.set()
