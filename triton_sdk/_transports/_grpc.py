@@ -289,13 +289,15 @@ class GrpcTransport:
             raise self._refused(exc) from exc
         if ctx._stop is not None:
             ctx._stop.arm(call.cancel)
+        # (message, whether it is the request's last), then _END; or an RpcError, then _END.
         messages: queue.Queue[Any] = queue.Queue()
 
         def read() -> None:
             try:
                 for message in call:
-                    messages.put(message)
-                    if stream.is_last(message):
+                    last = stream.is_last(message)
+                    messages.put((message, last))
+                    if last:
                         _let_close(call)  # (here: the caller does not wait for it)
                         return
             except grpc.RpcError as exc:
@@ -308,14 +310,14 @@ class GrpcTransport:
         try:
             while True:
                 try:
-                    message = messages.get(timeout=timeout)
+                    entry = messages.get(timeout=timeout)
                 except queue.Empty:
                     raise _response_timeout(timeout, op) from None
-                if message is _END:
+                if entry is _END:
                     return
-                if isinstance(message, grpc.RpcError):
-                    raise self._failed(message, op, ctx) from message
-                answered = stream.is_last(message)
+                if isinstance(entry, grpc.RpcError):
+                    raise self._failed(entry, op, ctx) from entry
+                message, answered = entry
                 if answered:
                     _disarm_stop(ctx)
                 item = stream.read(message)
