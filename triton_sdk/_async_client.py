@@ -108,7 +108,7 @@ from ._ops import (
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
 from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_retry
-from ._sequence import SequenceState
+from ._sequence import SENDING, Delivery, SequenceState, mark_reached
 from ._shaping import InputValue
 from ._shm import (
     AnyRegion,
@@ -410,6 +410,8 @@ class AsyncClient:
         if hooks:
             ctx.url = self._url
             run_before_send(hooks, op, ctx)
+        if SENDING.get() is not None:
+            mark_reached(op)
         try:
             try:
                 result = await self._transport.acall(op, ctx)
@@ -440,8 +442,11 @@ class AsyncClient:
         try:
             if self._settings.hooks:
                 return await self._send(op, options.context(op))
+            ctx = options.context(op)
+            if SENDING.get() is not None:
+                mark_reached(op)
             try:
-                return await self._transport.acall(op, options.context(op))  # (_send, inlined)
+                return await self._transport.acall(op, ctx)  # (_send, inlined)
             except TritonError:
                 raise
             except self._malformed as exc:
@@ -1533,7 +1538,8 @@ class AsyncModelSequence:
     def __init__(self, model: AsyncModel, sequence_id: int | str | None = None) -> None:
         self._model = model
         self._state = SequenceState(model.spec, sequence_id)
-        self._started = AsyncGate()  # opened when the request carrying START is answered
+        # Opened when the request carrying START is done; replaced when it never went out.
+        self._started = AsyncGate()
 
     @property
     def sequence_id(self) -> int | str:
@@ -1545,6 +1551,16 @@ class AsyncModelSequence:
         """Whether the request marked ``end=True`` was sent (or is on its way: it may
         wait for the answer to the request carrying START)."""
         return self._state.ended
+
+    def _settle(self, flags: SequenceFlags, went_out: bool) -> None:
+        """Count a request as sent, or not; the requests waiting for START go on (one of
+        them carrying it, when the one that did never went out)."""
+        self._state.settle(flags, went_out)
+        if flags.start:
+            started = self._started
+            if not went_out:
+                self._started = AsyncGate()
+            started.open()
 
     async def _send(
         self,
@@ -1578,28 +1594,28 @@ class AsyncModelSequence:
         mode = model._client._shared_memory_mode(shared_memory)
         # Built and checked: now it is the sequence's next request.
         flags = state.claim(end)
+        delivery = Delivery()
         try:
+            while not flags.start:
+                # The server refuses a request of a sequence that reaches it before the
+                # one carrying START: requests sent at once wait for that one to go out.
+                started = self._started
+                ready = state.ready(flags)
+                if ready is not None:
+                    flags = ready
+                    break
+                await started.wait()
             if flags.start:
                 request = attrs.evolve(request, sequence_start=True)
-            else:
-                # The server refuses a request of a sequence that reaches it before the one
-                # carrying START: requests sent at once wait for that one's answer.
-                try:
-                    await self._started.wait()
-                except BaseException:
-                    state.withdraw(flags)  # nothing of it went out
-                    raise
+            sending = SENDING.set(delivery)
             try:
                 result = await model._client._infer([request], model._placement, options, mode)
-            except InvalidInputError:
-                # Refused before it went out (a hook's header, say). A START stays
-                # counted, as after any failure of the first request (docs/sequences.md).
-                if not flags.start:
-                    state.withdraw(flags)
-                raise
-        finally:
-            if flags.start:
-                self._started.open()
+            finally:
+                SENDING.reset(sending)
+        except BaseException as error:
+            self._settle(flags, delivery.went_out(error))
+            raise
+        self._settle(flags, True)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     async def infer(

@@ -109,7 +109,7 @@ from ._ops import (
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
 from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_retry
-from ._sequence import SequenceState
+from ._sequence import SENDING, Delivery, SequenceState, mark_reached
 from ._shaping import InputValue
 from ._shm import (
     AnyRegion,
@@ -409,6 +409,8 @@ class Client:
         if hooks:
             ctx.url = self._url
             run_before_send(hooks, op, ctx)
+        if SENDING.get() is not None:
+            mark_reached(op)
         try:
             try:
                 result = self._transport.call(op, ctx)
@@ -439,8 +441,11 @@ class Client:
         try:
             if self._settings.hooks:
                 return self._send(op, options.context(op))
+            ctx = options.context(op)
+            if SENDING.get() is not None:
+                mark_reached(op)
             try:
-                return self._transport.call(op, options.context(op))  # (_send, inlined)
+                return self._transport.call(op, ctx)  # (_send, inlined)
             except TritonError:
                 raise
             except self._malformed as exc:
@@ -1524,7 +1529,8 @@ class ModelSequence:
     def __init__(self, model: Model, sequence_id: int | str | None = None) -> None:
         self._model = model
         self._state = SequenceState(model.spec, sequence_id)
-        self._started = Gate()  # opened when the request carrying START is answered
+        # Opened when the request carrying START is done; replaced when it never went out.
+        self._started = Gate()
 
     @property
     def sequence_id(self) -> int | str:
@@ -1536,6 +1542,16 @@ class ModelSequence:
         """Whether the request marked ``end=True`` was sent (or is on its way: it may
         wait for the answer to the request carrying START)."""
         return self._state.ended
+
+    def _settle(self, flags: SequenceFlags, went_out: bool) -> None:
+        """Count a request as sent, or not; the requests waiting for START go on (one of
+        them carrying it, when the one that did never went out)."""
+        self._state.settle(flags, went_out)
+        if flags.start:
+            started = self._started
+            if not went_out:
+                self._started = Gate()
+            started.open()
 
     def _send(
         self,
@@ -1569,28 +1585,28 @@ class ModelSequence:
         mode = model._client._shared_memory_mode(shared_memory)
         # Built and checked: now it is the sequence's next request.
         flags = state.claim(end)
+        delivery = Delivery()
         try:
+            while not flags.start:
+                # The server refuses a request of a sequence that reaches it before the
+                # one carrying START: requests sent at once wait for that one to go out.
+                started = self._started
+                ready = state.ready(flags)
+                if ready is not None:
+                    flags = ready
+                    break
+                started.wait()
             if flags.start:
                 request = attrs.evolve(request, sequence_start=True)
-            else:
-                # The server refuses a request of a sequence that reaches it before the one
-                # carrying START: requests sent at once wait for that one's answer.
-                try:
-                    self._started.wait()
-                except BaseException:
-                    state.withdraw(flags)  # nothing of it went out
-                    raise
+            sending = SENDING.set(delivery)
             try:
                 result = model._client._infer([request], model._placement, options, mode)
-            except InvalidInputError:
-                # Refused before it went out (a hook's header, say). A START stays
-                # counted, as after any failure of the first request (docs/sequences.md).
-                if not flags.start:
-                    state.withdraw(flags)
-                raise
-        finally:
-            if flags.start:
-                self._started.open()
+            finally:
+                SENDING.reset(sending)
+        except BaseException as error:
+            self._settle(flags, delivery.went_out(error))
+            raise
+        self._settle(flags, True)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     def infer(

@@ -6,14 +6,23 @@ import secrets
 import threading
 import uuid
 import warnings
+from contextvars import ContextVar
 from typing import Final
 
 from ._base import SequenceFlags
 from ._checks import check_text
-from ._errors import InvalidInputError, TritonError
+from ._errors import InvalidInputError, TritonConnectionError, TritonError
+from ._request import InferRequest
 from ._spec import ModelSpec
 
-__all__ = ["SequenceNotEndedWarning", "SequenceState", "new_sequence_id"]
+__all__ = [
+    "SENDING",
+    "Delivery",
+    "SequenceNotEndedWarning",
+    "SequenceState",
+    "mark_reached",
+    "new_sequence_id",
+]
 
 _MAX_INT_ID: Final = 2**63 - 1
 
@@ -33,13 +42,54 @@ def new_sequence_id(spec: ModelSpec) -> int | str:
     return secrets.randbelow(_MAX_INT_ID) + 1
 
 
+class Delivery:
+    """How far one request of a sequence got: ``reached`` is set when the client hands
+    it to the transport, past the hooks' ``before_send`` and the shared-memory set-up."""
+
+    __slots__ = ("reached",)
+
+    def __init__(self) -> None:
+        self.reached = False
+
+    def went_out(self, error: BaseException) -> bool:
+        """Whether the request, failed with ``error``, may have reached the server.
+
+        It did not if it never reached the transport, if gRPC refused to send it
+        (``InvalidInputError``), or if the server could not be connected to (the one
+        connection failure that proves nothing went out). Anything else may have run.
+        """
+        if not self.reached or isinstance(error, InvalidInputError):
+            return False
+        return not (
+            isinstance(error, TritonConnectionError) and error.retryable and not error.may_have_run
+        )
+
+
+SENDING: Final[ContextVar[Delivery | None]] = ContextVar("triton_sdk_sending", default=None)
+"""The :class:`Delivery` of the sequence request the current call sends, if any."""
+
+
+def mark_reached(op: object) -> None:
+    """Note that ``op`` reaches the transport, when it is the current sequence request
+    (the client calls this only while :data:`SENDING` is set)."""
+    delivery = SENDING.get()
+    if delivery is not None and isinstance(op, InferRequest):
+        delivery.reached = True
+
+
+# Where the request carrying START is.
+_START_UNSENT: Final = 0
+_START_GOING: Final = 1
+_START_SENT: Final = 2
+
+
 class SequenceState:
     """Where a sequence is: the flags of its next request, and whether it has ended.
 
     Shared by the blocking and the asyncio sequence handles; it does no I/O.
     """
 
-    __slots__ = ("_lock", "ended", "model", "sent", "sequence_id")
+    __slots__ = ("_lock", "_start", "ended", "model", "sent", "sequence_id")
 
     def __init__(self, spec: ModelSpec, sequence_id: int | str | None) -> None:
         if not spec.sequence:
@@ -68,6 +118,7 @@ class SequenceState:
         self.sequence_id = sequence_id
         self.sent = 0
         self.ended = False
+        self._start = _START_UNSENT
         self._lock = threading.Lock()  # the blocking handle's requests may come from threads
 
     def check_open(self) -> None:
@@ -78,24 +129,42 @@ class SequenceState:
             )
 
     def claim(self, end: bool) -> SequenceFlags:
-        """The flags of the next request (START on the first, END when asked), counted in
-        the same step, so that of requests sent at once from several threads or tasks
-        only one carries START. Counted as sent whether answered or not: a failed request
-        may still have reached the model, so START is never sent twice."""
+        """The flags of the next request (START when no request carrying it is out or on
+        its way, END when asked), counted in the same step, so that of requests sent at
+        once from several threads or tasks only one carries START."""
         with self._lock:
             self.check_open()
-            start = self.sent == 0
+            start = self._start == _START_UNSENT
+            if start:
+                self._start = _START_GOING
             self.sent += 1
             self.ended = end
         return SequenceFlags(self.sequence_id, start, end)
 
-    def withdraw(self, flags: SequenceFlags) -> None:
-        """Uncount a claimed request that was not sent after all (cancelled while it
-        waited for the answer to START, or refused by the client)."""
+    def ready(self, flags: SequenceFlags) -> SequenceFlags | None:
+        """For a request claimed without START: its flags once START has gone out; with
+        START when the request that carried it never went out (this one takes its
+        place); None while START is on its way (wait for it, then ask again)."""
         with self._lock:
-            self.sent -= 1
-            if flags.end:
-                self.ended = False
+            if self._start == _START_SENT:
+                return flags
+            if self._start == _START_UNSENT:
+                self._start = _START_GOING
+                return flags._replace(start=True)
+            return None
+
+    def settle(self, flags: SequenceFlags, went_out: bool) -> None:
+        """A claimed request is done. One that may have reached the server stays counted
+        (a failed one may still have run: START is never sent twice); one that never
+        went out is uncounted: after it, the sequence is where it was (still open after
+        an END, without START after a START)."""
+        with self._lock:
+            if flags.start:
+                self._start = _START_SENT if went_out else _START_UNSENT
+            if not went_out:
+                self.sent -= 1
+                if flags.end:
+                    self.ended = False
 
     def leave(self) -> None:
         """Warn when the block is left with the sequence still open on the server."""

@@ -16,6 +16,7 @@ import json
 import logging
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -479,3 +480,99 @@ async def test_an_end_request_cancelled_before_it_went_out_leaves_the_sequence_o
             assert not sequence.ended  # ...so the sequence is still open, and can end
             assert total(await sequence.infer_sample(INPUT=2, end=True)) == 3
         assert sent.flags == [(True, False), (False, True)]
+
+
+class FailBeforeSending(ts.CallHook):
+    """Fails the inference requests numbered in ``failing`` (1: the first to reach the
+    hooks) before they go out, as a hook whose token service is down would, or (with
+    ``bad_header``) by giving them a header no protocol can carry; records the flags of
+    the others."""
+
+    def __init__(self, *failing: int, bad_header: bool = False) -> None:
+        self.failing = failing
+        self.bad_header = bad_header
+        self.seen = 0
+        self.flags: list[tuple[bool, bool]] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        if op.call != "infer":
+            return
+        self.seen += 1
+        if self.seen not in self.failing:
+            self.flags.append((op.sequence_start, op.sequence_end))
+        elif self.bad_header:
+            ctx.headers = {**ctx.headers, "x-token": "line\nbreak"}
+        else:
+            raise RuntimeError("the token service is down")
+
+
+@pytest.mark.parametrize("bad_header", [False, True], ids=["hook-raised", "bad-header"])
+def test_a_first_request_that_never_went_out_leaves_start_to_the_next(
+    make_client: Any, loop_thread: LoopThread, bad_header: bool
+) -> None:
+    hook = FailBeforeSending(1, bad_header=bad_header)
+    model = make_client(hooks=[hook]).model("accumulate")
+    with sequence(model, loop_thread) as seq:
+        with pytest.raises(ts.InvalidInputError if bad_header else RuntimeError):
+            seq.infer(INPUT=[100])
+        # The server takes it as the sequence's first (without START it would refuse it).
+        assert total(seq.infer(INPUT=[1])) == 1
+        assert total(seq.infer(INPUT=[2], end=True)) == 3
+    assert hook.flags == [(True, False), (False, True)]
+
+
+def test_an_end_that_never_went_out_leaves_the_sequence_open(
+    make_client: Any, loop_thread: LoopThread
+) -> None:
+    hook = FailBeforeSending(2)
+    model = make_client(hooks=[hook]).model("accumulate")
+    with sequence(model, loop_thread) as seq:
+        assert total(seq.infer(INPUT=[1])) == 1
+        with pytest.raises(RuntimeError):
+            seq.infer(INPUT=[2], end=True)
+        assert not seq.ended
+        assert total(seq.infer(INPUT=[2], end=True)) == 3
+    assert hook.flags == [(True, False), (False, True)]
+
+
+def test_requests_waiting_for_a_start_that_never_went_out_carry_it_themselves(url: str) -> None:
+    # Threads: the first request carries START, and its hook holds it until the other two
+    # are waiting for START's answer, then fails it before it goes out. One of the two
+    # carries START in its place (the server would refuse both without it).
+    for _ in range(5):
+        release = threading.Event()
+        hook = HeldThenFailed(release)
+        with ts.Client(url, hooks=[hook]) as client, ThreadPoolExecutor(3) as pool:
+            model = client.model("accumulate")
+            with model.sequence() as seq:
+                first = pool.submit(seq.infer_sample, INPUT=100)
+                assert hook.holding.wait(10)
+                others = [pool.submit(seq.infer_sample, INPUT=value) for value in (1, 2)]
+                while seq._state.sent < 3:  # (both claimed: they wait for START)
+                    time.sleep(0.001)
+                release.set()
+                with pytest.raises(RuntimeError):
+                    first.result(10)
+                assert sorted(total(other.result(10)) for other in others) in ([1, 3], [2, 3])
+                last = seq.infer_sample(INPUT=4, end=True)
+            assert last["OUTPUT"].tolist() == [7]
+            assert [start for start, _ in hook.flags].count(True) == 1
+
+
+class HeldThenFailed(ts.CallHook):
+    """Holds the first inference request in ``before_send`` until ``release`` is set,
+    then fails it; records the flags of the others."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+        self.holding = threading.Event()
+        self.flags: list[tuple[bool, bool]] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        if op.call != "infer":
+            return
+        if not self.holding.is_set():
+            self.holding.set()
+            self.release.wait(10)
+            raise RuntimeError("the token service is down")
+        self.flags.append((op.sequence_start, op.sequence_end))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import threading
@@ -35,7 +36,12 @@ from triton_sdk._map import (
     join_samples,
 )
 from triton_sdk._request import RequestedOutput
-from triton_sdk._sequence import SequenceNotEndedWarning, SequenceState, new_sequence_id
+from triton_sdk._sequence import (
+    Delivery,
+    SequenceNotEndedWarning,
+    SequenceState,
+    new_sequence_id,
+)
 from triton_sdk._shaping import Tensor
 from triton_sdk._streams import AsyncResponseStream, ResponseStream
 from triton_sdk.testing import MockTransport
@@ -667,14 +673,76 @@ def test_ended_sequence_refuses_more_requests() -> None:
         state.check_open()
 
 
-def test_a_withdrawn_end_leaves_the_sequence_open() -> None:
+def test_an_end_that_never_went_out_leaves_the_sequence_open() -> None:
     state = SequenceState(SEQ_SPEC, 8)
-    state.claim(end=False)
+    state.settle(state.claim(end=False), went_out=True)
     end = state.claim(end=True)
-    state.withdraw(end)  # cancelled before it went out
+    state.settle(end, went_out=False)  # cancelled before it went out
     assert not state.ended
     assert state.sent == 1
     assert state.claim(end=True) == SequenceFlags(8, False, True)
+
+
+def test_a_start_that_never_went_out_passes_to_the_next_request() -> None:
+    state = SequenceState(SEQ_SPEC, 8)
+    first = state.claim(end=False)
+    assert first.start
+    state.settle(first, went_out=False)
+    assert state.sent == 0
+    assert state.claim(end=False) == SequenceFlags(8, True, False)
+
+
+def test_requests_waiting_for_start_go_on_its_fate() -> None:
+    state = SequenceState(SEQ_SPEC, 8)
+    first = state.claim(end=False)
+    waiting = [state.claim(end=False), state.claim(end=True)]
+    assert not any(flags.start for flags in waiting)
+    assert state.ready(waiting[0]) is None  # START is on its way: wait
+    state.settle(first, went_out=False)
+    # It never went out: the first to ask carries START, the others wait for that one.
+    taker = state.ready(waiting[0])
+    assert taker == SequenceFlags(8, True, False)
+    assert state.ready(waiting[1]) is None
+    state.settle(taker, went_out=True)
+    assert state.ready(waiting[1]) == SequenceFlags(8, False, True)
+    assert state.sent == 2
+    assert state.ended
+
+
+def test_a_start_that_failed_after_going_out_is_never_sent_again() -> None:
+    state = SequenceState(SEQ_SPEC, 8)
+    first = state.claim(end=False)
+    waiting = state.claim(end=False)
+    state.settle(first, went_out=True)  # it may have run
+    assert state.ready(waiting) == waiting
+    assert state.claim(end=False).start is False
+
+
+def _connection_error(*, may_have_run: bool) -> ts.TritonConnectionError:
+    return ts.TritonConnectionError(
+        "connection refused", status="UNAVAILABLE", retryable=True, may_have_run=may_have_run
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "went_out"),
+    [
+        (ts.InvalidInputError("gRPC refused the request: metadata"), False),
+        (_connection_error(may_have_run=False), False),  # never connected
+        (_connection_error(may_have_run=True), True),  # broke after it went out
+        (ts.TritonConnectionError("TLS handshake failed", status="UNAVAILABLE"), True),
+        (ts.InferenceError("model failed", status="INTERNAL"), True),
+        (ts.TritonTimeoutError("no answer", may_have_run=True), True),
+        (RuntimeError("a hook's after_receive failed"), True),
+    ],
+)
+def test_a_request_that_reached_the_transport_went_out_unless_the_error_proves_not(
+    error: BaseException, went_out: bool
+) -> None:
+    delivery = Delivery()
+    assert not delivery.went_out(error)  # it never reached the transport
+    delivery.reached = True
+    assert delivery.went_out(error) is went_out
 
 
 def test_a_claim_waits_for_one_under_way_in_another_thread() -> None:
@@ -1020,3 +1088,62 @@ async def test_a_request_the_client_refuses_leaves_the_sequence_where_it_was(kin
     await resolve(sequence.infer(X=[[2]], end=True))
     assert sequence.ended
     assert sent == [(True, False), (False, True)]
+
+
+@pytest.mark.parametrize("kind", [ts.Client, ts.AsyncClient])
+@pytest.mark.parametrize(
+    ("failure", "went_out"),
+    [
+        (lambda: _connection_error(may_have_run=False), False),
+        (lambda: _connection_error(may_have_run=True), True),
+        (lambda: ts.InferenceError("model failed", status="INTERNAL"), True),
+    ],
+)
+async def test_the_next_request_carries_start_when_the_first_never_reached_the_server(
+    kind: Any, failure: Any, went_out: bool
+) -> None:
+    sent: list[tuple[bool, bool]] = []
+
+    def answer(op: Any, ctx: Any) -> Any:
+        sent.append((op.sequence_start, op.sequence_end))
+        if len(sent) == 1:
+            raise failure()
+        return {"OUT": np.zeros((1, 1), np.float32)}
+
+    client = kind("grpc://test", transport=MockTransport(answer, models=[SEQ_SPEC]))
+    model = await resolve(client.model("acc"))
+    sequence = model.sequence()
+    with pytest.raises(ts.TritonError):
+        await resolve(sequence.infer(X=[[1]]))
+    await resolve(sequence.infer(X=[[2]], end=True))
+    # START is never sent twice to a server that may have seen it.
+    assert sent == [(True, False), (not went_out, True)]
+
+
+async def test_tasks_waiting_for_a_start_that_never_reached_the_server_carry_it_themselves() -> (
+    None
+):
+    sent: list[tuple[bool, bool]] = []
+
+    async def answer(op: Any, ctx: Any) -> Any:
+        sent.append((op.sequence_start, op.sequence_end))
+        if len(sent) == 1:
+            await asyncio.sleep(0.05)  # the others are waiting for START meanwhile
+            raise _connection_error(may_have_run=False)
+        return {"OUT": np.zeros((1, 1), np.float32)}
+
+    async with ts.AsyncClient(
+        "grpc://test", transport=MockTransport(answer, models=[SEQ_SPEC])
+    ) as client:
+        model = await client.model("acc")
+        async with model.sequence() as sequence:
+            answers = await asyncio.gather(
+                *(sequence.infer(X=[[value]]) for value in (1, 2, 3)), return_exceptions=True
+            )
+            assert isinstance(answers[0], ts.TritonConnectionError)
+            assert all(isinstance(answer, InferResult) for answer in answers[1:])
+            await sequence.infer(X=[[4]], end=True)
+    # The first never reached the server: one of the two that waited carries START.
+    assert sent[0] == (True, False)
+    assert sorted(sent[1:3]) == [(False, False), (True, False)]
+    assert sent[3] == (False, True)

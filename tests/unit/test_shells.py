@@ -843,7 +843,17 @@ async def test_an_ended_sequence_raises_and_sends_nothing(shell: Shell) -> None:
 
 
 async def test_a_failed_first_request_is_not_sent_with_start_again(connect: Connect) -> None:
-    handler, _ = failing_twice({"Y": [[0.0]]})
+    # Connections that broke after the request went out: it may have run.
+    broken = [
+        ts.TritonConnectionError(f"connection reset #{n}", retryable=True, may_have_run=True)
+        for n in (1, 2)
+    ]
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        if broken:
+            raise broken.pop(0)
+        return {"Y": [[0.0]]}
+
     client, mock = connect(handler, models=MODELS)
     model = await resolve(client.model("counter"))
     mock.calls.clear()
