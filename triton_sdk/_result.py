@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -347,6 +347,10 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
     return flat.reshape(shape)
 
 
+_EXACT_FLOAT_LIMIT: Final = 2**53
+"""Whole float64 values below this in magnitude are exactly the integers they show."""
+
+
 def _fits(values: np.ndarray[Any, Any], target: np.dtype[Any]) -> bool:
     """Whether JSON numbers are whole and within an integer dtype's range (a cast would
     wrap them silently)."""
@@ -356,6 +360,30 @@ def _fits(values: np.ndarray[Any, Any], target: np.dtype[Any]) -> bool:
         return False
     limits = np.iinfo(target)
     return bool(values.min() >= limits.min and values.max() <= limits.max)
+
+
+def _exact_integers(data: object, target: np.dtype[Any]) -> Array | None:
+    """JSON numbers read one by one into an integer dtype; None unless every one is a
+    whole number within its range. numpy reads a list that mixes integers below and
+    above 2**63 as float64, which rounds the large ones (2**64 - 1 would come back 0)."""
+    values = np.array(data, dtype=np.object_).reshape(-1)
+    limits = np.iinfo(target)
+    out = np.empty(values.size, dtype=target)
+    for index, value in enumerate(values):
+        if isinstance(value, float) and value.is_integer() and abs(value) < _EXACT_FLOAT_LIMIT:
+            value = int(value)
+        if type(value) is not int or not limits.min <= value <= limits.max:
+            return None
+        out[index] = value
+    return out
+
+
+def _inexact(raw: np.ndarray[Any, Any]) -> bool:
+    """Whether numpy's reading of JSON numbers may have lost integers: Python objects
+    (beyond 64 bits, or of mixed kinds), or floats too large to be exact."""
+    if raw.dtype.kind == "O":
+        return True
+    return raw.dtype.kind == "f" and float(np.max(np.abs(raw))) >= _EXACT_FLOAT_LIMIT
 
 
 def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: object) -> Array:
@@ -379,12 +407,20 @@ def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: obj
         try:
             target = wire_dtype(datatype)
             raw = np.asarray(data)
-            if target.kind in "iu" and raw.size and not _fits(raw, target):
+            if target.kind in "iu" and raw.size and _inexact(raw):
+                exact = _exact_integers(data, target)
+                if exact is None:
+                    raise InferenceError(
+                        f"output {name!r}: its {datatype} values are not all {datatype} integers"
+                    )
+                array = exact
+            elif target.kind in "iu" and raw.size and not _fits(raw, target):
                 raise InferenceError(
                     f"output {name!r}: its {datatype} values are not all "
                     f"{datatype} integers (from {raw.min()!r} to {raw.max()!r})"
                 )
-            array = raw.astype(target).reshape(-1)
+            else:
+                array = raw.astype(target).reshape(-1)
         except (KeyError, ValueError, TypeError, OverflowError) as exc:
             raise InferenceError(f"output {name!r}: cannot read its {datatype} values") from exc
     if array.size != count:

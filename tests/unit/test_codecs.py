@@ -231,6 +231,31 @@ def test_json_data_that_would_change_on_the_way_in_is_refused(
         decode_json_output("OUT", datatype, [1], data)
 
 
+@pytest.mark.parametrize(
+    ("datatype", "data"),
+    [
+        ("UINT64", [1, 2**63 + 1, 2**64 - 1]),  # numpy alone reads these as float64
+        ("UINT64", [0, 2**64 - 1]),
+        ("INT64", [-(2**63), 2**63 - 1, 1]),
+        ("UINT64", [2.0, 2**63]),
+    ],
+)
+def test_json_integers_past_float_precision_are_read_exactly(
+    datatype: str, data: list[Any]
+) -> None:
+    assert decode_json_output("OUT", datatype, [len(data)], data).tolist() == [
+        int(value) for value in data
+    ]
+
+
+@pytest.mark.parametrize("data", [[1, 2**64], [-1, 2**63], [1.5, 2**63], [float(2**60), 2**63]])
+def test_json_integers_past_float_precision_that_do_not_fit_are_refused(
+    data: list[Any],
+) -> None:
+    with pytest.raises(ts.InferenceError, match="not all UINT64 integers"):
+        decode_json_output("OUT", "UINT64", [len(data)], data)
+
+
 def test_json_data_that_fits_is_read() -> None:
     assert decode_json_output("OUT", "INT8", [2], [-128, 127]).tolist() == [-128, 127]
     assert decode_json_output("OUT", "UINT64", [1], [2**64 - 1]).tolist() == [2**64 - 1]
