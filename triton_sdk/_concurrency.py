@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeAlias, TypeVar
 
 from ._base import closed_error
+from ._fork import on_fork
 
 __all__ = [
     "MAX_CHUNKS_IN_FLIGHT",
@@ -93,6 +94,13 @@ class ChunkRunner:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
+        on_fork(self)
+
+    def after_fork_in_child(self) -> None:
+        # The child has none of the pool's threads: work queued there would never run
+        # (and the lock may have been held at the fork).
+        self._lock = threading.Lock()
+        self._executor = None
 
     def run(self, send: Callable[[A], R], chunks: Iterable[A]) -> list[R]:
         """``send`` each chunk, at most MAX_CHUNKS_IN_FLIGHT at once; answers in order."""

@@ -35,6 +35,7 @@ import numpy as np
 from ._copy import copy_into
 from ._dtypes import DATATYPES
 from ._errors import InferenceError, InvalidInputError, TritonError
+from ._fork import on_fork
 from ._ops import (
     JSON,
     GetCudaSharedMemoryStatus,
@@ -309,6 +310,15 @@ class RegionPool:
 
     def __init__(self, device: int | None = None) -> None:
         self.device = device
+        self._start()
+        on_fork(self)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child's pool starts empty, with names of its own: the parent's
+        regions (the same memory in both processes) stay the parent's to use and free."""
+        self._start()
+
+    def _start(self) -> None:
         self.swept = False
         """Whether regions that dead processes left on the server were looked for."""
         # Reentrant: a view's finalizer may run (garbage collection) while this thread

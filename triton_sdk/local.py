@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import attrs
 
 from ._errors import TritonError
+from ._fork import on_fork
 
 if TYPE_CHECKING:
     from ._async_client import AsyncClient
@@ -383,6 +384,7 @@ class LocalServer:
         self._workdir: Path | None = None
         self._ports: tuple[int, int, int] | None = ports
         self._backend_shm_prefix: str | None = None
+        on_fork(self)
 
     # Addresses
 
@@ -582,8 +584,19 @@ class LocalServer:
             self._log_path = None
         shutil.rmtree(workdir, ignore_errors=True)
 
+    def after_fork_in_child(self) -> None:
+        """A forked child does not own the server: there, :meth:`stop`, the end of a
+        ``with`` block and the child's exit leave it running for the parent."""
+        watchdog = self._watchdog
+        if watchdog is not None and watchdog.stdin is not None:
+            # This process's end of the pipe: the watchdog still sees the parent's exit.
+            watchdog.stdin.close()
+        self._process = self._watchdog = self._workdir = None
+        _running.discard(self)
+
     def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after the exit timeout) and clean up."""
+        """Stop the server (SIGTERM, then SIGKILL after the exit timeout) and clean up.
+        In a process forked from the one that started it, this does nothing."""
         self._cleanup_process()
         self._remove_workdir()
 

@@ -17,6 +17,7 @@ from typing import Any, Final, cast
 from .._compression import decompress
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError
+from .._fork import on_fork
 from .._http_codec import HEADER_LENGTH
 
 __all__ = ["AnswerLost", "ConnectionPool", "PoolClosed", "body_of", "header_length", "ssl_context"]
@@ -278,6 +279,17 @@ class ConnectionPool:
         if self._context is not None:
             self._context.sslsocket_class = _DeadlineSSLSocket
         self._server_hostname = tls.server_hostname if tls else None
+        on_fork(self)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child lets go of the parent's connections (closing its own copies
+        of their sockets only: they stay open for the parent) and makes its own."""
+        idle, self._idle = self._idle, deque()
+        self._streaming = set()
+        for connection in idle:
+            if connection.sock is not None:
+                connection.sock.close()  # this process's descriptor; no shutdown
+                connection.sock = None
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         connection: _Connection | _HTTPSConnection

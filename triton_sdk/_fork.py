@@ -1,0 +1,41 @@
+"""What a forked child must not share with its parent.
+
+A child made by ``os.fork()`` (``multiprocessing``'s "fork" start method) inherits the
+parent's clients: their shared-memory regions (the same memory: a region reused in both
+would mix the two processes' tensors), their keep-alive sockets (the same connections: two
+requests on one would get each other's answers) and the names the parent will give its
+next regions. Right after the fork, in the child, each object registered here drops its
+share of them, without closing or unregistering anything (they are the parent's still):
+the child's client makes its own as it goes.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Protocol
+
+__all__ = ["ForkAware", "on_fork"]
+
+
+class ForkAware(Protocol):
+    def after_fork_in_child(self) -> None:
+        """Let go of what the parent process owns, without closing it."""
+
+
+_AWARE: weakref.WeakSet[ForkAware] = weakref.WeakSet()
+
+
+def on_fork(aware: ForkAware) -> None:
+    """Have ``aware.after_fork_in_child()`` run in every child forked from now on (while
+    ``aware`` lives)."""
+    _AWARE.add(aware)
+
+
+def _in_child() -> None:
+    for aware in list(_AWARE):
+        aware.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_in_child)
