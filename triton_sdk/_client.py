@@ -109,7 +109,7 @@ from ._ops import (
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
 from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_retry
-from ._sequence import SENDING, Delivery, SequenceState, mark_reached
+from ._sequence import SENDING, Delivery, SequenceState, mark_outcome, mark_reached
 from ._shaping import InputValue
 from ._shm import (
     AnyRegion,
@@ -409,7 +409,8 @@ class Client:
         if hooks:
             ctx.url = self._url
             run_before_send(hooks, op, ctx)
-        if SENDING.get() is not None:
+        sequence_request = SENDING.get() is not None
+        if sequence_request:
             mark_reached(op)
         try:
             try:
@@ -419,9 +420,13 @@ class Client:
             except self._malformed as exc:
                 raise unreadable_answer(exc, op.call, op.model) from exc
         except TritonError as error:
+            if sequence_request:
+                mark_outcome(op, error)  # (before a hook's own exception can hide it)
             for hook in hooks:
                 hook.on_error(op, ctx, error)
             raise
+        if sequence_request:
+            mark_outcome(op, None)
         for hook in hooks:
             hook.after_receive(op, ctx, result)
         return result
@@ -1528,9 +1533,7 @@ class ModelSequence:
 
     def __init__(self, model: Model, sequence_id: int | str | None = None) -> None:
         self._model = model
-        self._state = SequenceState(model.spec, sequence_id)
-        # Opened when the request carrying START is done; replaced when it never went out.
-        self._started = Gate()
+        self._state = SequenceState(model.spec, sequence_id, Gate)
 
     @property
     def sequence_id(self) -> int | str:
@@ -1542,16 +1545,6 @@ class ModelSequence:
         """Whether the request marked ``end=True`` was sent (or is on its way: it may
         wait for the answer to the request carrying START)."""
         return self._state.ended
-
-    def _settle(self, flags: SequenceFlags, went_out: bool) -> None:
-        """Count a request as sent, or not; the requests waiting for START go on (one of
-        them carrying it, when the one that did never went out)."""
-        self._state.settle(flags, went_out)
-        if flags.start:
-            started = self._started
-            if not went_out:
-                self._started = Gate()
-            started.open()
 
     def _send(
         self,
@@ -1584,14 +1577,13 @@ class ModelSequence:
         options = model._client._options(timeout, headers, _ONCE)
         mode = model._client._shared_memory_mode(shared_memory)
         # Built and checked: now it is the sequence's next request.
-        flags = state.claim(end)
         delivery = Delivery()
+        flags = state.claim(end)
         try:
             while not flags.start:
                 # The server refuses a request of a sequence that reaches it before the
                 # one carrying START: requests sent at once wait for that one to go out.
-                started = self._started
-                ready = state.ready(flags)
+                ready, started = state.ready(flags)
                 if ready is not None:
                     flags = ready
                     break
@@ -1604,9 +1596,9 @@ class ModelSequence:
             finally:
                 SENDING.reset(sending)
         except BaseException as error:
-            self._settle(flags, delivery.went_out(error))
+            state.settle(flags, delivery.went_out(error))
             raise
-        self._settle(flags, True)
+        state.settle(flags, True)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     def infer(

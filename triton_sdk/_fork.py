@@ -11,6 +11,7 @@ the child's client makes its own as it goes.
 
 from __future__ import annotations
 
+import logging
 import os
 import weakref
 from typing import Protocol
@@ -34,7 +35,12 @@ def on_fork(aware: ForkAware) -> None:
 
 def _in_child() -> None:
     for aware in list(_AWARE):
-        aware.after_fork_in_child()
+        try:
+            aware.after_fork_in_child()
+        except Exception:  # (one failure must not leave the others shared)
+            logging.getLogger("triton_sdk").exception(
+                "a forked child could not let go of %r", aware
+            )
 
 
 if hasattr(os, "register_at_fork"):  # POSIX

@@ -6,8 +6,9 @@ import secrets
 import threading
 import uuid
 import warnings
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Final
+from typing import Final, Generic, Protocol, TypeVar
 
 from ._base import SequenceFlags
 from ._checks import check_text
@@ -43,13 +44,17 @@ def new_sequence_id(spec: ModelSpec) -> int | str:
 
 
 class Delivery:
-    """How far one request of a sequence got: ``reached`` is set when the client hands
-    it to the transport, past the hooks' ``before_send`` and the shared-memory set-up."""
+    """How far one request of a sequence got. ``reached``: the client handed it to the
+    transport, past the hooks' ``before_send`` and the shared-memory set-up. With hooks,
+    what the transport itself did is kept too (``answered``, ``failure``): a hook that
+    raises afterwards must not make a request that went out look unsent."""
 
-    __slots__ = ("reached",)
+    __slots__ = ("answered", "failure", "reached")
 
     def __init__(self) -> None:
         self.reached = False
+        self.answered = False
+        self.failure: TritonError | None = None
 
     def went_out(self, error: BaseException) -> bool:
         """Whether the request, failed with ``error``, may have reached the server.
@@ -58,7 +63,13 @@ class Delivery:
         (``InvalidInputError``), or if the server could not be connected to (the one
         connection failure that proves nothing went out). Anything else may have run.
         """
-        if not self.reached or isinstance(error, InvalidInputError):
+        if not self.reached:
+            return False
+        if self.answered:
+            return True
+        if self.failure is not None:
+            error = self.failure
+        if isinstance(error, InvalidInputError):
             return False
         return not (
             isinstance(error, TritonConnectionError) and error.retryable and not error.may_have_run
@@ -69,12 +80,33 @@ SENDING: Final[ContextVar[Delivery | None]] = ContextVar("triton_sdk_sending", d
 """The :class:`Delivery` of the sequence request the current call sends, if any."""
 
 
+def _current(op: object) -> Delivery | None:
+    delivery = SENDING.get()
+    return delivery if delivery is not None and isinstance(op, InferRequest) else None
+
+
 def mark_reached(op: object) -> None:
     """Note that ``op`` reaches the transport, when it is the current sequence request
     (the client calls this only while :data:`SENDING` is set)."""
-    delivery = SENDING.get()
-    if delivery is not None and isinstance(op, InferRequest):
+    delivery = _current(op)
+    if delivery is not None:
         delivery.reached = True
+
+
+def mark_outcome(op: object, failure: TritonError | None) -> None:
+    """Note what the transport did with ``op`` (answered it, or failed with
+    ``failure``), before the hooks see it."""
+    delivery = _current(op)
+    if delivery is not None:
+        delivery.answered = failure is None
+        delivery.failure = failure
+
+
+class Opens(Protocol):
+    def open(self) -> None: ...
+
+
+G = TypeVar("G", bound=Opens)
 
 
 # Where the request carrying START is.
@@ -83,15 +115,18 @@ _START_GOING: Final = 1
 _START_SENT: Final = 2
 
 
-class SequenceState:
+class SequenceState(Generic[G]):
     """Where a sequence is: the flags of its next request, and whether it has ended.
 
-    Shared by the blocking and the asyncio sequence handles; it does no I/O.
+    Shared by the blocking and the asyncio sequence handles, which give the kind of
+    gate their requests wait on for START (``new_gate``); it does no I/O.
     """
 
-    __slots__ = ("_lock", "_start", "ended", "model", "sent", "sequence_id")
+    __slots__ = ("_lock", "_new_gate", "_start", "ended", "model", "sent", "sequence_id", "started")
 
-    def __init__(self, spec: ModelSpec, sequence_id: int | str | None) -> None:
+    def __init__(
+        self, spec: ModelSpec, sequence_id: int | str | None, new_gate: Callable[[], G]
+    ) -> None:
         if not spec.sequence:
             raise InvalidInputError(
                 f"model {spec.name!r} has no sequence batching: it is not stateful",
@@ -119,6 +154,10 @@ class SequenceState:
         self.sent = 0
         self.ended = False
         self._start = _START_UNSENT
+        self._new_gate = new_gate
+        self.started = new_gate()
+        """Opened when the request carrying START is done; replaced when it never went
+        out (requests waiting on it then ask again)."""
         self._lock = threading.Lock()  # the blocking handle's requests may come from threads
 
     def check_open(self) -> None:
@@ -141,30 +180,35 @@ class SequenceState:
             self.ended = end
         return SequenceFlags(self.sequence_id, start, end)
 
-    def ready(self, flags: SequenceFlags) -> SequenceFlags | None:
+    def ready(self, flags: SequenceFlags) -> tuple[SequenceFlags | None, G]:
         """For a request claimed without START: its flags once START has gone out; with
         START when the request that carried it never went out (this one takes its
-        place); None while START is on its way (wait for it, then ask again)."""
+        place); None while START is on its way, with the gate to wait on before asking
+        again."""
         with self._lock:
             if self._start == _START_SENT:
-                return flags
+                return flags, self.started
             if self._start == _START_UNSENT:
                 self._start = _START_GOING
-                return flags._replace(start=True)
-            return None
+                return flags._replace(start=True), self.started
+            return None, self.started
 
     def settle(self, flags: SequenceFlags, went_out: bool) -> None:
         """A claimed request is done. One that may have reached the server stays counted
         (a failed one may still have run: START is never sent twice); one that never
         went out is uncounted: after it, the sequence is where it was (still open after
-        an END, without START after a START)."""
+        an END, without START after a START). The requests waiting for START go on."""
         with self._lock:
-            if flags.start:
-                self._start = _START_SENT if went_out else _START_UNSENT
             if not went_out:
                 self.sent -= 1
                 if flags.end:
                     self.ended = False
+            if flags.start:
+                self._start = _START_SENT if went_out else _START_UNSENT
+                waited = self.started
+                if not went_out:
+                    self.started = self._new_gate()
+                waited.open()
 
     def leave(self) -> None:
         """Warn when the block is left with the sequence still open on the server."""

@@ -17,6 +17,7 @@ import triton_sdk as ts
 from triton_sdk import Classification, InferResult, ModelSpec, TensorSpec
 from triton_sdk._base import ModelCore, SequenceFlags
 from triton_sdk._classify import parse_classifications
+from triton_sdk._concurrency import Gate
 from triton_sdk._generate import (
     ServerSentEvents,
     event_to_result,
@@ -650,7 +651,7 @@ STR_SEQ_SPEC = make_spec(
 
 
 def test_sequence_flags_start_first_then_end_when_asked() -> None:
-    state = SequenceState(SEQ_SPEC, 42)
+    state = SequenceState(SEQ_SPEC, 42, Gate)
     assert state.claim(end=False) == SequenceFlags(42, True, False)
     assert state.claim(end=False) == SequenceFlags(42, False, False)
     assert not state.ended
@@ -660,12 +661,12 @@ def test_sequence_flags_start_first_then_end_when_asked() -> None:
 
 
 def test_sequence_of_one_request_has_start_and_end() -> None:
-    state = SequenceState(SEQ_SPEC, 5)
+    state = SequenceState(SEQ_SPEC, 5, Gate)
     assert state.claim(end=True) == SequenceFlags(5, True, True)
 
 
 def test_ended_sequence_refuses_more_requests() -> None:
-    state = SequenceState(SEQ_SPEC, 7)
+    state = SequenceState(SEQ_SPEC, 7, Gate)
     state.claim(end=True)
     with pytest.raises(ts.TritonError, match="ended"):
         state.claim(end=False)
@@ -674,7 +675,7 @@ def test_ended_sequence_refuses_more_requests() -> None:
 
 
 def test_an_end_that_never_went_out_leaves_the_sequence_open() -> None:
-    state = SequenceState(SEQ_SPEC, 8)
+    state = SequenceState(SEQ_SPEC, 8, Gate)
     state.settle(state.claim(end=False), went_out=True)
     end = state.claim(end=True)
     state.settle(end, went_out=False)  # cancelled before it went out
@@ -684,7 +685,7 @@ def test_an_end_that_never_went_out_leaves_the_sequence_open() -> None:
 
 
 def test_a_start_that_never_went_out_passes_to_the_next_request() -> None:
-    state = SequenceState(SEQ_SPEC, 8)
+    state = SequenceState(SEQ_SPEC, 8, Gate)
     first = state.claim(end=False)
     assert first.start
     state.settle(first, went_out=False)
@@ -693,28 +694,34 @@ def test_a_start_that_never_went_out_passes_to_the_next_request() -> None:
 
 
 def test_requests_waiting_for_start_go_on_its_fate() -> None:
-    state = SequenceState(SEQ_SPEC, 8)
+    state = SequenceState(SEQ_SPEC, 8, Gate)
     first = state.claim(end=False)
     waiting = [state.claim(end=False), state.claim(end=True)]
     assert not any(flags.start for flags in waiting)
-    assert state.ready(waiting[0]) is None  # START is on its way: wait
+    ready, gate = state.ready(waiting[0])
+    assert ready is None  # START is on its way: wait
     state.settle(first, went_out=False)
+    assert gate._opened.is_set()  # the waiters ask again...
     # It never went out: the first to ask carries START, the others wait for that one.
-    taker = state.ready(waiting[0])
+    taker, _ = state.ready(waiting[0])
     assert taker == SequenceFlags(8, True, False)
-    assert state.ready(waiting[1]) is None
+    ready, new_gate = state.ready(waiting[1])
+    assert ready is None
+    assert new_gate is not gate
+    assert not new_gate._opened.is_set()
     state.settle(taker, went_out=True)
-    assert state.ready(waiting[1]) == SequenceFlags(8, False, True)
+    assert new_gate._opened.is_set()
+    assert state.ready(waiting[1])[0] == SequenceFlags(8, False, True)
     assert state.sent == 2
     assert state.ended
 
 
 def test_a_start_that_failed_after_going_out_is_never_sent_again() -> None:
-    state = SequenceState(SEQ_SPEC, 8)
+    state = SequenceState(SEQ_SPEC, 8, Gate)
     first = state.claim(end=False)
     waiting = state.claim(end=False)
     state.settle(first, went_out=True)  # it may have run
-    assert state.ready(waiting) == waiting
+    assert state.ready(waiting)[0] == waiting
     assert state.claim(end=False).start is False
 
 
@@ -748,7 +755,7 @@ def test_a_request_that_reached_the_transport_went_out_unless_the_error_proves_n
 def test_a_claim_waits_for_one_under_way_in_another_thread() -> None:
     # Deciding START and counting the request are one step: a second thread cannot see
     # the sequence unstarted while the first is between the two.
-    state = SequenceState(SEQ_SPEC, 9)
+    state = SequenceState(SEQ_SPEC, 9, Gate)
     flags: list[SequenceFlags] = []
     with state._lock:  # (a claim under way)
         other = threading.Thread(target=lambda: flags.append(state.claim(end=False)))
@@ -762,13 +769,13 @@ def test_a_claim_waits_for_one_under_way_in_another_thread() -> None:
 
 
 def test_failed_request_still_counts_so_start_is_not_resent() -> None:
-    state = SequenceState(SEQ_SPEC, 7)
+    state = SequenceState(SEQ_SPEC, 7, Gate)
     state.claim(end=False)  # then it fails: it may have reached the model
     assert state.claim(end=False).start is False
 
 
 def test_leaving_a_started_open_sequence_warns() -> None:
-    state = SequenceState(SEQ_SPEC, 9)
+    state = SequenceState(SEQ_SPEC, 9, Gate)
     state.claim(end=False)
     with pytest.warns(SequenceNotEndedWarning, match="end=True"):
         state.leave()
@@ -777,8 +784,8 @@ def test_leaving_a_started_open_sequence_warns() -> None:
 def test_leaving_an_unstarted_or_ended_sequence_is_silent() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        SequenceState(SEQ_SPEC, 9).leave()
-        ended = SequenceState(SEQ_SPEC, 10)
+        SequenceState(SEQ_SPEC, 9, Gate).leave()
+        ended = SequenceState(SEQ_SPEC, 10, Gate)
         ended.claim(end=True)
         ended.leave()
 
@@ -790,19 +797,19 @@ def test_sequence_not_ended_warning_is_public_and_a_user_warning() -> None:
 
 def test_non_sequence_model_is_refused() -> None:
     with pytest.raises(ts.InvalidInputError, match="stateful"):
-        SequenceState(make_spec([tensor("X", "INT32", 1)], name="plain"), None)
+        SequenceState(make_spec([tensor("X", "INT32", 1)], name="plain"), None, Gate)
 
 
 def test_explicit_sequence_ids() -> None:
-    assert SequenceState(SEQ_SPEC, 2**63 - 1).sequence_id == 2**63 - 1
-    assert SequenceState(STR_SEQ_SPEC, "conversation-1").sequence_id == "conversation-1"
-    assert SequenceState(SEQ_SPEC, None).sequence_id != 0
+    assert SequenceState(SEQ_SPEC, 2**63 - 1, Gate).sequence_id == 2**63 - 1
+    assert SequenceState(STR_SEQ_SPEC, "conversation-1", Gate).sequence_id == "conversation-1"
+    assert SequenceState(SEQ_SPEC, None, Gate).sequence_id != 0
 
 
 @pytest.mark.parametrize("wrong", [True, False, 0, "", -5, 2**63, 1.5])
 def test_falsy_or_bool_sequence_ids_are_refused(wrong: Any) -> None:
     with pytest.raises(ts.InvalidInputError, match="sequence id"):
-        SequenceState(SEQ_SPEC, wrong)
+        SequenceState(SEQ_SPEC, wrong, Gate)
 
 
 def test_new_sequence_ids_are_positive_int64() -> None:
@@ -815,7 +822,7 @@ def test_new_sequence_ids_are_str_for_string_id_models() -> None:
     ids = [new_sequence_id(STR_SEQ_SPEC) for _ in range(2000)]
     assert all(isinstance(value, str) and value for value in ids)
     assert len(set(ids)) == len(ids)
-    assert isinstance(SequenceState(STR_SEQ_SPEC, None).sequence_id, str)
+    assert isinstance(SequenceState(STR_SEQ_SPEC, None, Gate).sequence_id, str)
 
 
 # InferResult.split_rows
@@ -1147,3 +1154,35 @@ async def test_tasks_waiting_for_a_start_that_never_reached_the_server_carry_it_
     assert sent[0] == (True, False)
     assert sorted(sent[1:3]) == [(False, False), (True, False)]
     assert sent[3] == (False, True)
+
+
+class FailsAfterTheAnswer(ts.CallHook):
+    """A hook whose after_receive raises InvalidInputError (a check of its own)."""
+
+    def after_receive(self, op: Any, ctx: ts.CallContext, result: object) -> None:
+        if op.call == "infer":
+            raise ts.InvalidInputError("the hook did not like the answer")
+
+
+@pytest.mark.parametrize("kind", [ts.Client, ts.AsyncClient])
+async def test_a_request_answered_before_a_hook_failed_counts_as_sent(kind: Any) -> None:
+    sent: list[tuple[bool, bool]] = []
+
+    def answer(op: Any, ctx: Any) -> Any:
+        sent.append((op.sequence_start, op.sequence_end))
+        return {"OUT": np.zeros((1, 1), np.float32)}
+
+    client = kind(
+        "grpc://test",
+        transport=MockTransport(answer, models=[SEQ_SPEC]),
+        hooks=[FailsAfterTheAnswer()],
+    )
+    model = await resolve(client.model("acc"))
+    sequence = model.sequence()
+    with pytest.raises(ts.InvalidInputError, match="did not like"):
+        await resolve(sequence.infer(X=[[1]]))
+    with pytest.raises(ts.InvalidInputError, match="did not like"):
+        await resolve(sequence.infer(X=[[2]], end=True))
+    assert sequence.ended
+    # The server ran the first: a second START would have reset the sequence's state.
+    assert sent == [(True, False), (False, True)]
