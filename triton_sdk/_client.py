@@ -1576,19 +1576,16 @@ class ModelSequence:
         )
         options = model._client._options(timeout, headers, _ONCE)
         mode = model._client._shared_memory_mode(shared_memory)
-        # Built and checked: now it is the sequence's next request.
+        # Built and checked: now it is the sequence's next request. Claimed inside the
+        # try, so that settling undoes what was counted whenever the request stops.
         delivery = Delivery()
-        flags = state.claim(end)
         try:
-            while not flags.start:
-                # The server refuses a request of a sequence that reaches it before the
-                # one carrying START: requests sent at once wait for that one to go out.
-                ready, started = state.ready(flags)
-                if ready is not None:
-                    flags = ready
-                    break
+            state.claim(delivery, end)
+            # The server refuses a request of a sequence that reaches it before the one
+            # carrying START: requests sent at once wait for that one to go out.
+            while (started := state.ready(delivery)) is not None:
                 started.wait()
-            if flags.start:
+            if delivery.start:
                 request = attrs.evolve(request, sequence_start=True)
             sending = SENDING.set(delivery)
             try:
@@ -1596,9 +1593,9 @@ class ModelSequence:
             finally:
                 SENDING.reset(sending)
         except BaseException as error:
-            state.settle(flags, delivery.went_out(error))
+            state.settle(delivery, delivery.went_out(error))
             raise
-        state.settle(flags, True)
+        state.settle(delivery, True)
         return result.without_batch_axis() if sample and model.spec.batched else result
 
     def infer(

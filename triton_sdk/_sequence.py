@@ -10,7 +10,6 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Final, Generic, Protocol, TypeVar
 
-from ._base import SequenceFlags
 from ._checks import check_text
 from ._errors import InvalidInputError, TritonConnectionError, TritonError
 from ._request import InferRequest
@@ -44,14 +43,25 @@ def new_sequence_id(spec: ModelSpec) -> int | str:
 
 
 class Delivery:
-    """How far one request of a sequence got. ``reached``: the client handed it to the
-    transport, past the hooks' ``before_send`` and the shared-memory set-up. With hooks,
-    what the transport itself did is kept too (``answered``, ``failure``): a hook that
-    raises afterwards must not make a request that went out look unsent."""
+    """One request of a sequence: what the sequence counted for it, and how far it got.
 
-    __slots__ = ("answered", "failure", "reached")
+    ``counted``: the sequence counted it (``start``: it carries START; ``end``: END),
+    until it is settled. ``reached``: the client handed it to the transport, past the
+    hooks' ``before_send`` and the shared-memory set-up. With hooks, what the transport
+    itself did is kept too (``answered``, ``failure``): a hook that raises afterwards
+    must not make a request that went out look unsent.
+
+    The sequence writes ``counted`` and ``start`` under its lock, so that whatever
+    interrupts the request (an exception, a KeyboardInterrupt between two steps),
+    settling the delivery undoes exactly what was counted for it.
+    """
+
+    __slots__ = ("answered", "counted", "end", "failure", "reached", "start")
 
     def __init__(self) -> None:
+        self.counted = False
+        self.start = False
+        self.end = False
         self.reached = False
         self.answered = False
         self.failure: TritonError | None = None
@@ -167,48 +177,61 @@ class SequenceState(Generic[G]):
                 f"sequence {self.sequence_id!r} of {self.model!r} has ended", model=self.model
             )
 
-    def claim(self, end: bool) -> SequenceFlags:
-        """The flags of the next request (START when no request carrying it is out or on
-        its way, END when asked), counted in the same step, so that of requests sent at
-        once from several threads or tasks only one carries START."""
+    def claim(self, delivery: Delivery, end: bool) -> None:
+        """Count ``delivery`` as the next request: it carries START when no request
+        carrying it is out or on its way (``delivery.start``), END when asked. Counted
+        in one step, so that of requests sent at once from several threads or tasks
+        only one carries START."""
         with self._lock:
             self.check_open()
             start = self._start == _START_UNSENT
+            delivery.start = start
+            delivery.end = end
+            delivery.counted = True
             if start:
                 self._start = _START_GOING
             self.sent += 1
             self.ended = end
-        return SequenceFlags(self.sequence_id, start, end)
 
-    def ready(self, flags: SequenceFlags) -> tuple[SequenceFlags | None, G]:
-        """For a request claimed without START: its flags once START has gone out; with
-        START when the request that carried it never went out (this one takes its
-        place); None while START is on its way, with the gate to wait on before asking
-        again."""
+    def ready(self, delivery: Delivery) -> G | None:
+        """None when the counted ``delivery`` may go: it carries START, START has gone
+        out, or the request that carried START never went out (this one then takes its
+        place: ``delivery.start`` turns true). Otherwise, START is on its way: the gate
+        to wait on before asking again."""
         with self._lock:
-            if self._start == _START_SENT:
-                return flags, self.started
+            if delivery.start or self._start == _START_SENT:
+                return None
             if self._start == _START_UNSENT:
+                delivery.start = True
                 self._start = _START_GOING
-                return flags._replace(start=True), self.started
-            return None, self.started
+                return None
+            return self.started
 
-    def settle(self, flags: SequenceFlags, went_out: bool) -> None:
-        """A claimed request is done. One that may have reached the server stays counted
-        (a failed one may still have run: START is never sent twice); one that never
-        went out is uncounted: after it, the sequence is where it was (still open after
-        an END, without START after a START). The requests waiting for START go on."""
+    def settle(self, delivery: Delivery, went_out: bool) -> None:
+        """A request is done (or given up before it was counted: then this does
+        nothing). One that may have reached the server stays counted (a failed one may
+        still have run: START is never sent twice); one that never went out is
+        uncounted: after it, the sequence is where it was (still open after an END,
+        without START after a START). The requests waiting for START go on."""
+        replacement = self._new_gate() if delivery.start and not went_out else None
+        waited: G | None = None
         with self._lock:
-            if not went_out:
-                self.sent -= 1
-                if flags.end:
-                    self.ended = False
-            if flags.start:
-                self._start = _START_SENT if went_out else _START_UNSENT
-                waited = self.started
+            try:
+                if not delivery.counted:
+                    return
+                delivery.counted = False
                 if not went_out:
-                    self.started = self._new_gate()
-                waited.open()
+                    self.sent -= 1
+                    if delivery.end:
+                        self.ended = False
+                if delivery.start:
+                    waited = self.started
+                    self._start = _START_SENT if went_out else _START_UNSENT
+                    if replacement is not None:
+                        self.started = replacement
+            finally:
+                if waited is not None:
+                    waited.open()
 
     def leave(self) -> None:
         """Warn when the block is left with the sequence still open on the server."""

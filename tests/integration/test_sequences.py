@@ -20,13 +20,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import triton_sdk as ts
+from triton_sdk._sequence import SequenceState
 from triton_sdk.local import LocalServer
 
 from ._blocking import Blocking, LoopThread
@@ -576,3 +577,82 @@ class HeldThenFailed(ts.CallHook):
             self.release.wait(10)
             raise RuntimeError("the token service is down")
         self.flags.append((op.sequence_start, op.sequence_end))
+
+
+class Interrupted(BaseException):
+    """Stands for a KeyboardInterrupt: a BaseException arriving between two steps."""
+
+
+def interrupting(method: Any) -> Any:
+    """``method`` of SequenceState, raising Interrupted right after it returns, the
+    first time it gives a request START."""
+    fired: list[bool] = []
+
+    def wrapper(self: Any, delivery: Any, *args: Any) -> Any:
+        had_start = delivery.start
+        answer = method(self, delivery, *args)
+        if not fired and delivery.start and not had_start:
+            fired.append(True)
+            raise Interrupted
+        return answer
+
+    return wrapper
+
+
+def in_background(call: Any, *args: Any, **kwargs: Any) -> Future[Any]:
+    """``call`` run on a daemon thread: one that hangs fails the test, not its exit."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call(*args, **kwargs))
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+def test_a_request_interrupted_right_after_its_claim_leaves_start_to_the_next(
+    make_client: Any, loop_thread: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Counted as carrying START, then stopped before it went out: the next request
+    # carries START (it waited forever for it before).
+    claim = interrupting(SequenceState.claim)
+    monkeypatch.setattr(SequenceState, "claim", claim)
+    model = make_client().model("accumulate")
+    with sequence(model, loop_thread) as seq:
+        with pytest.raises(Interrupted):
+            seq.infer(INPUT=[100])
+        assert total(in_background(seq.infer, INPUT=[1]).result(10)) == 1
+        assert total(seq.infer(INPUT=[2], end=True)) == 3
+
+
+def test_a_request_interrupted_right_after_taking_start_over_gives_it_back(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three threads: the first request carries START and fails before it goes out; the
+    # waiter that takes START over is interrupted just after; the last one carries it.
+    ready = interrupting(SequenceState.ready)
+    monkeypatch.setattr(SequenceState, "ready", ready)
+    release = threading.Event()
+    hook = HeldThenFailed(release)
+    with ts.Client(url, hooks=[hook]) as client, client.model("accumulate").sequence() as seq:
+        first = in_background(seq.infer_sample, INPUT=100)
+        assert hook.holding.wait(10)
+        others = [in_background(seq.infer_sample, INPUT=value) for value in (1, 2)]
+        while seq._state.sent < 3:  # (both claimed: they wait for START)
+            time.sleep(0.001)
+        release.set()
+        with pytest.raises(RuntimeError):
+            first.result(10)
+        outcomes = []
+        for other in others:
+            try:
+                outcomes.append(total(other.result(10)))
+            except Interrupted:
+                outcomes.append(None)
+        assert sorted(outcomes, key=str) in ([1, None], [2, None])
+        sent = next(value for value in outcomes if value is not None)
+        assert total(seq.infer_sample(INPUT=4, end=True)) == sent + 4
+    assert [start for start, _ in hook.flags] == [True, False]

@@ -650,79 +650,121 @@ STR_SEQ_SPEC = make_spec(
 )
 
 
+def claimed(state: SequenceState[Gate], *, end: bool = False) -> Delivery:
+    delivery = Delivery()
+    state.claim(delivery, end)
+    return delivery
+
+
+def flags(delivery: Delivery) -> tuple[bool, bool]:
+    return delivery.start, delivery.end
+
+
 def test_sequence_flags_start_first_then_end_when_asked() -> None:
     state = SequenceState(SEQ_SPEC, 42, Gate)
-    assert state.claim(end=False) == SequenceFlags(42, True, False)
-    assert state.claim(end=False) == SequenceFlags(42, False, False)
+    assert flags(claimed(state)) == (True, False)
+    assert flags(claimed(state)) == (False, False)
     assert not state.ended
-    assert state.claim(end=True) == SequenceFlags(42, False, True)
+    assert flags(claimed(state, end=True)) == (False, True)
     assert state.ended
     assert state.sent == 3
 
 
 def test_sequence_of_one_request_has_start_and_end() -> None:
     state = SequenceState(SEQ_SPEC, 5, Gate)
-    assert state.claim(end=True) == SequenceFlags(5, True, True)
+    assert flags(claimed(state, end=True)) == (True, True)
 
 
 def test_ended_sequence_refuses_more_requests() -> None:
     state = SequenceState(SEQ_SPEC, 7, Gate)
-    state.claim(end=True)
+    claimed(state, end=True)
+    refused = Delivery()
     with pytest.raises(ts.TritonError, match="ended"):
-        state.claim(end=False)
+        state.claim(refused, end=False)
+    assert not refused.counted
     with pytest.raises(ts.TritonError, match="ended"):
         state.check_open()
 
 
 def test_an_end_that_never_went_out_leaves_the_sequence_open() -> None:
     state = SequenceState(SEQ_SPEC, 8, Gate)
-    state.settle(state.claim(end=False), went_out=True)
-    end = state.claim(end=True)
-    state.settle(end, went_out=False)  # cancelled before it went out
+    state.settle(claimed(state), went_out=True)
+    state.settle(claimed(state, end=True), went_out=False)  # cancelled before it went out
     assert not state.ended
     assert state.sent == 1
-    assert state.claim(end=True) == SequenceFlags(8, False, True)
+    assert flags(claimed(state, end=True)) == (False, True)
 
 
 def test_a_start_that_never_went_out_passes_to_the_next_request() -> None:
     state = SequenceState(SEQ_SPEC, 8, Gate)
-    first = state.claim(end=False)
+    first = claimed(state)
     assert first.start
     state.settle(first, went_out=False)
     assert state.sent == 0
-    assert state.claim(end=False) == SequenceFlags(8, True, False)
+    assert flags(claimed(state)) == (True, False)
 
 
 def test_requests_waiting_for_start_go_on_its_fate() -> None:
     state = SequenceState(SEQ_SPEC, 8, Gate)
-    first = state.claim(end=False)
-    waiting = [state.claim(end=False), state.claim(end=True)]
-    assert not any(flags.start for flags in waiting)
-    ready, gate = state.ready(waiting[0])
-    assert ready is None  # START is on its way: wait
+    first = claimed(state)
+    waiting = [claimed(state), claimed(state, end=True)]
+    assert not any(delivery.start for delivery in waiting)
+    assert state.ready(first) is None  # it carries START: it goes
+    gate = state.ready(waiting[0])
+    assert gate is not None  # START is on its way: wait
     state.settle(first, went_out=False)
     assert gate._opened.is_set()  # the waiters ask again...
     # It never went out: the first to ask carries START, the others wait for that one.
-    taker, _ = state.ready(waiting[0])
-    assert taker == SequenceFlags(8, True, False)
-    ready, new_gate = state.ready(waiting[1])
-    assert ready is None
+    assert state.ready(waiting[0]) is None
+    assert flags(waiting[0]) == (True, False)
+    new_gate = state.ready(waiting[1])
+    assert new_gate is not None
     assert new_gate is not gate
     assert not new_gate._opened.is_set()
-    state.settle(taker, went_out=True)
+    state.settle(waiting[0], went_out=True)
     assert new_gate._opened.is_set()
-    assert state.ready(waiting[1])[0] == SequenceFlags(8, False, True)
+    assert state.ready(waiting[1]) is None
+    assert flags(waiting[1]) == (False, True)
     assert state.sent == 2
     assert state.ended
 
 
 def test_a_start_that_failed_after_going_out_is_never_sent_again() -> None:
     state = SequenceState(SEQ_SPEC, 8, Gate)
-    first = state.claim(end=False)
-    waiting = state.claim(end=False)
+    first = claimed(state)
+    waiting = claimed(state)
     state.settle(first, went_out=True)  # it may have run
-    assert state.ready(waiting)[0] == waiting
-    assert state.claim(end=False).start is False
+    assert state.ready(waiting) is None
+    assert not waiting.start
+    assert not claimed(state).start
+
+
+def test_a_request_that_took_start_over_and_stopped_gives_it_back() -> None:
+    # The START it was handed by ready() is its own to give back, whatever stops it
+    # before it goes out (a KeyboardInterrupt just after ready() returned).
+    state = SequenceState(SEQ_SPEC, 8, Gate)
+    first = claimed(state)
+    waiting = claimed(state)
+    state.settle(first, went_out=False)
+    assert state.ready(waiting) is None
+    assert waiting.start
+    state.settle(waiting, went_out=False)
+    assert state.sent == 0
+    assert flags(claimed(state)) == (True, False)
+
+
+def test_settling_counts_back_once_and_only_what_was_counted() -> None:
+    state = SequenceState(SEQ_SPEC, 8, Gate)
+    state.settle(Delivery(), went_out=False)  # stopped before it was counted
+    assert state.sent == 0
+    first = claimed(state)
+    second = claimed(state, end=True)
+    state.settle(second, went_out=False)
+    state.settle(second, went_out=False)
+    assert state.sent == 1
+    assert not state.ended
+    assert not claimed(state).start
+    state.settle(first, went_out=True)
 
 
 def _connection_error(*, may_have_run: bool) -> ts.TritonConnectionError:
@@ -756,27 +798,27 @@ def test_a_claim_waits_for_one_under_way_in_another_thread() -> None:
     # Deciding START and counting the request are one step: a second thread cannot see
     # the sequence unstarted while the first is between the two.
     state = SequenceState(SEQ_SPEC, 9, Gate)
-    flags: list[SequenceFlags] = []
+    seen: list[tuple[bool, bool]] = []
     with state._lock:  # (a claim under way)
-        other = threading.Thread(target=lambda: flags.append(state.claim(end=False)))
+        other = threading.Thread(target=lambda: seen.append(flags(claimed(state))))
         other.start()
         other.join(0.2)
         assert other.is_alive()
-        assert flags == []
+        assert seen == []
     other.join(5)
-    assert flags == [SequenceFlags(9, True, False)]
-    assert state.claim(end=False).start is False
+    assert seen == [(True, False)]
+    assert not claimed(state).start
 
 
 def test_failed_request_still_counts_so_start_is_not_resent() -> None:
     state = SequenceState(SEQ_SPEC, 7, Gate)
-    state.claim(end=False)  # then it fails: it may have reached the model
-    assert state.claim(end=False).start is False
+    claimed(state)  # then it fails: it may have reached the model
+    assert not claimed(state).start
 
 
 def test_leaving_a_started_open_sequence_warns() -> None:
     state = SequenceState(SEQ_SPEC, 9, Gate)
-    state.claim(end=False)
+    claimed(state)
     with pytest.warns(SequenceNotEndedWarning, match="end=True"):
         state.leave()
 
@@ -786,7 +828,7 @@ def test_leaving_an_unstarted_or_ended_sequence_is_silent() -> None:
         warnings.simplefilter("error")
         SequenceState(SEQ_SPEC, 9, Gate).leave()
         ended = SequenceState(SEQ_SPEC, 10, Gate)
-        ended.claim(end=True)
+        claimed(ended, end=True)
         ended.leave()
 
 
