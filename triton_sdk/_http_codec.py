@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, NoReturn, TypeAlias, TypeVar, cast
 from urllib.parse import quote
 
@@ -451,12 +451,16 @@ class EventDecoder(Generic[T]):
         self._events = ServerSentEvents()
         self._convert = convert
 
-    def feed(self, chunk: bytes) -> list[T]:
-        return [self._convert(data) for data in self._events.feed(chunk)]
+    def feed(self, chunk: bytes) -> Iterator[T]:
+        """The items of the events ``chunk`` ends, one by one: an event that fails to
+        convert (the server's error) raises after the items of those before it."""
+        for data in self._events.feed(chunk):
+            yield self._convert(data)
 
-    def finish(self) -> list[T]:
+    def finish(self) -> Iterator[T]:
         """The items of an event the stream ended without a blank line after."""
-        return [self._convert(data) for data in self._events.finish()]
+        for data in self._events.finish():
+            yield self._convert(data)
 
 
 _NO_HEADERS: Final[Mapping[str, str]] = {}

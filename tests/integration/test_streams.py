@@ -158,6 +158,18 @@ def test_a_model_error_arrives_as_inference_error(client: Any) -> None:
     assert caught.value.request_id == "r7"
 
 
+def test_responses_sent_just_before_an_error_all_arrive(client: Any) -> None:
+    # `repeat` sends 1 and 2 at once, then fails on -1: over HTTP all three events often
+    # come in one read, and the two responses must not be lost with the error.
+    model = client.model("repeat")
+    for _ in range(10):
+        stream = model.stream(IN=[1, 2, -1, 3])
+        assert values([next(stream), next(stream)]) == [(1, 0), (2, 1)]
+        with pytest.raises(ts.InferenceError, match="no negative numbers") as caught:
+            next(stream)
+        assert not caught.value.retryable
+
+
 def test_infer_on_a_decoupled_model_is_refused(client: Any, server: LocalServer) -> None:
     model = client.model("repeat")
     assert model.spec.decoupled

@@ -28,6 +28,7 @@ from triton_sdk._generate import (
     single_response,
     tensors_to_fields,
 )
+from triton_sdk._http_codec import EventDecoder
 from triton_sdk._map import (
     BatchBuilder,
     MapPlan,
@@ -191,6 +192,20 @@ def test_sse_comments_and_other_fields_are_ignored() -> None:
 
 def test_sse_crlf_line_endings() -> None:
     assert ServerSentEvents().feed(b"data: first\r\ndata: second\r\n\r\n") == ["first\nsecond"]
+
+
+def test_events_before_a_failing_one_in_the_same_chunk_are_delivered() -> None:
+    # An error event read in one chunk with the responses before it raises after them.
+    def convert(data: str) -> str:
+        if data == "error":
+            raise ts.InferenceError("the model failed")
+        return data
+
+    items = EventDecoder(convert).feed(b"data: one\n\ndata: two\n\ndata: error\n\n")
+    assert next(items) == "one"
+    assert next(items) == "two"
+    with pytest.raises(ts.InferenceError, match="the model failed"):
+        next(items)
 
 
 def test_sse_blank_lines_without_data_yield_nothing() -> None:

@@ -166,13 +166,14 @@ class HttpTransport:
                     data = response.read1(65536)
                     if not data and self._pool.closed:  # close() cut the stream
                         raise closed_in_flight()
-                    items = decoder.feed(data) if data else decoder.finish()
-                except _HTTP_FAILURES as exc:  # UnicodeDecodeError is a ValueError
+                except _HTTP_FAILURES as exc:
                     cut_off = None
                     if isinstance(exc, _CUT_OFF) and not self._pool.closed:
                         cut_off = call.cut_off_error(op.request_id)
                     raise cut_off or self._failed(exc, op, ctx) from exc
-                yield from items
+                # Read outside the try: an answer that cannot be read is the server's
+                # fault, not the connection's (the client reports it as unreadable).
+                yield from decoder.feed(data) if data else decoder.finish()
                 if not data:
                     break
         finally:

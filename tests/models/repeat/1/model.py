@@ -4,6 +4,8 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -24,6 +26,10 @@ class TritonPythonModel:
         for index, value in enumerate(values):
             if sender.is_cancelled():
                 break
+            if value < 0:
+                error = pb_utils.TritonError(f"no negative numbers: {value}")
+                sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+                return
             outputs = [
                 pb_utils.Tensor("OUT", np.array([value], dtype=np.int32)),
                 pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32)),
@@ -31,7 +37,7 @@ class TritonPythonModel:
             sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
             if delay_s:
                 time.sleep(delay_s)
-        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        sender.send(flags=FINAL)
 
     def finalize(self):
         for thread in self.threads:
