@@ -1526,6 +1526,10 @@ async def _assembled(
                 yield chunk
     finally:
         await events.aclose()
+    if events._stop is not None and events._stop.requested:
+        # Closed while being read (from another thread or task): the generation was cut,
+        # so no finish reason or usage is inferred for it; the reader's loop just ends.
+        return
     for chunk in assembler.finish():
         yield chunk
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -187,6 +188,45 @@ def test_breaking_out_of_a_stream_cancels_the_request(client: Any, protocol: str
     answer = model.complete(STORY, max_tokens=2, timeout=5)
     assert answer.text == expected(STORY, max_tokens=2)[0]
     assert time.monotonic() - started < 5
+
+
+def assert_cut(chunks: list[ts.CompletionChunk]) -> None:
+    """Chunks of a generation cut mid-way: no finish reason or usage made up for it."""
+    assert len(chunks) > 1
+    assert [c.finish_reason for chunk in chunks for c in chunk.choices] == [None] * len(chunks)
+    assert [chunk.usage for chunk in chunks] == [None] * len(chunks)
+
+
+@pytest.mark.parametrize("name", LLMS)
+def test_a_stream_closed_from_another_thread_infers_no_finish(url: str, name: str) -> None:
+    with ts.Client(url) as client:
+        stream = client.model(name).complete_stream("tell a story forever", max_tokens=2000)
+        chunks = [next(stream)]
+        closer = threading.Timer(0.3, stream.close)
+        closer.start()
+        chunks += list(stream)  # the reader's loop ends when closed
+        closer.join()
+    assert_cut(chunks)
+
+
+@pytest.mark.parametrize("name", LLMS)
+def test_a_stream_closed_from_another_task_infers_no_finish(url: str, name: str) -> None:
+    async def main() -> list[ts.CompletionChunk]:
+        async with ts.AsyncClient(url) as client:
+            model = await client.model(name)
+            stream = model.complete_stream("tell a story forever", max_tokens=2000)
+            chunks = [await anext(stream)]
+
+            async def closer() -> None:
+                await asyncio.sleep(0.3)
+                await stream.aclose()
+
+            closing = asyncio.create_task(closer())
+            chunks += [chunk async for chunk in stream]
+            await closing
+            return chunks
+
+    assert_cut(asyncio.run(main()))
 
 
 def test_a_plain_break_cancels_the_request(url: str) -> None:
