@@ -1524,11 +1524,12 @@ async def _assembled(
         async for event in events:
             for chunk in assembler.feed(event):
                 yield chunk
-    finally:
-        await events.aclose()
-    if events._stop is not None and events._stop.requested:
         # Closed while being read (from another thread or task): the generation was cut,
         # so no finish reason or usage is inferred for it; the reader's loop just ends.
+        cut = events._stop is not None and events._stop.requested
+    finally:
+        await events.aclose()
+    if cut:
         return
     for chunk in assembler.finish():
         yield chunk

@@ -232,7 +232,7 @@ def test_http_streams_without_a_config_go_to_infer_stream() -> None:
     assert path == "/v2/models/upper/versions/2/infer_stream"
     fields = codec.encode_stream(ops.GenerateStream(UPPER, None, {"TEXT": "ab"}))
     assert fields.path == "/v2/models/upper/infer_stream"
-    assert fields.decoder().feed(event) == [{"UPPER": "AB"}]
+    assert list(fields.decoder().feed(event)) == [{"UPPER": "AB"}]
     triton = codec.encode_stream(ops.StreamInfer(text_request("ab"), TRITON_UPPER))
     assert triton.path == "/v2/models/upper/generate_stream"
     assert triton.cut_off_error(None) is None  # Triton sends its errors as events
