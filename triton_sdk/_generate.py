@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ._errors import InferenceError, InvalidInputError, classify_message
 from ._ops import JSONValue
-from ._request import InferRequest, ParameterValue, check_parameter_names, check_parameters
+from ._request import InferRequest, ParameterValue, check_parameters
 from ._result import InferResult, decode_json_output
 from ._shaping import Tensor, prepare_inputs
 from ._spec import ModelSpec
@@ -72,12 +72,15 @@ def generate_body(
 ) -> bytes:
     """The JSON body of a generate request.
 
-    With ``spec``, the fields that are not inputs (the server makes them parameters)
-    and ``parameters`` are checked for reserved names, as on the gRPC path.
+    With ``spec``, everything is checked before it is sent, as on the gRPC path: the
+    fields named like inputs as one sample of them, the others (the server makes them
+    parameters) and ``parameters`` as parameters.
     """
     if spec is not None:
-        check_parameter_names([name for name in fields if name not in spec.inputs], spec.name)
-        check_parameter_names(parameters or (), spec.name)
+        _generate_inputs(spec, fields)
+        extra = {name: value for name, value in fields.items() if name not in spec.inputs}
+        check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
+        check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
     body = {name: _plain(value, "strict") for name, value in fields.items()}
     if request_id:
         body["id"] = request_id
@@ -94,6 +97,18 @@ def generate_request(
 ) -> InferRequest:
     """An inference request for generate over gRPC, built the way the HTTP extension does:
     fields named like inputs are one sample of that input, other fields are parameters."""
+    extra = {name: value for name, value in fields.items() if name not in spec.inputs}
+    merged: dict[str, Any] = {**extra, **(parameters or {})}
+    return InferRequest(
+        model=spec.name,
+        version=version or "",
+        inputs=_generate_inputs(spec, fields),
+        parameters=check_parameters(merged, spec.name),
+    )
+
+
+def _generate_inputs(spec: ModelSpec, fields: Mapping[str, object]) -> list[Tensor]:
+    """The fields named like inputs, shaped and checked as one sample of them."""
     # A JSON scalar is a one-element tensor, as the HTTP extension reads it (so that a
     # prompt fits a [-1] input too).
     inputs = {
@@ -101,15 +116,7 @@ def generate_request(
         for name, value in fields.items()
         if name in spec.inputs
     }
-    extra = {name: value for name, value in fields.items() if name not in spec.inputs}
-    merged: dict[str, Any] = {**extra, **(parameters or {})}
-    prepared = prepare_inputs(spec, inputs, sample=True)
-    return InferRequest(
-        model=spec.name,
-        version=version or "",
-        inputs=prepared.tensors,
-        parameters=check_parameters(merged, spec.name),
-    )
+    return prepare_inputs(spec, inputs, sample=True).tensors
 
 
 def _scalar(value: object) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -12,6 +13,9 @@ import numpy as np
 import pytest
 
 import triton_sdk as ts
+from triton_sdk.local import LocalServer
+
+from .conftest import inference_count
 
 
 def test_generate_one_token(client: Any) -> None:
@@ -147,10 +151,27 @@ def test_a_model_error_in_generate_stream(client: Any) -> None:
     assert not message.startswith("data:")
 
 
-def test_a_field_the_input_cannot_take_is_refused(client: Any) -> None:
-    # max_tokens is INT32: a string cannot be converted (HTTP: by the server; gRPC: by the SDK).
-    with pytest.raises(ts.TritonError):
-        client.model("generator").generate(text_input="hi", max_tokens="many")
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("many", "'max_tokens' is INT32 (int32): values of dtype <U4 cannot be cast"),
+        (1.5, "'max_tokens' is INT32 (int32): values of dtype float64 cannot be cast"),
+        (2**31, f"'max_tokens' is INT32: value {2**31} is outside"),
+        ([1, 2], "'max_tokens' expects shape [1], got (2,)"),
+    ],
+)
+def test_a_field_the_input_cannot_take_is_refused_before_sending(
+    client: Any, server: LocalServer, value: object, message: str
+) -> None:
+    # As for infer, on both protocols: HTTP sent the fields as they were, and the server
+    # turned them down (or, for some, took them as something else).
+    model = client.model("generator")
+    before = inference_count(server, "generator")
+    with pytest.raises(ts.InvalidInputError, match=re.escape(message)):
+        model.generate(text_input="hi", max_tokens=value)
+    with pytest.raises(ts.InvalidInputError, match=re.escape(message)):
+        list(model.generate_stream(text_input="hi", max_tokens=value))
+    assert inference_count(server, "generator") == before
 
 
 async def test_async_generate_streams_run_concurrently(url: str) -> None:
