@@ -7,7 +7,7 @@ client always declares the shape and datatype of the data it carries.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NamedTuple, TypeAlias
+from typing import Any, Final, NamedTuple, NoReturn, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -153,7 +153,93 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
     _check_size(array, target, spec, model)
     if array.dtype == target:
         return array
+    kind = array.dtype.kind
+    if kind == "O" or (
+        kind == "f"
+        and target.kind in _EXACT_KINDS
+        and isinstance(value, list | tuple)
+        and array.dtype == _GUESSED
+    ):
+        # numpy's guess for a Python sequence says nothing of what the caller gave: an
+        # empty list is float64, and ints past int64 or mixing int64 with uint64 become
+        # float64 or object. Those are read again, exactly (a slow path, for them only).
+        if not array.size:
+            return array.astype(target)  # no element, no dtype: the cast is exact
+        if target.kind != "b":
+            exact = _python_integers(array if kind == "O" else value, array.shape, spec, model)
+            if exact is not None:
+                cast = _cast_python_integers(exact, target, spec, model)
+                if cast is not None:
+                    return cast
     return _cast(array, target, spec, model)
+
+
+_EXACT_KINDS: Final = frozenset("iub")
+"""Inputs a float64 list is read again for (into float inputs it is cast as it is)."""
+_GUESSED: Final = np.dtype(np.float64)
+"""numpy's dtype for an empty list, and for ints that do not share an integer dtype."""
+
+
+def _python_integers(
+    value: object, shape: Shape, spec: TensorSpec, model: str
+) -> np.ndarray[Any, Any] | None:
+    """An object array of ``value``'s elements as Python ints, or None when one is not an
+    integer (a float, a str, anything else) or the nesting differs from ``shape``.
+
+    A bool is refused, as booleans are everywhere but in BOOL inputs.
+    """
+    try:
+        exact = np.array(value, dtype=np.object_)
+    except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError):
+        return None
+    if exact.shape != shape:
+        return None
+    flat = exact.reshape(-1)
+    for index, item in enumerate(flat):
+        if type(item) is not int:
+            if isinstance(item, bool | np.bool_):
+                raise InvalidInputError(
+                    f"input {spec.name!r} is {spec.datatype}: got booleans among integers; "
+                    f"cast them explicitly (e.g. array.astype(np.{spec.dtype.name}))",
+                    model=model,
+                )
+            if not isinstance(item, np.integer):
+                return None
+            flat[index] = int(item)
+    return exact
+
+
+def _cast_python_integers(
+    exact: np.ndarray[Any, Any], target: np.dtype[Any], spec: TensorSpec, model: str
+) -> np.ndarray[Any, Any] | None:
+    """Python ints cast to an integer or float input, refusing those that do not fit;
+    None for other inputs (the ordinary refusal follows)."""
+    low, high = int(exact.min()), int(exact.max())
+    if target.kind in _INTEGER_KINDS:
+        info = np.iinfo(target)
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise InvalidInputError(
+                f"input {spec.name!r} is {spec.datatype}: value {bad} is outside "
+                f"[{info.min}, {info.max}]",
+                model=model,
+            )
+        return exact.astype(target)
+    if target.kind != "f" and target != BF16:
+        return None
+    try:
+        floats = exact.astype(np.float64)
+    except OverflowError:  # past float64 itself
+        _refuse_overflow(low if -low > high else high, spec, model)
+    return _cast_floats(floats, target, spec, model, given=exact)
+
+
+def _refuse_overflow(bad: object, spec: TensorSpec, model: str) -> NoReturn:
+    raise InvalidInputError(
+        f"input {spec.name!r} is {spec.datatype}: value {bad!r} is outside its "
+        "range (it would become inf)",
+        model=model,
+    )
 
 
 def _foreign_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:
@@ -179,6 +265,12 @@ _LARGEST: Final[dict[np.dtype[Any], float]] = {
     np.dtype(kind): float(np.finfo(kind).max) for kind in (np.float16, np.float32, np.float64)
 }
 _LARGEST[BF16] = 3.3895313892515355e38  # (2 - 2**-7) * 2**127
+
+_INTEGER_PEAK: Final[dict[np.dtype[Any], int]] = {
+    np.dtype(kind): max(-int(np.iinfo(kind).min), int(np.iinfo(kind).max))
+    for kind in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+}
+"""The largest magnitude of each integer dtype: one that fits a float target needs no check."""
 
 MAX_TENSOR_BYTES: Final = 2**31 - 1
 """The most one input can carry: a gRPC message's limit, and well past Triton's HTTP one."""
@@ -248,27 +340,43 @@ def _cast(
 
 
 def _cast_floats(
-    array: np.ndarray[Any, Any], target: np.dtype[Any], spec: TensorSpec, model: str
+    array: np.ndarray[Any, Any],
+    target: np.dtype[Any],
+    spec: TensorSpec,
+    model: str,
+    given: np.ndarray[Any, Any] | None = None,
 ) -> np.ndarray[Any, Any]:
-    """A float cast that refuses finite values the target cannot hold (they would be inf)."""
+    """A float cast that refuses finite values the target cannot hold (they would be inf).
+
+    Integers are rounded to the nearest value the target holds, as floats are; only those
+    too large for it (past 65504 for FP16) are refused. ``given``: what the caller gave,
+    element for element, to name in the message.
+    """
     largest = _LARGEST.get(target)
-    if array.dtype.kind != "f" or largest is None or not array.size:
-        return array.astype(target)  # from integers, or nothing to check
-    if _LARGEST.get(array.dtype, np.inf) <= largest:
-        return array.astype(target)  # a float that widens: nothing overflows
-    if not np.abs(array).max() > largest:  # (a NaN peak compares False: fine)
+    source = array.dtype
+    if largest is None or not array.size:
+        return array.astype(target)  # nothing to check
+    if source.kind == "f":
+        if _LARGEST.get(source, np.inf) <= largest:
+            return array.astype(target)  # a float that widens: nothing overflows
+        if not np.abs(array).max() > largest:  # (a NaN peak compares False: fine)
+            return array.astype(target)
+    elif source.kind in _INTEGER_KINDS:
+        if largest > 2.0**64 or _INTEGER_PEAK.get(source, np.inf) <= largest:
+            return array.astype(target)  # every value of the dtype fits: no pass needed
+        if int(array.max()) <= largest and (source.kind == "u" or -int(array.min()) <= largest):
+            return array.astype(target)
+    else:
         return array.astype(target)
     # Something is out of range, or is inf already (which may pass): look closer.
     with np.errstate(over="ignore", invalid="ignore"):
         cast = array.astype(target)
     overflowed = np.isinf(cast) & ~np.isinf(array)
     if overflowed.any():
-        bad = array[overflowed].flat[0]
-        raise InvalidInputError(
-            f"input {spec.name!r} is {spec.datatype}: value {bad!r} is outside its "
-            "range (it would become inf)",
-            model=model,
-        )
+        index = int(np.flatnonzero(overflowed)[0])
+        if given is not None:
+            _refuse_overflow(given.flat[index], spec, model)
+        _refuse_overflow(array.flat[index].item(), spec, model)  # 1e+300, not np.float64(...)
     return cast
 
 

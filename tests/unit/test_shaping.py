@@ -616,6 +616,16 @@ def test_finite_floats_out_of_range_are_refused(datatype: str, value: float) -> 
         to_array(np.array([1.0, value]), spec, "m")
 
 
+def test_a_float_out_of_range_is_named_as_written() -> None:
+    # As the docs show it, with numpy 2 too (whose repr is np.float64(1e+300)).
+    with pytest.raises(InvalidInputError) as info:
+        converted(np.array([1.0, 1e300]), "FP32")
+    assert (
+        str(info.value)
+        == "input 'X' is FP32: value 1e+300 is outside its range (it would become inf)"
+    )
+
+
 def test_infinities_and_nans_pass_through_a_float_cast() -> None:
     spec = ts.TensorSpec(name="X", datatype="FP32", shape=(-1,))
     array = to_array(np.array([np.inf, -np.inf, np.nan, 1.0]), spec, "m")
@@ -636,3 +646,155 @@ def test_views_larger_than_a_request_are_refused_without_a_copy(
     view = np.lib.stride_tricks.as_strided(base, shape=shape, strides=(0,) * len(shape))
     with pytest.raises(ts.InvalidInputError, match="input 'X'"):
         to_array(view, spec, "m")
+
+
+# Integers into float inputs, empty lists, and Python ints numpy cannot type
+
+
+@pytest.mark.filterwarnings("error")  # no RuntimeWarning, no inf: a refusal
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ([[70000]], "70000"),
+        ([[-70000]], "-70000"),
+        ([[65520]], "65520"),  # the first integer that rounds to inf
+        (np.array([[2**64 - 1]], np.uint64), str(2**64 - 1)),
+        (np.array([[-(2**63)]], np.int64), str(-(2**63))),
+        (np.array([[1, 65535]], np.uint16), "65535"),
+        ([[1, 2**70]], str(2**70)),  # past int64: numpy makes it an object array
+    ],
+)
+def test_integers_too_large_for_fp16_are_refused(value: Any, shown: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        converted(value, "FP16", (-1, -1))
+    assert str(info.value) == (
+        f"input 'X' is FP16: value {shown} is outside its range (it would become inf)"
+    )
+
+
+@pytest.mark.filterwarnings("error")
+def test_integers_within_fp16_range_are_rounded_as_floats_are() -> None:
+    array = converted([[-65519, 65519, 2049, 7]], "FP16", (-1, -1))
+    assert array.dtype == np.float16
+    assert array.tolist() == [[-65504.0, 65504.0, 2048.0, 7.0]]  # nearest, as from floats
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("datatype", ["FP32", "BF16"])
+def test_every_int64_and_uint64_fits_fp32_and_bf16(datatype: str) -> None:
+    # Their range is past 2**64: integers become floats, rounded (2**24 + 1 into FP32).
+    for value in (
+        np.array([-(2**63), 2**63 - 1, 2**24 + 1]),
+        np.array([2**64 - 1], np.uint64),
+        [2**70],
+    ):
+        array = converted(value, datatype)
+        assert np.isfinite(array.astype(np.float64)).all()
+    assert converted([2**24 + 1], "FP32").tolist() == [2**24]
+
+
+def test_python_ints_past_float64_are_refused() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        converted([1, -(2**1100)], "FP64")
+    assert str(info.value).startswith(f"input 'X' is FP64: value {-(2**1100)} is outside its range")
+
+
+@pytest.mark.parametrize(
+    "datatype", ["INT8", "INT32", "INT64", "UINT8", "UINT64", "BOOL", "FP16", "FP32", "BF16"]
+)
+@pytest.mark.parametrize(("value", "dims"), [([], (-1,)), ((), (-1,)), ([[]], (-1, -1))])
+def test_an_empty_list_fits_any_numeric_input(value: Any, dims: Shape, datatype: str) -> None:
+    # np.asarray([]) is float64, but no float was given: zero elements cast exactly.
+    array = converted(value, datatype, dims)
+    assert array.dtype == TensorSpec(name="X", datatype=datatype, shape=dims).dtype
+    assert array.shape == np.asarray(value).shape
+
+
+def test_an_empty_list_on_a_batched_model() -> None:
+    # For [-1] it is one sample of no elements; for [1], a batch of none, which is refused.
+    assert shape_of([], (-1,), datatype="INT32") == (1, 0)
+    with pytest.raises(InvalidInputError, match="an empty batch cannot be sent"):
+        prepare_inputs(one_input("INT32", (1,)), {"X": []})
+
+
+def test_an_empty_float_array_is_still_refused_for_an_integer_input() -> None:
+    # An array carries its dtype: only a list, which has none, is read as any.
+    with pytest.raises(InvalidInputError, match="float64 cannot be cast"):
+        converted(np.zeros(0), "INT32")
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype"),
+    [
+        ([[1, 2**64 - 1]], "UINT64"),  # numpy: int64 and uint64 make float64
+        ([[2**63, 0]], "UINT64"),
+        ([[-(2**63), 2**63 - 1]], "INT64"),
+        ([[-1, 2**63 - 1]], "INT64"),
+        ([[np.uint64(2**64 - 1), np.int64(1)]], "UINT64"),
+        (np.array([[1, 2**64 - 1]], dtype=object), "UINT64"),
+        (((1, 2**64 - 1),), "UINT64"),
+        ([[1, 2**63 - 1]], "FP64"),
+    ],
+)
+def test_python_ints_that_fit_are_cast_exactly(value: Any, datatype: str) -> None:
+    array = converted(value, datatype, (-1, -1))
+    expected = [[int(item) for item in row] for row in value]
+    assert array.dtype == TensorSpec(name="X", datatype=datatype, shape=(-1,)).dtype
+    if datatype == "FP64":
+        assert array.tolist() == [[float(item) for item in row] for row in expected]
+    else:
+        assert array.tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype", "message"),
+    [
+        ([1, 2**64], "UINT64", f"'X' is UINT64: value {2**64} is outside [0, {2**64 - 1}]"),
+        ([-1, 2**64 - 1], "UINT64", f"'X' is UINT64: value -1 is outside [0, {2**64 - 1}]"),
+        ([-1, 2**63], "INT64", f"'X' is INT64: value {2**63} is outside [{-(2**63)}, "),
+        ([-(2**63) - 1, 0], "INT64", f"'X' is INT64: value {-(2**63) - 1} is outside"),
+        ([1, 2**63], "INT8", f"'X' is INT8: value {2**63} is outside [-128, 127]"),
+        ([2**70], "INT64", f"'X' is INT64: value {2**70} is outside"),
+    ],
+)
+def test_python_ints_that_do_not_fit_are_refused_by_value(
+    value: Any, datatype: str, message: str
+) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        converted(value, datatype)
+    assert str(info.value).startswith(f"input {message}")
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype"),
+    [
+        ([True, -1, 2**64 - 1], "INT64"),
+        ([2**70, np.False_], "FP32"),
+        (np.array([True, 2], dtype=object), "INT32"),
+    ],
+)
+def test_booleans_among_python_ints_are_refused(value: Any, datatype: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"'X' is {datatype}: got booleans among integers"):
+        converted(value, datatype)
+
+
+def test_an_object_array_of_booleans_into_bool_keeps_its_refusal() -> None:
+    # The Python-int reading is for integer and float inputs only.
+    with pytest.raises(InvalidInputError, match=r"'X' is BOOL .* dtype object cannot be cast"):
+        converted(np.array([True, False], dtype=object), "BOOL")
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype", "dtype"),
+    [
+        ([1.5, 2**64 - 1], "UINT64", "float64"),  # a float was given: refused as before
+        ([1.0, 2], "INT32", "float64"),
+        ([None, 1], "INT32", "object"),
+        ([1, 2**64], "BOOL", "object"),
+    ],
+)
+def test_lists_that_are_not_all_ints_keep_the_dtype_refusal(
+    value: Any, datatype: str, dtype: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=f"values of dtype {dtype} cannot be cast"):
+        converted(value, datatype)
