@@ -8,17 +8,20 @@ file written earlier.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import keyword
 import re
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Collection, Iterable
 
 from ._dtypes import DATATYPES
+from ._result import InferResult
 from ._spec import ModelSpec, TensorSpec
 from .stubs import signature
 
-__all__ = ["class_name", "differences", "render"]
+__all__ = ["class_name", "class_names", "differences", "render"]
 
 # The call's own options, after the inputs: name, declaration, and whether stream takes it.
 _CALL_OPTIONS = (
@@ -32,21 +35,57 @@ _CALL_OPTIONS = (
     ("shared_memory", "str | NotGiven = NOT_GIVEN", False),
 )
 
+HEADER = '''"""Typed handles for Triton models, written by ``triton-sdk stubgen``: do not edit.
 
-# Names a method of the generated classes already uses, and attributes of InferResult.
-_OPTIONS = frozenset({"self", "inputs", *(name for name, _, _ in _CALL_OPTIONS)})
-_RESULT_ATTRIBUTES = frozenset(dir(dict)) | {
-    "as_numpy",
-    "as_strings",
-    "classification",
-    "concatenate",
-    "id",
-    "model_name",
-    "model_version",
-    "parameters",
-    "to_dict",
-    "without_batch_axis",
-}
+Regenerate with ``triton-sdk stubgen URL -m MODEL ... -o FILE``; ``--check`` tells
+whether this file still matches the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from triton_sdk import (
+    NOT_GIVEN,
+    AsyncResponseStream,
+    InferResult,
+    InputValue,
+    NotGiven,
+    ParameterValue,
+    ResponseStream,
+    RetryPolicy,
+)
+from triton_sdk.stubs import AsyncStubModel, StubModel, given, typed, typed_stream
+
+__all__ = [
+{names}
+]
+'''
+
+
+def _module_names(source: str) -> frozenset[str]:
+    """The names the module ``source`` binds (its imports and assignments)."""
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+    return frozenset(names)
+
+
+# The names the generated module binds before its classes. No class, property or
+# parameter takes one (a property named ``np`` hides numpy from the annotations after it).
+_MODULE_NAMES = _module_names(HEADER.format(names=""))
+# What a method body uses besides those and its result class: no input may hide them.
+_METHOD_NAMES = frozenset({"self", "result", "responses", *(name for name, _, _ in _CALL_OPTIONS)})
+# What a result class has (InferResult's attributes, whatever they are now) and what
+# its body uses: no output may override or hide them.
+_RESULT_NAMES = frozenset(dir(InferResult)) | {"__slots__", "property"}
 
 
 def class_name(model: str) -> str:
@@ -56,14 +95,82 @@ def class_name(model: str) -> str:
     return f"Model{name}" if name[0].isdigit() else name
 
 
-def _identifier(name: str, taken: frozenset[str]) -> str:
-    """A Python identifier for a tensor name (``input.1`` -> ``input_1``)."""
-    text = re.sub(r"\W", "_", name)
-    if not text or text[0].isdigit():
+def class_names(models: Iterable[str]) -> dict[str, str]:
+    """The class name of each model in one module.
+
+    That is :func:`class_name`, unless it (or its ``Async`` twin, or its result class) is
+    another model's or a name the module imports: then, taking the models in the order
+    of their names, the first keeps it and the next get ``2``, ``3``, ... (``_2`` after a
+    digit): ``text-embed`` -> ``TextEmbed``, ``text_embed`` -> ``TextEmbed2``. So the
+    names depend only on the set of models, not on their order.
+    """
+    taken = set(_MODULE_NAMES)
+    chosen: dict[str, str] = {}
+    for model in sorted(set(models)):
+        base = class_name(model)
+        name, count = base, 1
+        while {name, f"Async{name}", f"{name}Result"} & taken:
+            count += 1
+            name = f"{base}_{count}" if base[-1].isdigit() else f"{base}{count}"
+        taken |= {name, f"Async{name}", f"{name}Result"}
+        chosen[model] = name
+    return chosen
+
+
+def _usable(text: str, reserved: Collection[str]) -> bool:
+    """Whether ``text`` can name a parameter or property as it is."""
+    return (
+        text.isidentifier()
+        and unicodedata.normalize("NFKC", text) == text  # (as Python reads an identifier)
+        and not keyword.iskeyword(text)
+        and not text.startswith("__")  # no dunder, nothing Python mangles in a class
+        and text not in reserved
+    )
+
+
+def _identifier(name: str, reserved: Collection[str]) -> str:
+    """A Python identifier for a tensor name (``input.1`` -> ``input_1``, ``class`` ->
+    ``class_``), not yet told apart from the others' (see :func:`_identifiers`)."""
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(char if f"_{char}".isidentifier() else "_" for char in text)
+    if unicodedata.normalize("NFKC", text) != text:  # (a combining mark now after a "_")
+        text = re.sub(r"[^0-9A-Za-z_]", "_", text)
+    if not text.isidentifier():  # empty, or a digit first
         text = f"_{text}"
-    if keyword.iskeyword(text) or text in taken:
+    if text.startswith("__"):
+        text = "_" + text.lstrip("_")
+    if keyword.iskeyword(text) or text in reserved:
         text += "_"
     return text
+
+
+def _identifiers(names: Iterable[str], reserved: Collection[str]) -> dict[str, str]:
+    """Distinct Python identifiers for the tensor names of one method or result class,
+    none of them ``reserved``.
+
+    A name usable as it is keeps it; the others, in order, become :func:`_identifier`,
+    with ``_2``, ``_3``, ... after it while that is taken: tensors ``a.b`` and ``a_b``
+    are ``a_b_2`` and ``a_b``.
+    """
+    names = list(names)
+    chosen = {name: name for name in names if _usable(name, reserved)}
+    used = set(chosen.values())
+    for name in names:
+        if name in chosen:
+            continue
+        base = _identifier(name, reserved)
+        text, count = base, 1
+        while text in used or not _usable(text, reserved):
+            count += 1
+            text = f"{base}_{count}"
+        chosen[name] = text
+        used.add(text)
+    return {name: chosen[name] for name in names}
+
+
+def _doc(text: str) -> str:
+    """``text`` as it may stand in a docstring."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _array_type(tensor: TensorSpec) -> str:
@@ -85,24 +192,27 @@ def _options(stream: bool) -> list[tuple[str, str]]:
     return [(name, declared) for name, declared, streams in _CALL_OPTIONS if streams or not stream]
 
 
-def _method(spec: ModelSpec, method: str, result: str, asynchronous: bool) -> list[str]:
+def _method(
+    spec: ModelSpec, params: dict[str, str], method: str, result: str, asynchronous: bool
+) -> list[str]:
     stream = method == "stream"
-    params = {name: _identifier(name, _OPTIONS) for name in spec.inputs}
-    returns = f"AsyncIterator[{result}]" if stream and asynchronous else result
-    if stream and not asynchronous:
-        returns = f"Iterator[{result}]"
-    prefix = "async def" if asynchronous else "def"
+    if stream:
+        returns = f"AsyncResponseStream[{result}]" if asynchronous else f"ResponseStream[{result}]"
+    else:
+        returns = result
+    # Model.stream and AsyncModel.stream both return the stream at once: a plain def.
+    prefix = "async def" if asynchronous and not stream else "def"
     lines = [f"    {prefix} {method}(", "        self,", "        *,"]
     for name, tensor in spec.inputs.items():
         default = " | None = None" if tensor.optional else ""
         lines.append(f"        {params[name]}: InputValue{default},")
     lines += [f"        {name}: {declared}," for name, declared in _options(stream)]
     lines.append(f"    ) -> {returns}:")
+    model = _doc(repr(spec.name))
     what = {
-        "infer": f"Run a batch through {spec.name!r} (see Model.infer).",
-        "infer_sample": f"Run one sample through {spec.name!r}, no batch axis "
-        "(see Model.infer_sample).",
-        "stream": f"Send one request to {spec.name!r} and read its responses (see Model.stream).",
+        "infer": f"Run a batch through {model} (see Model.infer).",
+        "infer_sample": f"Run one sample through {model}, no batch axis (see Model.infer_sample).",
+        "stream": f"Send one request to {model} and read its responses (see Model.stream).",
     }[method]
     lines.append(f'        """{what}')
     if spec.inputs:
@@ -124,11 +234,7 @@ def _method(spec: ModelSpec, method: str, result: str, asynchronous: bool) -> li
     lines += [f"            {name}={name}," for name, _ in _options(stream)]
     lines.append("        )")
     if stream:
-        loop = "async for" if asynchronous else "for"
-        lines += [
-            f"        {loop} response in responses:",
-            f"            yield typed(response, {result})",
-        ]
+        lines.append(f"        return typed_stream(responses, {result})")
     else:
         lines.append(f"        return typed(result, {result})")
     return lines
@@ -139,83 +245,66 @@ def _quote(text: str) -> str:
     return json.dumps(text)
 
 
-def _model(spec: ModelSpec) -> list[str]:
-    name = class_name(spec.name)
+def _model(spec: ModelSpec, name: str) -> list[str]:
     result = f"{name}Result"
+    model = _doc(repr(spec.name))
     lines = [
         "",
         "",
         f"class {result}(InferResult):",
-        f'    """The outputs of {spec.name!r}, each a typed attribute; the InferResult',
+        f'    """The outputs of {model}, each a typed attribute; the InferResult',
         '    surface (result["NAME"], as_numpy, ...) works too."""',
         "",
         "    __slots__ = ()",
     ]
     batched = spec.batched
+    attributes = _identifiers(spec.outputs, _RESULT_NAMES | _MODULE_NAMES)
     for output, tensor in spec.outputs.items():
-        attribute = _identifier(output, _RESULT_ATTRIBUTES)
         lines += [
             "",
             "    @property",
-            f"    def {attribute}(self) -> {_array_type(tensor)}:",
+            f"    def {attributes[output]}(self) -> {_array_type(tensor)}:",
             f'        """{_describe(tensor, batched)}."""',
             f"        return self[{_quote(output)}]",
         ]
+    # Parameters hide module names only in the body, which uses these and the result class.
+    used = _METHOD_NAMES | {"given", "typed", "typed_stream", result}
+    params = _identifiers(spec.inputs, used)
     methods = ["stream"] if spec.decoupled else ["infer", "infer_sample"]
     for asynchronous in (False, True):
         base = "AsyncStubModel" if asynchronous else "StubModel"
         handle = "AsyncModel" if asynchronous else "Model"
         cls = f"Async{name}" if asynchronous else name
+        wrapped = _doc(f"{cls}(client.model({spec.name!r}))")
         lines += [
             "",
             "",
             f"class {cls}({base}):",
-            f'    """Model {spec.name!r}, typed: ``{cls}(client.model({spec.name!r}))``',
+            f'    """Model {model}, typed: ``{wrapped}``',
             f'    wraps the ts.{handle} and refuses one whose spec has changed."""',
             "",
             f"    MODEL = {_quote(spec.name)}",
             f"    SIGNATURE = {_quote(signature(spec))}",
         ]
         for method in methods:
-            lines += ["", *_method(spec, method, result, asynchronous)]
+            lines += ["", *_method(spec, params, method, result, asynchronous)]
     return lines
 
 
-HEADER = '''"""Typed handles for Triton models, written by ``triton-sdk stubgen``: do not edit.
-
-Regenerate with ``triton-sdk stubgen URL -m MODEL ... -o FILE``; ``--check`` tells
-whether this file still matches the server.
-"""
-
-from __future__ import annotations
-
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
-
-from triton_sdk import NOT_GIVEN, InferResult, InputValue, NotGiven, ParameterValue, RetryPolicy
-from triton_sdk.stubs import AsyncStubModel, StubModel, given, typed
-
-__all__ = [
-{names}
-]
-'''
-
-
 def render(specs: Iterable[ModelSpec]) -> str:
-    """The module for ``specs``, in the order given."""
-    specs = list(specs)
-    names = []
+    """The module for ``specs``, in the order given (a model given twice, once)."""
+    unique: dict[str, ModelSpec] = {}
     for spec in specs:
-        name = class_name(spec.name)
-        names += [name, f"Async{name}", f"{name}Result"]
+        unique.setdefault(spec.name, spec)
+    names = class_names(unique)
+    exported: list[str] = []
     body: list[str] = []
-    for spec in specs:
-        body += _model(spec)
-    exported = "\n".join(f"    {_quote(name)}," for name in sorted(names))
-    return HEADER.format(names=exported) + "\n".join(body) + "\n"
+    for spec in unique.values():
+        name = names[spec.name]
+        exported += [name, f"Async{name}", f"{name}Result"]
+        body += _model(spec, name)
+    listed = "\n".join(f"    {_quote(name)}," for name in sorted(exported))
+    return HEADER.format(names=listed) + "\n".join(body) + "\n"
 
 
 def differences(written: str, now: str, path: str) -> str:

@@ -10,7 +10,7 @@ outputs are typed attributes. See docs/stubs.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast, overload
 
 from ._async_client import AsyncModel
 from ._client import Model
@@ -18,8 +18,9 @@ from ._errors import InvalidInputError
 from ._result import InferResult
 from ._shaping import InputValue
 from ._spec import ModelSpec
+from ._streams import AsyncResponseStream, ResponseStream
 
-__all__ = ["AsyncStubModel", "StubModel", "given", "signature", "typed"]
+__all__ = ["AsyncStubModel", "StubModel", "given", "signature", "typed", "typed_stream"]
 
 R = TypeVar("R", bound=InferResult)
 
@@ -94,3 +95,60 @@ def typed(result: InferResult, cls: type[R]) -> R:
     """``result`` as the generated result class (the same object: no copy)."""
     result.__class__ = cls
     return cast("R", result)
+
+
+class _TypedResponses(Generic[R]):
+    """The responses of a :class:`ResponseStream`, each as the generated result class;
+    closing it closes that stream."""
+
+    __slots__ = ("_cls", "_responses")
+
+    def __init__(self, responses: ResponseStream[InferResult], cls: type[R]) -> None:
+        self._responses = responses
+        self._cls = cls
+
+    def __iter__(self) -> _TypedResponses[R]:
+        return self
+
+    def __next__(self) -> R:
+        return typed(next(self._responses), self._cls)
+
+    def close(self) -> None:
+        self._responses.close()
+
+
+class _AsyncTypedResponses(Generic[R]):
+    """The asyncio twin of :class:`_TypedResponses`."""
+
+    __slots__ = ("_cls", "_responses")
+
+    def __init__(self, responses: AsyncResponseStream[InferResult], cls: type[R]) -> None:
+        self._responses = responses
+        self._cls = cls
+
+    def __aiter__(self) -> _AsyncTypedResponses[R]:
+        return self
+
+    async def __anext__(self) -> R:
+        return typed(await self._responses.__anext__(), self._cls)
+
+    async def aclose(self) -> None:
+        await self._responses.aclose()
+
+
+@overload
+def typed_stream(responses: ResponseStream[InferResult], cls: type[R]) -> ResponseStream[R]: ...
+@overload
+def typed_stream(
+    responses: AsyncResponseStream[InferResult], cls: type[R]
+) -> AsyncResponseStream[R]: ...
+def typed_stream(
+    responses: ResponseStream[InferResult] | AsyncResponseStream[InferResult], cls: type[R]
+) -> ResponseStream[R] | AsyncResponseStream[R]:
+    """``responses`` (what ``Model.stream`` or ``AsyncModel.stream`` returned) yielding the
+    generated result class. Closing it (``close``, ``aclose``, leaving ``with``) closes
+    ``responses``, which cancels the request as ever, from another thread or task too."""
+    # No StreamStop of its own: closing goes through to ``responses``, which stops itself.
+    if isinstance(responses, AsyncResponseStream):
+        return AsyncResponseStream(_AsyncTypedResponses(responses, cls))
+    return ResponseStream(_TypedResponses(responses, cls))

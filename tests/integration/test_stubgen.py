@@ -3,6 +3,7 @@ check, and what it says when the file or the server changed."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -10,9 +11,16 @@ from typing import Any
 
 import pytest
 
+import triton_sdk as ts
 from triton_sdk._cli import main
+from triton_sdk.local import LocalServer
 
+from .._reader import StreamReader
 from ._blocking import Blocking, LoopThread
+from .conftest import server_url
+
+LONG = 60
+DELAY_MS = 100  # a stream of LONG responses takes 6 s
 
 
 def load(path: Path) -> ModuleType:
@@ -87,3 +95,74 @@ def test_without_models_every_ready_model_is_written(url: str, tmp_path: Path) -
     assert main(["stubgen", url, "-o", str(path)]) == 0
     models = load(path)
     assert {"AddSub", "TextEmbed", "Repeat"} <= set(models.__all__)
+
+
+def test_a_generated_stream_is_the_models_response_stream(
+    server: LocalServer, protocol: str, tmp_path: Path
+) -> None:
+    url = server_url(server, protocol)
+    path = tmp_path / "models.py"
+    assert main(["stubgen", url, "-m", "repeat", "-o", str(path)]) == 0
+    models = load(path)
+    with ts.Client(url) as client:
+        repeat = models.Repeat(client.model("repeat"))
+        with pytest.raises(ts.InvalidInputError, match="'IN'"):
+            repeat.stream(IN=["x"])  # at the call, as Model.stream
+        with repeat.stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS) as stream:
+            assert isinstance(stream, ts.ResponseStream)
+            first = next(stream)
+            assert type(first) is models.RepeatResult
+            assert first.OUT.tolist() == [0]
+        assert list(stream) == []  # left: cancelled
+        # Closed from another thread while that one waits for the next response.
+        stream = repeat.stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS)
+        reader = StreamReader(stream)
+        reader.wait_until_waiting()
+        stream.close()
+        reader.join(3)
+        assert reader.outcome == ["ended"]
+        assert 0 < len(reader.seen) < LONG // 2
+        assert all(type(seen) is models.RepeatResult for seen in reader.seen)
+        assert [response.OUT.tolist() for response in repeat.stream(IN=[5])] == [[5]]
+
+
+def test_a_generated_async_stream_is_the_models_async_response_stream(
+    server: LocalServer, protocol: str, tmp_path: Path
+) -> None:
+    url = server_url(server, protocol)
+    path = tmp_path / "models.py"
+    assert main(["stubgen", url, "-m", "repeat", "-o", str(path)]) == 0
+    models = load(path)
+
+    async def run() -> None:
+        async with ts.AsyncClient(url) as client:
+            repeat = models.AsyncRepeat(await client.model("repeat"))
+            with pytest.raises(ts.InvalidInputError, match="'IN'"):
+                repeat.stream(IN=["x"])  # at the call, before any iteration
+            async with repeat.stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS) as stream:
+                assert isinstance(stream, ts.AsyncResponseStream)
+                first = await anext(stream)
+                assert type(first) is models.RepeatResult
+                assert first.OUT.tolist() == [0]
+            assert [response async for response in stream] == []
+            # Closed from another task while that one awaits the next response.
+            stream = repeat.stream(IN=list(range(LONG)), DELAY_MS=DELAY_MS)
+            seen: list[Any] = []
+            got_one = asyncio.Event()
+
+            async def read() -> str:
+                async for response in stream:
+                    seen.append(response)
+                    got_one.set()
+                return "ended"
+
+            reader = asyncio.create_task(read())
+            await asyncio.wait_for(got_one.wait(), 10)
+            await asyncio.sleep(0.05)  # the reader is back waiting in the stream
+            await stream.aclose()
+            assert await asyncio.wait_for(reader, 3) == "ended"
+            assert 0 < len(seen) < LONG // 2
+            assert all(type(response) is models.RepeatResult for response in seen)
+            assert [r.OUT.tolist() async for r in repeat.stream(IN=[5])] == [[5]]
+
+    asyncio.run(run())

@@ -3,9 +3,13 @@ mypy --strict says of code that uses them. Against a real server: tests/integrat
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import importlib.util
+import inspect
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,9 +19,11 @@ import pytest
 
 import triton_sdk as ts
 from triton_sdk import ops
-from triton_sdk._stubgen import class_name, differences, render
-from triton_sdk.stubs import signature
+from triton_sdk._stubgen import class_name, class_names, differences, render
+from triton_sdk.stubs import signature, typed
 from triton_sdk.testing import MockTransport
+
+from .._reader import StreamReader
 
 
 def tensor(name: str, datatype: str, shape: tuple[int, ...], optional: bool = False) -> Any:
@@ -90,8 +96,6 @@ def test_the_module_has_a_result_a_handle_and_an_async_twin_per_model(tmp_path: 
 
 
 def test_odd_names_become_identifiers(tmp_path: Path) -> None:
-    import inspect
-
     module = load(render([ODD]), tmp_path)
     parameters = inspect.signature(module.OddModelV2.infer).parameters
     assert {"input_1", "class_", "timeout_"} <= set(parameters)
@@ -99,6 +103,339 @@ def test_odd_names_become_identifiers(tmp_path: Path) -> None:
     assert parameters["timeout"].default is ts.NOT_GIVEN  # the call's own option
     assert isinstance(inspect.getattr_static(module.OddModelV2Result, "id_"), property)
     assert isinstance(inspect.getattr_static(module.OddModelV2Result, "_9lives"), property)
+
+
+def echo(op: Any, ctx: ts.CallContext) -> object:
+    """Each output is the input of the same name (streamed: one response)."""
+    request = op.request if isinstance(op, ops.StreamInfer) else op
+    assert isinstance(request, ops.InferRequest)
+    outputs = {tensor.name: tensor.array for tensor in request.inputs}
+    if isinstance(op, ops.StreamInfer):
+        return [ts.testing.result_of(request.model, outputs)]
+    return outputs
+
+
+def class_of(text: str, name: str) -> ast.ClassDef:
+    return next(
+        node
+        for node in ast.parse(text).body
+        if isinstance(node, ast.ClassDef) and node.name == name
+    )
+
+
+def sent_as(text: str, cls: str) -> dict[str, str]:
+    """Tensor name -> the parameter it is sent from, in the methods of class ``cls`` of a
+    generated module (the same in each)."""
+    tables = [node for node in ast.walk(class_of(text, cls)) if isinstance(node, ast.Dict)]
+    mappings = [
+        {
+            ast.literal_eval(key): value.id  # type: ignore[arg-type, attr-defined]
+            for key, value in zip(table.keys, table.values, strict=True)
+        }
+        for table in tables
+    ]
+    assert mappings
+    assert all(mapping == mappings[0] for mapping in mappings)
+    return mappings[0]
+
+
+def read_as(text: str, cls: str) -> dict[str, str]:
+    """Tensor name -> the property of result class ``cls`` of a generated module."""
+    return {
+        ast.literal_eval(node.body[-1].value.slice): node.name  # type: ignore[attr-defined]
+        for node in class_of(text, cls).body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+DUPES = ts.ModelSpec(
+    name="dupes",
+    inputs={name: tensor(name, "FP32", (1,)) for name in ("a.b", "a_b", "a-b", "a_b_2")},
+    outputs={name: tensor(name, "FP32", (1,)) for name in ("y.1", "y_1", "y 1")},
+)
+
+
+def test_names_that_become_the_same_identifier_stay_apart(
+    tmp_path: Path, mypy_says: dict[str, list[str]]
+) -> None:
+    text = render([DUPES])
+    module = load(text, tmp_path)  # (two parameters of one name were a SyntaxError)
+    # A name usable as it is keeps it; the others, in order, get _2, _3, ... past it.
+    assert sent_as(text, "Dupes") == {
+        "a.b": "a_b_3",
+        "a_b": "a_b",
+        "a-b": "a_b_4",
+        "a_b_2": "a_b_2",
+    }
+    assert read_as(text, "DupesResult") == {"y.1": "y_1_2", "y_1": "y_1", "y 1": "y_1_3"}
+    mock = MockTransport(echo, models=[DUPES])
+    with ts.Client("grpc://test", transport=mock) as client:
+        dupes = module.Dupes(client.model("dupes"))
+        dupes.infer(a_b_3=[1.0], a_b=[2.0], a_b_4=[3.0], a_b_2=[4.0])
+    (sent,) = [call.op for call in mock.calls if isinstance(call.op, ops.InferRequest)]
+    got = {tensor.name: float(tensor.array[0]) for tensor in sent.inputs}
+    assert got == {"a.b": 1.0, "a_b": 2.0, "a-b": 3.0, "a_b_2": 4.0}
+    echoed = ts.testing.result_of("dupes", {"y.1": [1.0], "y_1": [2.0], "y 1": [3.0]})
+    result = typed(echoed, module.DupesResult)
+    assert (result.y_1_2[0], result.y_1[0], result.y_1_3[0]) == (1.0, 2.0, 3.0)
+    assert mypy_says["dupes"] == []
+
+
+# Inputs named like the helpers a method calls, outputs named like InferResult's methods.
+HELPERS = ts.ModelSpec(
+    name="helpers",
+    inputs={
+        "given": tensor("given", "BYTES", (1,)),
+        "typed": tensor("typed", "FP32", (1,)),
+        "OPT": tensor("OPT", "FP32", (1,), optional=True),
+    },
+    outputs={name: tensor(name, "BYTES", (1,)) for name in ("datatype", "nbytes", "split_rows")},
+)
+
+
+def test_tensors_named_like_what_the_module_uses_hide_nothing(
+    tmp_path: Path, mypy_says: dict[str, list[str]]
+) -> None:
+    text = render([HELPERS])
+    assert sent_as(text, "Helpers") == {"given": "given_", "typed": "typed_", "OPT": "OPT"}
+    assert read_as(text, "HelpersResult") == {
+        "datatype": "datatype_",
+        "nbytes": "nbytes_",
+        "split_rows": "split_rows_",
+    }
+    module = load(text, tmp_path)
+
+    def serve(op: Any, ctx: ts.CallContext) -> object:
+        assert isinstance(op, ops.InferRequest)
+        assert {tensor.name for tensor in op.inputs} == {"given", "typed"}  # OPT: not given
+        return {"datatype": ["a"], "nbytes": ["b"], "split_rows": ["c"]}
+
+    with ts.Client("grpc://test", transport=MockTransport(serve, models=[HELPERS])) as client:
+        result = module.Helpers(client.model("helpers")).infer(given_=["x"], typed_=[1.0])
+    assert result.as_strings("datatype").tolist() == ["a"]  # datatype is InferResult's
+    assert result.datatype("nbytes") == "BYTES"
+    assert result.datatype_.tolist() == ["a"]
+    assert result.split_rows_.tolist() == ["c"]
+    assert mypy_says["helpers"] == []
+
+
+def names_a_module_uses() -> list[str]:
+    """Every name a generated module binds or uses (imports, helpers, locals, the call's
+    options, its own classes), InferResult's attributes, and names Python treats apart:
+    as tensor names, each a trap for the generated code."""
+    seed = [
+        ts.ModelSpec(
+            name=name,
+            decoupled=decoupled,
+            inputs={"X": tensor("X", "FP32", (1,), optional=True)},
+            outputs={"Y": tensor("Y", "FP32", (1,))},
+        )
+        for name, decoupled in (("weird", False), ("weird_stream", True))
+    ]
+    tree = ast.parse(render(seed))
+    names = set(dir(ts.InferResult)) | {"__debug__", "__x", "_Weird__x", "_x"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+    assert {"given", "typed", "typed_stream", "result", "responses", "np", "property"} <= names
+    return sorted(names - {"X", "Y"})
+
+
+NAMES = names_a_module_uses()
+WEIRD, WEIRD_STREAM = (
+    ts.ModelSpec(
+        name=name,
+        decoupled=decoupled,
+        inputs={
+            name: tensor(name, "FP32", (1,), optional=index % 2 == 1)
+            for index, name in enumerate(NAMES)
+        },
+        outputs={name: tensor(name, "FP32", (1,)) for name in NAMES},
+    )
+    for name, decoupled in (("weird", False), ("weird_stream", True))
+)
+
+
+def test_no_tensor_name_hides_what_the_module_uses(
+    tmp_path: Path, mypy_says: dict[str, list[str]]
+) -> None:
+    text = render([WEIRD, WEIRD_STREAM])
+    module = load(text, tmp_path)
+    values = {name: [float(index)] for index, name in enumerate(NAMES)}
+
+    def check(result: Any, cls: str) -> None:
+        assert type(result).__name__ == cls
+        for name, attribute in read_as(text, cls).items():
+            assert getattr(result, attribute).tolist() == values[name], name
+        # InferResult's own surface is intact (outputs named like it were properties).
+        assert result.datatype("datatype") == "FP32"
+        assert result.as_numpy("nbytes").tolist() == values["nbytes"]
+        assert result.nbytes == 4 * len(NAMES)
+        assert set(result.to_dict()) == set(NAMES)
+
+    mock = MockTransport(echo, models=[WEIRD, WEIRD_STREAM])
+    sent = sent_as(text, "Weird")
+    assert sent["given"] == "given_"  # (the helper the method calls for optional inputs)
+    streamed = sent_as(text, "WeirdStream")
+    with ts.Client("grpc://test", transport=mock) as client:
+        weird = module.Weird(client.model("weird"))
+        arguments = {sent[name]: value for name, value in values.items()}
+        check(weird.infer(**arguments), "WeirdResult")
+        check(weird.infer_sample(**arguments), "WeirdResult")
+        stream = module.WeirdStream(client.model("weird_stream"))
+        with stream.stream(**{streamed[name]: value for name, value in values.items()}) as got:
+            (response,) = list(got)
+        check(response, "WeirdStreamResult")
+
+    async def twins() -> None:
+        mock = MockTransport(echo, models=[WEIRD, WEIRD_STREAM])
+        async with ts.AsyncClient("grpc://test", transport=mock) as client:
+            weird = module.AsyncWeird(await client.model("weird"))
+            check(await weird.infer(**arguments), "WeirdResult")
+            stream = module.AsyncWeirdStream(await client.model("weird_stream"))
+            responses = stream.stream(**{streamed[name]: value for name, value in values.items()})
+            check(await anext(responses), "WeirdStreamResult")
+            await responses.aclose()
+
+    asyncio.run(twins())
+    assert mypy_says["weird"] == []
+
+
+def named(*models: str) -> list[ts.ModelSpec]:
+    return [
+        ts.ModelSpec(
+            name=model,
+            inputs={"X": tensor("X", "FP32", (1,))},
+            outputs={"X": tensor("X", "FP32", (1,))},
+        )
+        for model in models
+    ]
+
+
+COLLIDING = named("text_embed", "text-embed", "infer", "resnet-50", "resnet_50", "embed")
+COLLIDING += named("async_embed", "embed_result", "stub_model")
+
+
+def test_models_of_one_class_name_are_told_apart(
+    tmp_path: Path, mypy_says: dict[str, list[str]]
+) -> None:
+    # In the order of the models' names, the first keeps the name, the next get 2, 3, ...
+    # (_2 after a digit); a name the module imports, or one of another model's three
+    # classes, is taken too.
+    assert class_names(spec.name for spec in COLLIDING) == {
+        "async_embed": "AsyncEmbed",
+        "embed": "Embed2",  # (AsyncEmbed is async_embed's)
+        "embed_result": "EmbedResult2",  # (AsyncEmbedResult is async_embed's result class)
+        "infer": "Infer2",  # (InferResult is imported)
+        "resnet-50": "Resnet50",
+        "resnet_50": "Resnet50_2",
+        "stub_model": "StubModel2",
+        "text-embed": "TextEmbed",
+        "text_embed": "TextEmbed2",
+    }
+    text = render(COLLIDING)
+    assert render(reversed(COLLIDING)) != text  # the models' order is kept
+    assert class_names(spec.name for spec in reversed(COLLIDING)) == class_names(
+        spec.name for spec in COLLIDING
+    )
+    module = load(text, tmp_path)
+    assert module.InferResult is ts.InferResult
+    assert module.StubModel is ts.stubs.StubModel
+    assert len(module.__all__) == 3 * len(COLLIDING)
+    assert module.TextEmbed.MODEL == "text-embed"
+    assert module.TextEmbed2.MODEL == "text_embed"
+    assert module.AsyncTextEmbed2.MODEL == "text_embed"
+    assert module.Infer2.MODEL == "infer"
+    mock = MockTransport(echo, models=COLLIDING)
+    with ts.Client("grpc://test", transport=mock) as client:
+        assert module.TextEmbed2(client.model("text_embed")).infer(X=[1.0]).X.tolist() == [1.0]
+        with pytest.raises(ts.InvalidInputError, match="is for model 'text-embed'"):
+            module.TextEmbed(client.model("text_embed"))
+        result = module.Infer2(client.model("infer")).infer(X=[2.0])
+        assert type(result) is module.Infer2Result
+    assert mypy_says["collide"] == []
+
+
+def test_a_model_given_twice_is_written_once() -> None:
+    assert render([SIMPLE, STREAMED, SIMPLE]) == render([SIMPLE, STREAMED])
+
+
+def serve_stream(op: Any, ctx: ts.CallContext) -> object:
+    assert isinstance(op, ops.StreamInfer)
+    values = op.request.inputs[0].array
+    return [ts.testing.result_of("repeat", {"OUT": [value]}) for value in values]
+
+
+def test_a_stream_is_a_response_stream_of_typed_results(tmp_path: Path) -> None:
+    module = load(render([STREAMED]), tmp_path)
+    mock = MockTransport(serve_stream, models=[STREAMED])
+    with ts.Client("grpc://test", transport=mock) as client:
+        repeat = module.Repeat(client.model("repeat"))
+        before = len(mock.calls)
+        with pytest.raises(ts.InvalidInputError, match="'IN'"):
+            repeat.stream(IN=["x"])  # refused at the call, as Model.stream does
+        assert len(mock.calls) == before
+        with repeat.stream(IN=[5, 6, 7]) as responses:
+            assert isinstance(responses, ts.ResponseStream)
+            first = next(responses)
+            assert type(first) is module.RepeatResult
+            assert first.OUT.tolist() == [5]
+        assert list(responses) == []  # left: closed
+        assert [response.OUT.tolist() for response in repeat.stream(IN=[1, 2])] == [[1], [2]]
+        responses = repeat.stream(IN=[1, 2])
+        responses.close()
+        responses.close()
+        assert list(responses) == []
+
+
+def test_a_stream_closes_from_another_thread_while_it_is_read(tmp_path: Path) -> None:
+    module = load(render([STREAMED]), tmp_path)
+    release = threading.Event()
+
+    def slow(op: Any, ctx: ts.CallContext) -> object:
+        def responses() -> Any:
+            yield ts.testing.result_of("repeat", {"OUT": [1]})
+            release.wait(10)
+            yield ts.testing.result_of("repeat", {"OUT": [2]})
+
+        return responses()
+
+    with ts.Client("grpc://test", transport=MockTransport(slow, models=[STREAMED])) as client:
+        responses = module.Repeat(client.model("repeat")).stream(IN=[1, 2])
+        reader = StreamReader(responses)
+        reader.wait_until_waiting()
+        try:
+            responses.close()  # while the reader waits: no "generator already executing"
+        finally:
+            release.set()
+        reader.join(5)
+        assert reader.outcome == ["ended"]
+        assert all(type(seen).__name__ == "RepeatResult" for seen in reader.seen)
+
+
+async def test_an_async_stream_is_an_async_response_stream_of_typed_results(
+    tmp_path: Path,
+) -> None:
+    module = load(render([STREAMED]), tmp_path)
+    mock = MockTransport(serve_stream, models=[STREAMED])
+    async with ts.AsyncClient("grpc://test", transport=mock) as client:
+        repeat = module.AsyncRepeat(await client.model("repeat"))
+        with pytest.raises(ts.InvalidInputError, match="'IN'"):
+            repeat.stream(IN=["x"])  # refused at the call, before any iteration
+        async with repeat.stream(IN=[5, 6]) as responses:
+            assert isinstance(responses, ts.AsyncResponseStream)
+            first = await anext(responses)
+            assert type(first) is module.RepeatResult
+            assert first.OUT.tolist() == [5]
+        assert [response async for response in responses] == []
+        got = [response.OUT.tolist() async for response in repeat.stream(IN=[1, 2])]
+        assert got == [[1], [2]]
 
 
 def test_rendering_depends_only_on_the_specs() -> None:
@@ -182,6 +519,18 @@ USES = {
         async def arun(client: ts.AsyncClient) -> npt.NDArray[np.int32]:
             simple = models.AsyncSimple(await client.model("simple"))
             return (await simple.infer_sample(INPUT0=[1] * 16, INPUT1=[2] * 16)).OUTPUT1
+
+        def stream(client: ts.Client) -> list[npt.NDArray[np.int32]]:
+            repeat = models.Repeat(client.model("repeat"))
+            with repeat.stream(IN=[1, 2], timeout=5.0) as responses:
+                typed: ts.ResponseStream[models.RepeatResult] = responses
+                return [response.OUT for response in typed]
+
+        async def astream(client: ts.AsyncClient) -> list[npt.NDArray[np.int32]]:
+            repeat = models.AsyncRepeat(await client.model("repeat"))
+            async with repeat.stream(IN=[1, 2]) as responses:
+                typed: ts.AsyncResponseStream[models.RepeatResult] = responses
+                return [response.OUT async for response in typed]
         """,
     "typo": """
         import triton_sdk as ts
@@ -204,33 +553,64 @@ USES = {
         def run(client: ts.Client) -> None:
             print(models.Simple(client.model("simple")).infer(INPUT0=[1], INPUT1=[2]).OUTPUTO)
         """,
+    "streamed": """
+        import triton_sdk as ts
+        import models
+
+        def run(client: ts.Client) -> None:
+            for response in models.Repeat(client.model("repeat")).stream(IN=[1]):
+                print(response.OUTT)
+        """,
 }
 
 
-def test_mypy_catches_a_wrong_input_a_missing_input_and_a_wrong_output(tmp_path: Path) -> None:
+# The generated modules mypy --strict checks: once for this file, in one run (see mypy_says).
+MODULES = {
+    "models": [SIMPLE, STREAMED],
+    "dupes": [DUPES],
+    "helpers": [HELPERS],
+    "weird": [WEIRD, WEIRD_STREAM],
+    "collide": COLLIDING,
+}
+
+
+@pytest.fixture(scope="module")
+def mypy_says(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """What mypy --strict says of each module in MODULES and each use in USES: its error
+    lines, by file name (without .py)."""
     api = pytest.importorskip("mypy.api")
-    (tmp_path / "models.py").write_text(render([SIMPLE]))
-    for name, code in USES.items():
-        (tmp_path / f"use_{name}.py").write_text(textwrap.dedent(code))
+    folder = tmp_path_factory.mktemp("typed")
+    files = {name: render(specs) for name, specs in MODULES.items()}
+    files |= {f"use_{name}": textwrap.dedent(code) for name, code in USES.items()}
+    for name, text in files.items():
+        (folder / f"{name}.py").write_text(text)
     stdout, stderr, _ = api.run(
         [
             "--strict",
             "--no-error-summary",
             "--cache-dir",
-            str(tmp_path / ".mypy_cache"),
+            str(folder / ".mypy_cache"),
             "--python-executable",
             sys.executable,
-            *(str(tmp_path / f"{name}.py") for name in ["models", *(f"use_{n}" for n in USES)]),
+            *(str(folder / f"{name}.py") for name in files),
         ]
     )
     assert stderr == ""
-    errors: dict[str, list[str]] = {name: [] for name in USES}
+    errors: dict[str, list[str]] = {name: [] for name in files}
     for line in stdout.splitlines():
-        for name in USES:
-            if f"use_{name}.py:" in line and ": error:" in line:
-                errors[name].append(line)
-        assert "models.py:" not in line, line  # the generated module is clean
-    assert errors["good"] == []
-    assert any('Unexpected keyword argument "INPUTO"' in line for line in errors["typo"])
-    assert any('Missing named argument "INPUT1"' in line for line in errors["missing"])
-    assert any('has no attribute "OUTPUTO"' in line for line in errors["output"])
+        name = Path(line.split(":", 1)[0]).stem
+        assert name in errors, line
+        if ": error:" in line:
+            errors[name].append(line)
+    return errors
+
+
+def test_mypy_catches_a_wrong_input_a_missing_input_and_a_wrong_output(
+    mypy_says: dict[str, list[str]],
+) -> None:
+    assert mypy_says["models"] == []  # the generated module is clean
+    assert mypy_says["use_good"] == []
+    assert any('Unexpected keyword argument "INPUTO"' in line for line in mypy_says["use_typo"])
+    assert any('Missing named argument "INPUT1"' in line for line in mypy_says["use_missing"])
+    assert any('has no attribute "OUTPUTO"' in line for line in mypy_says["use_output"])
+    assert any('has no attribute "OUTT"' in line for line in mypy_says["use_streamed"])
