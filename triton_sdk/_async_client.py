@@ -67,7 +67,7 @@ from ._errors import (
     unreadable_answer,
     unsupported_operation,
 )
-from ._generate import JSONValue
+from ._generate import JSONValue, check_generate
 from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler
 from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
@@ -1335,8 +1335,11 @@ class AsyncModel(ModelCore):
         headers: Headers = None,
         **named_fields: object,
     ) -> AsyncResponseStream[dict[str, JSONValue]]:
-        """Like :meth:`generate`, yielding the fields of each response as it arrives."""
+        """Like :meth:`generate`, yielding the fields of each response as it arrives.
+
+        The fields are checked when it is called, as :meth:`stream`'s inputs are."""
         merged = merge_fields(fields, named_fields)
+        check_generate(self.spec, merged, parameters)
         op = GenerateStream(self.spec, self.version, merged, parameters)
         return self._client._stream(op, self._client._options(timeout, headers))
 

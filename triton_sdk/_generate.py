@@ -24,6 +24,7 @@ from ._spec import ModelSpec
 __all__ = [
     "JSONValue",
     "ServerSentEvents",
+    "check_generate",
     "event_to_result",
     "generate_body",
     "generate_request",
@@ -70,23 +71,28 @@ def generate_body(
     request_id: str = "",
     spec: ModelSpec | None = None,
 ) -> bytes:
-    """The JSON body of a generate request.
-
-    With ``spec``, everything is checked before it is sent, as on the gRPC path: the
-    fields named like inputs as one sample of them, the others (the server makes them
-    parameters) and ``parameters`` as parameters.
-    """
+    """The JSON body of a generate request; with ``spec``, checked first (see
+    :func:`check_generate`)."""
     if spec is not None:
-        _generate_inputs(spec, fields)
-        extra = {name: value for name, value in fields.items() if name not in spec.inputs}
-        check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
-        check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
+        check_generate(spec, fields, parameters)
     body = {name: _plain(value, "strict") for name, value in fields.items()}
     if request_id:
         body["id"] = request_id
     if parameters:
         body["parameters"] = {name: _plain(value, "strict") for name, value in parameters.items()}
     return json.dumps(body).encode()
+
+
+def check_generate(
+    spec: ModelSpec, fields: Mapping[str, object], parameters: Mapping[str, object] | None
+) -> None:
+    """Refuse a generate request that cannot be sent, as the gRPC path would: the fields
+    named like inputs are checked as one sample of them, the others (the server makes
+    them parameters) and ``parameters`` as parameters."""
+    _generate_inputs(spec, fields)
+    extra = {name: value for name, value in fields.items() if name not in spec.inputs}
+    check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
+    check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
 
 
 def generate_request(

@@ -170,7 +170,7 @@ def test_a_field_the_input_cannot_take_is_refused_before_sending(
     with pytest.raises(ts.InvalidInputError, match=re.escape(message)):
         model.generate(text_input="hi", max_tokens=value)
     with pytest.raises(ts.InvalidInputError, match=re.escape(message)):
-        list(model.generate_stream(text_input="hi", max_tokens=value))
+        model.generate_stream(text_input="hi", max_tokens=value)  # at the call, as stream
     assert inference_count(server, "generator") == before
 
 
