@@ -53,7 +53,7 @@ def _plain(value: Any, errors: str = "replace") -> JSONValue:
                 "the generate extension carries text: bytes that are not UTF-8 cannot be "
                 "sent through it (use model.infer, or a gRPC client)"
             ) from exc
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         items = [_plain(item, errors) for item in value]
         return items[0] if len(items) == 1 and not isinstance(items[0], list) else items
     if isinstance(value, np.generic):

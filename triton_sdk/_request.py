@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
 import attrs
+import numpy as np
 
 from ._checks import check_text
 from ._errors import InvalidInputError
@@ -138,7 +139,9 @@ def check_parameter_names(names: Iterable[object], model: str) -> None:
 def check_parameters(
     parameters: Mapping[str, ParameterValue] | None, model: str
 ) -> Mapping[str, ParameterValue] | None:
-    """Refuse parameters the protocol reserves or cannot carry."""
+    """Refuse parameters the protocol reserves or cannot carry; numpy scalars of the
+    kinds it carries (``np.float32(0.5)``, ``np.int64(3)``, ``np.bool_``) become the
+    Python values they hold."""
     if parameters is None:
         return None
     if not isinstance(parameters, Mapping):
@@ -149,7 +152,13 @@ def check_parameters(
     if not parameters:
         return None
     check_parameter_names(parameters, model)
-    for key, value in parameters.items():
+    plain: dict[str, ParameterValue] | None = None
+    for key, given in parameters.items():
+        value: object = given  # (annotated for users: numpy scalars come in all the same)
+        if isinstance(value, np.bool_ | np.integer | np.floating):
+            value = value.item()
+            plain = dict(parameters) if plain is None else plain
+            plain[key] = cast("ParameterValue", value)
         if isinstance(value, str):
             check_text(value, f"parameter {key!r}")
         elif not isinstance(value, bool | int | float):
@@ -161,4 +170,4 @@ def check_parameters(
             raise InvalidInputError(
                 f"parameter {key!r}: {value} does not fit a 64-bit integer", model=model
             )
-    return parameters
+    return parameters if plain is None else plain

@@ -189,7 +189,7 @@ def _python_integers(
     A bool is refused, as booleans are everywhere but in BOOL inputs.
     """
     try:
-        exact = np.array(value, dtype=np.object_)
+        exact = np.array(value, dtype=np.object_, order="C")  # (so reshape(-1) is a view)
     except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError):
         return None
     if exact.shape != shape:

@@ -108,6 +108,20 @@ def test_parameters_argument_and_extra_fields_together(client: Any) -> None:
     assert result["OUT_INT32"] == 7
 
 
+def test_numpy_scalars_and_tuples_are_sent_as_their_values(client: Any) -> None:
+    # Over HTTP too: fields and parameters checked as gRPC checks them, then sent as JSON.
+    model = client.model("all_dtypes")
+    result = model.generate(
+        IN_INT32=(7, 8),
+        temperature=np.float32(0.5),
+        parameters={"top_k": np.int64(3), "greedy": np.bool_(True)},
+    )
+    assert result["OUT_INT32"] == [7, 8]
+    assert json.loads(result["PARAMETERS"]) == {"temperature": 0.5, "top_k": 3, "greedy": True}
+    (chunk,) = list(model.generate_stream(IN_INT32=np.int32(4), top_k=np.int16(2)))
+    assert chunk == {"OUT_INT32": 4, "PARAMETERS": '{"top_k":2}'}
+
+
 def test_extra_fields_in_generate_stream(client: Any) -> None:
     (chunk,) = list(client.model("all_dtypes").generate_stream(IN_INT32=[4, 5], top_k=2))
     assert json.loads(chunk["PARAMETERS"]) == {"top_k": 2}

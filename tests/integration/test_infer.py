@@ -301,6 +301,17 @@ def test_parameters_reach_the_model_and_come_back(client: Any) -> None:
         model.infer(IN_INT32=[[1]], parameters={"sequence_id": 3})
 
 
+def test_numpy_scalar_parameters_arrive_as_their_values(client: Any) -> None:
+    model = client.model("all_dtypes")
+    parameters = {"temperature": np.float32(0.5), "top_k": np.int64(3), "greedy": np.bool_(True)}
+    result = model.infer(IN_INT32=[[1]], parameters=parameters, outputs=["PARAMETERS"])
+    sent = json.loads(result.as_strings("PARAMETERS")[0, 0])
+    assert sent == {"temperature": 0.5, "top_k": 3, "greedy": True}
+    assert type(sent["greedy"]) is bool  # a bool parameter, not the integer 1
+    with pytest.raises(ts.InvalidInputError, match="does not fit a 64-bit integer"):
+        model.infer(IN_INT32=[[1]], parameters={"seed": np.uint64(2**64 - 1)})
+
+
 def test_large_batch_is_split_and_joined_in_order(client: Any, server: LocalServer) -> None:
     model = client.model("text_embed")
     texts = [f"sentence number {index}" for index in range(21)]

@@ -37,7 +37,7 @@ from triton_sdk._map import (
     default_batch_size,
     join_samples,
 )
-from triton_sdk._request import RequestedOutput
+from triton_sdk._request import RequestedOutput, check_parameters
 from triton_sdk._sequence import (
     Delivery,
     SequenceNotEndedWarning,
@@ -476,6 +476,21 @@ def test_generate_request_refuses_reserved_parameter_names(name: str) -> None:
 def test_generate_request_refuses_non_scalar_parameters() -> None:
     with pytest.raises(ts.InvalidInputError, match="'stop'"):
         generate_request(GEN_SPEC, None, {"text_input": "hi", "stop": ["a", "b"]}, None)
+
+
+def test_numpy_scalar_parameters_become_python_values() -> None:
+    request = generate_request(
+        GEN_SPEC,
+        None,
+        {"text_input": "hi", "temperature": np.float32(0.5)},
+        {"seed": np.uint32(7), "greedy": np.bool_(False)},
+    )
+    assert request.parameters == {"temperature": 0.5, "seed": 7, "greedy": False}
+    assert [type(value) for value in request.parameters.values()] == [float, int, bool]
+    given = {"mode": "fast", "top_k": 3}
+    assert check_parameters(given, "gen") is given  # nothing to convert: no copy
+    with pytest.raises(ts.InvalidInputError, match="'seed' must be bool, int, float or str"):
+        check_parameters({"seed": np.complex64(1)}, "gen")
 
 
 def test_generate_request_checks_the_inputs() -> None:
