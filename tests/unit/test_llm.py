@@ -5,13 +5,18 @@ tensors pick, what each sends, and how responses become choices, chunks and usag
 from __future__ import annotations
 
 import json
-from typing import Any
+import threading
+from typing import Any, cast
 
 import pytest
 
 import triton_sdk as ts
+from triton_sdk import ops
 from triton_sdk._llm import LLMCall
 from triton_sdk.llm import VLLM, TensorRTLLM, TensorRTLLMAPI, adapter_for, custom
+from triton_sdk.testing import MockTransport
+
+from .._reader import StreamReader
 
 
 def tensor(name: str, datatype: str = "BYTES", optional: bool = True) -> ts.TensorSpec:
@@ -261,3 +266,62 @@ def test_beams_are_refused() -> None:
     )
     with pytest.raises(ts.UnsupportedError, match="beam_width=2"):
         TensorRTLLM(spec).check({"max_tokens": 4, "beam_width": 2})
+
+
+# Through the clients: a stream read to its end, and one closed from another thread.
+
+EVENTS = [
+    {"text_output": "a", "output_log_probs": -0.5},
+    {"text_output": " b", "output_log_probs": -0.5},
+]
+
+
+def answer_events(op: Any, ctx: ts.CallContext) -> object:
+    assert isinstance(op, ops.GenerateStream)
+    return EVENTS
+
+
+def assert_finished(chunks: list[ts.CompletionChunk]) -> None:
+    # The model gives no finish reason or counts: the stream's end infers them.
+    assert [chunk.text for chunk in chunks] == ["a", " b", "", ""]
+    assert [chunk.finish_reason for chunk in chunks] == [None, None, "length", None]
+    assert chunks[-1].usage == ts.Usage(0, 2)
+
+
+def test_a_stream_read_to_its_end_gets_finish_reasons_and_usage() -> None:
+    mock = MockTransport(answer_events, models=[OLD_TRTLLM])
+    with ts.Client("grpc://test", transport=mock) as client:
+        assert_finished(list(client.model("ensemble").complete_stream("p", max_tokens=2)))
+
+
+async def test_an_async_stream_read_to_its_end_gets_finish_reasons_and_usage() -> None:
+    mock = MockTransport(answer_events, models=[OLD_TRTLLM])
+    async with ts.AsyncClient("grpc://test", transport=mock) as client:
+        model = await client.model("ensemble")
+        assert_finished([chunk async for chunk in model.complete_stream("p", max_tokens=2)])
+
+
+def test_a_stream_closed_from_another_thread_gets_none_made_up() -> None:
+    release = threading.Event()
+
+    def slow(op: Any, ctx: ts.CallContext) -> object:
+        def events() -> Any:
+            yield EVENTS[0]
+            release.wait(10)
+            yield EVENTS[1]
+
+        return events()
+
+    with ts.Client("grpc://test", transport=MockTransport(slow, models=[OLD_TRTLLM])) as client:
+        stream = client.model("ensemble").complete_stream("p", max_tokens=2)
+        reader = StreamReader(stream)
+        reader.wait_until_waiting()
+        try:
+            stream.close()
+        finally:
+            release.set()
+        reader.join(5)
+    assert reader.outcome == ["ended"]
+    chunks = cast("list[ts.CompletionChunk]", reader.seen)
+    assert chunks
+    assert all(chunk.finish_reason is None and chunk.usage is None for chunk in chunks)
