@@ -219,16 +219,18 @@ class SequenceState(Generic[G]):
             try:
                 if not delivery.counted:
                     return
-                delivery.counted = False
-                if not went_out:
-                    self.sent -= 1
-                    if delivery.end:
-                        self.ended = False
+                # START first: an interrupt landing between these steps must not leave
+                # START "on its way" with nobody to settle it (the waiters would hang).
                 if delivery.start:
                     waited = self.started
                     self._start = _START_SENT if went_out else _START_UNSENT
                     if replacement is not None:
                         self.started = replacement
+                if not went_out:
+                    self.sent -= 1
+                    if delivery.end:
+                        self.ended = False
+                delivery.counted = False
             finally:
                 if waited is not None:
                     waited.open()
