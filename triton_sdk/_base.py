@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 import attrs
 
@@ -50,6 +50,11 @@ Resolver = Callable[[str], Sequence[str]]
 """A DNS name's addresses (``resolver("triton-headless")`` -> ``["10.0.0.7", ...]``)."""
 
 DEFAULT_RESOLVE_INTERVAL = 30.0
+
+CLASSIFIABLE: Final = frozenset(
+    {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32", "FP64"}
+)
+"""The datatypes of outputs the server's classification extension can rank."""
 
 Timeout = float | None | NotGiven
 """Seconds; ``None`` for no timeout; ``NOT_GIVEN`` for the client's default."""
@@ -439,14 +444,24 @@ class ModelCore:
     def _classification_output(self, output: str | None, top_k: int) -> str:
         check_int(top_k, "top_k", 1, 2**31 - 1)
         if output is not None:
-            return check_text(output, "output")
-        if len(self.spec.outputs) == 1:
-            return next(iter(self.spec.outputs))
-        raise InvalidInputError(
-            f"model {self.name!r} has several outputs: name the one to classify with "
-            f"output=... (one of {', '.join(map(repr, self.spec.outputs))})",
-            model=self.name,
-        )
+            name = check_text(output, "output")
+        elif len(self.spec.outputs) == 1:
+            name = next(iter(self.spec.outputs))
+        else:
+            raise InvalidInputError(
+                f"model {self.name!r} has several outputs: name the one to classify with "
+                f"output=... (one of {', '.join(map(repr, self.spec.outputs))})",
+                model=self.name,
+            )
+        tensor = self.spec.outputs.get(name)  # (an unknown name is refused with the others)
+        if tensor is not None and tensor.datatype not in CLASSIFIABLE:
+            # Triton refuses the other numeric types, and a BYTES output kills the server.
+            raise InvalidInputError(
+                f"output {name!r} of {self.name!r} is {tensor.datatype}: the server classifies "
+                "integer, FP32 and FP64 outputs only; read it with infer() instead",
+                model=self.name,
+            )
+        return name
 
 
 class SequenceFlags(NamedTuple):

@@ -177,3 +177,32 @@ def test_embedding_without_labels(client: Any) -> None:
             assert c.score == pytest.approx(float(row[c.index]), abs=SCORE_TOLERANCE)
         assert sample[0].score == pytest.approx(float(row.max()), abs=SCORE_TOLERANCE)
         assert [c.score for c in sample] == sorted((c.score for c in sample), reverse=True)
+
+
+@pytest.mark.parametrize(
+    "datatype",
+    ["INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32", "FP64"],
+)
+def test_every_numeric_datatype_the_server_ranks(client: Any, datatype: str) -> None:
+    classes = client.model("all_dtypes").classify(
+        {f"IN_{datatype}": [[3, 1, 2]]}, top_k=2, output=f"OUT_{datatype}"
+    )
+    assert [(c.index, c.score) for c in classes[0]] == [(0, 3.0), (2, 2.0)]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "value"),
+    [("BYTES", [["b", "a"]]), ("BOOL", [[True, False]]), ("FP16", [[1.0]]), ("BF16", [[1.0]])],
+)
+def test_outputs_the_server_cannot_rank_are_refused_and_nothing_sent(
+    client: Any, server: LocalServer, datatype: str, value: Any
+) -> None:
+    # A BYTES output took tritonserver 2.51 down; the others it refuses as it runs them.
+    model = client.model("all_dtypes")
+    before = inference_count(server, "all_dtypes")
+    with pytest.raises(
+        ts.InvalidInputError, match=f"'OUT_{datatype}' of 'all_dtypes' is {datatype}"
+    ):
+        model.classify({f"IN_{datatype}": value}, output=f"OUT_{datatype}")
+    assert inference_count(server, "all_dtypes") == before
+    assert client.is_ready()
