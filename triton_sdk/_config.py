@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import os
 import random
 import socket
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from ._checks import NO_LIMIT_FROM
 from ._errors import InvalidInputError
 
 __all__ = [
@@ -57,6 +59,18 @@ def _at_least(
             raise InvalidInputError(f"{attribute.name} must be >= {minimum}, got {value!r}")
 
     return check
+
+
+def _boolean(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):  # (jitter="no" would read as true)
+        raise InvalidInputError(f"{attribute.name} must be a bool, got {type(value).__name__}")
+
+
+def _no_limit(value: float | None) -> float | None:
+    """A deadline of ``inf``, or of 1e9 s or more, is none, as such a timeout is."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= NO_LIMIT_FROM:
+        return None
+    return value
 
 
 def _optional_positive(
@@ -109,15 +123,18 @@ class RetryPolicy:
         jitter: wait a random time between half and all of the computed backoff, so
             that many clients do not retry in lockstep.
         deadline: seconds the whole call, retries and waits included, may take;
-            ``None`` for no bound beyond ``max_attempts``.
+            ``None`` for no bound beyond ``max_attempts`` (as are ``inf`` and anything
+            from 1e9 s on, which become ``None``).
     """
 
     max_attempts: int = attrs.field(default=3, validator=_at_least(1, integer=True))
     initial_backoff: float = attrs.field(default=0.1, validator=_at_least(0))
     max_backoff: float = attrs.field(default=5.0, validator=_at_least(0))
     multiplier: float = attrs.field(default=2.0, validator=_at_least(1))
-    jitter: bool = True
-    deadline: float | None = attrs.field(default=None, validator=_optional_positive)
+    jitter: bool = attrs.field(default=True, validator=_boolean)
+    deadline: float | None = attrs.field(
+        default=None, converter=_no_limit, validator=_optional_positive
+    )
 
     @classmethod
     def none(cls) -> RetryPolicy:
@@ -136,7 +153,13 @@ class RetryPolicy:
 
     def backoff(self, retry_number: int, rand: random.Random | None = None) -> float:
         """Seconds to wait before retry number ``retry_number`` (1 for the first retry)."""
-        base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (retry_number - 1))
+        if not self.initial_backoff:
+            return 0.0
+        try:
+            grown = self.initial_backoff * self.multiplier ** (retry_number - 1)
+        except OverflowError:  # (a float power past 1e308 raises instead of giving inf)
+            grown = math.inf
+        base = min(self.max_backoff, grown, NO_LIMIT_FROM)  # (sleep() takes no more)
         if not self.jitter:
             return base
         return base * (0.5 + 0.5 * (rand or _random).random())

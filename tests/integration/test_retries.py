@@ -120,6 +120,16 @@ def test_deadline_bounds_an_attempt_without_timeout(make_client: Any) -> None:
     assert time.monotonic() - started < 0.9
 
 
+@pytest.mark.parametrize("deadline", [float("inf"), 1e10])
+def test_a_deadline_past_any_clock_is_no_deadline(make_client: Any, deadline: float) -> None:
+    # Without a timeout the deadline alone bounds an attempt: gRPC failed such calls at
+    # once with DEADLINE_EXCEEDED, and HTTP with an OverflowError, though nothing was sent.
+    client = make_client(timeout=None, retry=ts.RetryPolicy(deadline=deadline))
+    assert [status.name for status in client.models()]
+    model = client.model("sleep")
+    assert model.infer(SECONDS=[0.01], retry=ts.RetryPolicy(deadline=deadline)) is not None
+
+
 # A full queue: "busy" holds one request in its queue and refuses the rest
 
 

@@ -129,6 +129,9 @@ def test_retry_policy_is_comparable_and_evolvable() -> None:
         {"multiplier": 0.5},
         {"deadline": 0},
         {"deadline": -1.0},
+        {"deadline": float("nan")},
+        {"jitter": "no"},
+        {"jitter": 0},
     ],
 )
 def test_retry_policy_validation(kwargs: dict[str, float]) -> None:
@@ -155,6 +158,22 @@ def test_backoff_without_jitter_is_exponential_and_capped() -> None:
     policy = RetryPolicy(initial_backoff=0.1, multiplier=2.0, max_backoff=0.5, jitter=False)
     waits = [policy.backoff(number) for number in range(1, 7)]
     assert waits == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
+
+
+@pytest.mark.parametrize("deadline", [float("inf"), 1e9, 1e300])
+def test_a_deadline_past_any_clock_is_none(deadline: float) -> None:
+    # As a timeout that large is: gRPC's and the sockets' clocks cannot hold it.
+    assert RetryPolicy(deadline=deadline).deadline is None
+    assert RetryPolicy(deadline=1e9 - 1).deadline == 1e9 - 1
+
+
+def test_backoff_after_thousands_of_retries_stays_capped() -> None:
+    # multiplier ** n past 1e308 raises OverflowError instead of giving inf.
+    policy = RetryPolicy(initial_backoff=0.1, multiplier=2.0, max_backoff=0.5, jitter=False)
+    assert policy.backoff(5000) == 0.5
+    assert RetryPolicy(initial_backoff=0, max_backoff=0).backoff(5000) == 0.0
+    endless = RetryPolicy(initial_backoff=1.0, max_backoff=float("inf"), jitter=False)
+    assert endless.backoff(5000) == 1e9  # what time.sleep can still take
 
 
 def test_backoff_with_multiplier_3() -> None:
