@@ -80,7 +80,9 @@ def check_int(value: object, what: str, minimum: int, maximum: int | None = None
 
 
 def check_text(value: object, what: str) -> str:
-    """A str that can travel as UTF-8 (no lone surrogates)."""
+    """A str that can travel as UTF-8 (no lone surrogates) and reach the server whole:
+    no NUL character, at which the server's C strings would cut it (a model name with one
+    reached another model over gRPC)."""
     if not isinstance(value, str):
         raise InvalidInputError(f"{what} must be a str, got {_type_name(value)}")
     try:
@@ -89,6 +91,10 @@ def check_text(value: object, what: str) -> str:
         raise InvalidInputError(
             f"{what} is not valid text: it has a lone surrogate, which UTF-8 cannot carry"
         ) from None
+    if "\x00" in value:
+        raise InvalidInputError(
+            f"{what} has a NUL character ('\\x00'), at which the server would cut it"
+        )
     return value
 
 

@@ -250,6 +250,16 @@ REFUSED: dict[str, tuple[Callable[[Any], object], str]] = {
         lambda m: m.infer(**GOOD, parameters={"p": "\ud800"}),
         "parameter",
     ),
+    # The server's C strings end at a NUL: these arrived cut ("req", "abc", "p").
+    "a NUL in request_id": (lambda m: m.infer(**GOOD, request_id="req\x00-42"), "request_id"),
+    "a NUL in a parameter value": (
+        lambda m: m.infer(**GOOD, parameters={"p": "abc\x00def"}),
+        "parameter",
+    ),
+    "a NUL in a parameter name": (
+        lambda m: m.infer(**GOOD, parameters={"p\x00q": "x"}),
+        "parameter name",
+    ),
 }
 
 

@@ -82,6 +82,18 @@ def test_unknown_model_handle(client: Any) -> None:
     assert caught.value.status in ("NOT_FOUND", 404)
 
 
+def test_a_model_name_with_a_nul_reaches_no_model(client: Any) -> None:
+    # gRPC carried the whole name and the server cut it at the NUL: this ran 'classifier'.
+    name = "classifier\x00junk"
+    for call in (
+        lambda: client.model(name),
+        lambda: client.is_model_ready(name),
+        lambda: client.model_statistics(name),
+    ):
+        with pytest.raises(ts.InvalidInputError, match="model name has a NUL character"):
+            call()
+
+
 def test_an_unknown_model_names_the_close_ones_and_the_repository(
     client: Any, protocol: str
 ) -> None:
