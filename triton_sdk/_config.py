@@ -6,6 +6,7 @@ import enum
 import math
 import os
 import random
+import re
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal
@@ -286,6 +287,10 @@ def check_metrics_url(url: object) -> str:
     return url
 
 
+_UNSENDABLE_IN_PATH: Final = re.compile("[\x00-\x20\x7f]")
+"""What an HTTP request line cannot carry in its path."""
+
+
 def parse_url(url: str) -> Endpoint:
     """Parse a client URL.
 
@@ -317,13 +322,25 @@ def parse_url(url: str) -> Endpoint:
     if not parts.hostname:
         raise InvalidInputError(f"no host in URL {shown!r}")
     try:
-        port = parts.port or default_port
+        port = parts.port
     except ValueError:
-        raise InvalidInputError(f"invalid port in URL {shown!r}") from None
+        port = 0
+    if port == 0 or parts.netloc.endswith(":"):  # (urllib reads "host:" as no port)
+        raise InvalidInputError(f"invalid port in URL {shown!r}")
     base_path = parts.path.rstrip("/")
     if base_path and protocol == "grpc":
         raise InvalidInputError(f"a gRPC URL cannot have a path: {shown!r}")
-    return Endpoint(protocol=protocol, tls=tls, host=parts.hostname, port=port, base_path=base_path)
+    if _UNSENDABLE_IN_PATH.search(base_path):
+        raise InvalidInputError(
+            f"the path of URL {shown!r} has a space or a control character; percent-encode it (%20)"
+        )
+    return Endpoint(
+        protocol=protocol,
+        tls=tls,
+        host=parts.hostname,
+        port=port or default_port,
+        base_path=base_path,
+    )
 
 
 _DNS_SCHEMES: Final = {"dns": "grpc", "dns+grpc": "grpc", "dns+http": "http"}

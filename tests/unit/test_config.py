@@ -89,6 +89,23 @@ def test_invalid_urls(url: str) -> None:
         parse_url(url)
 
 
+@pytest.mark.parametrize(
+    "url", ["grpc://127.0.0.1:0", "http://127.0.0.1:0", "localhost:", "http://[::1]:", "triton:0"]
+)
+def test_port_zero_or_empty_is_refused_not_replaced_by_the_default(url: str) -> None:
+    # urllib reads them as no port: they became 8001 or 80 without a word.
+    with pytest.raises(ts.InvalidInputError, match="invalid port in URL"):
+        parse_url(url)
+
+
+@pytest.mark.parametrize("path", ["/a b", "/a\x01b", "/a\x7fb"])
+def test_a_base_path_an_http_request_cannot_carry_is_refused(path: str) -> None:
+    # It was refused at each call instead, as a retryable connection failure.
+    with pytest.raises(ts.InvalidInputError, match="percent-encode it"):
+        parse_url(f"http://triton:8000{path}")
+    assert parse_url("http://triton:8000/a%20b").base_path == "/a%20b"
+
+
 def test_invalid_scheme_message_names_the_choices() -> None:
     with pytest.raises(ts.InvalidInputError, match="grpcs://") as info:
         parse_url("ftp://triton")
