@@ -1728,17 +1728,36 @@ class _MapRunner:
 
         try:
             with window:
-                for sample in iterate(samples):
+                remaining = iterate(samples)
+                refused: TritonError | None = None
+                while refused is None:
+                    try:
+                        sample = next(remaining)
+                    except StopIteration:
+                        break
+                    except Exception:
+                        # The samples' iterable failed: the batches sent before it come
+                        # out first, in order, as they would before a refused sample.
+                        while len(window):
+                            for outcome in finish_oldest():
+                                yield plan.emit(outcome)
+                        raise
                     for batch in plan.builder.add(sample):
+                        refused = plan.refusal(batch)
+                        if refused is not None:
+                            break  # nothing after a refused sample is sent
                         window.submit(self._run_batch, batch)
                         while len(window) >= plan.concurrency:
                             for outcome in finish_oldest():
                                 yield plan.emit(outcome)
-                for batch in plan.builder.flush():
-                    window.submit(self._run_batch, batch)
+                if refused is None:
+                    for batch in plan.builder.flush():
+                        window.submit(self._run_batch, batch)
                 while len(window):
                     for outcome in finish_oldest():
                         yield plan.emit(outcome)
+                if refused is not None:
+                    yield plan.emit(refused)  # (raises)
         finally:
             if bar is not None:
                 bar.close()

@@ -187,6 +187,13 @@ class MapPlan:
         refused = type(error) is InferenceError and not (error.retryable or error.may_have_run)
         return self.collect and len(samples) > 1 and refused
 
+    def refusal(self, batch: list[PreparedSample]) -> TritonError | None:
+        """The error of a batch that is one sample refused on the client, when it ends
+        the map (``errors="raise"``): the batches before it are finished and yielded,
+        and nothing after it is read or sent."""
+        error = batch[0].error
+        return None if self.collect else error
+
     def emit(self, outcome: Outcome) -> Outcome:
         """An outcome as map yields it: errors are raised unless they are collected."""
         if isinstance(outcome, TritonError) and not self.collect:

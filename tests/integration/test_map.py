@@ -215,6 +215,48 @@ def test_errors_raise_raises_the_first_error(client: Any) -> None:
         list(model.map(samples, errors="raise"))
 
 
+def test_a_sample_refused_on_the_client_ends_the_map_there(
+    client: Any, server: LocalServer
+) -> None:
+    # Nothing after it was read or sent: all the later batches went out, to be thrown away.
+    pulled: list[int] = []
+
+    def samples() -> Iterator[dict[str, Any]]:
+        for index in range(10):
+            pulled.append(index)
+            bad = {"IMAGE": np.zeros((3, 3), dtype=np.uint8), "SCALE": 1.0}
+            yield bad if index == 2 else scale_sample(index)
+
+    model = client.model("scale")
+    before = inference_count(server, "scale")
+    results = []
+    with pytest.raises(ts.InvalidInputError, match=r"^sample 2: .*'IMAGE'"):
+        for result in model.map(samples(), batch_size=2, concurrency=4):
+            results.append(result)
+    assert len(results) == 2
+    for index, result in enumerate(results):
+        check_scaled(result, index)
+    assert pulled == [0, 1, 2]
+    assert requests_since(server, "scale", before, 1) == 1
+
+
+def test_samples_that_fail_to_come_end_the_map_after_what_was_sent(client: Any) -> None:
+    def samples() -> Iterator[dict[str, Any]]:
+        for index in range(5):
+            yield scale_sample(index)
+        raise RuntimeError("the source broke")
+
+    results = []
+    with pytest.raises(RuntimeError, match="the source broke"):
+        for result in client.model("scale").map(samples(), batch_size=2, concurrency=4):
+            results.append(result)
+    # The two full batches had gone out: their results come first (the fifth sample,
+    # still waiting for a batch, was never sent).
+    assert len(results) == 4
+    for index, result in enumerate(results):
+        check_scaled(result, index)
+
+
 def test_an_error_raised_by_map_lets_the_requests_in_flight_finish(
     client: Any, tmp_path: Path
 ) -> None:
