@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+import numpy as np
+
 from ._errors import InvalidInputError
 
 __all__ = [
@@ -61,18 +63,22 @@ def check_timeout(timeout: object, what: str = "timeout") -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise InvalidInputError(
-            f"{what} must be a number of seconds or None, got {_type_name(timeout)}"
-        )
+        if not isinstance(timeout, np.integer | np.floating):
+            raise InvalidInputError(
+                f"{what} must be a number of seconds or None, got {_type_name(timeout)}"
+            )
+        timeout = float(timeout)  # np.float32(2.5), np.int64(3)
     if math.isnan(timeout) or not timeout > 0:
         raise InvalidInputError(f"{what} must be > 0 or None, got {timeout!r}")
     return None if timeout >= NO_LIMIT_FROM else float(timeout)
 
 
 def check_int(value: object, what: str, minimum: int, maximum: int | None = None) -> int:
-    """An int (not a bool) in ``[minimum, maximum]``."""
+    """An int (not a bool; a numpy integer is taken as its value) in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputError(f"{what} must be an int, got {_type_name(value)}")
+        if not isinstance(value, np.integer):
+            raise InvalidInputError(f"{what} must be an int, got {_type_name(value)}")
+        value = int(value)
     if value < minimum or (maximum is not None and value > maximum):
         upper = "" if maximum is None else f" and <= {maximum}"
         raise InvalidInputError(f"{what} must be >= {minimum}{upper}, got {value}")

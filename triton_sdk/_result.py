@@ -173,6 +173,11 @@ class InferResult(Displayable, Mapping[str, Array]):
 
     def as_strings(self, name: str, encoding: str = "utf-8") -> npt.NDArray[np.object_]:
         """A BYTES output decoded to ``str``: an object array of ``str``, same shape."""
+        if not isinstance(encoding, str):
+            raise InvalidInputError(
+                f"as_strings: encoding must be a str such as 'utf-8', got {encoding!r}",
+                model=self.model_name,
+            )
         array = self[name]
         if array.dtype != np.object_:
             raise InvalidInputError(

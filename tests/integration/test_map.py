@@ -229,10 +229,10 @@ def test_a_sample_refused_on_the_client_ends_the_map_there(
 
     model = client.model("scale")
     before = inference_count(server, "scale")
-    results = []
+    results: list[Any] = []
+    mapped = model.map(samples(), batch_size=2, concurrency=4)
     with pytest.raises(ts.InvalidInputError, match=r"^sample 2: .*'IMAGE'"):
-        for result in model.map(samples(), batch_size=2, concurrency=4):
-            results.append(result)
+        results.extend(mapped)  # (what came before the error stays in the list)
     assert len(results) == 2
     for index, result in enumerate(results):
         check_scaled(result, index)
@@ -246,10 +246,10 @@ def test_samples_that_fail_to_come_end_the_map_after_what_was_sent(client: Any) 
             yield scale_sample(index)
         raise RuntimeError("the source broke")
 
-    results = []
+    results: list[Any] = []
+    mapped = client.model("scale").map(samples(), batch_size=2, concurrency=4)
     with pytest.raises(RuntimeError, match="the source broke"):
-        for result in client.model("scale").map(samples(), batch_size=2, concurrency=4):
-            results.append(result)
+        results.extend(mapped)
     # The two full batches had gone out: their results come first (the fifth sample,
     # still waiting for a batch, was never sent).
     assert len(results) == 4

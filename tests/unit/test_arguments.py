@@ -307,6 +307,22 @@ async def test_a_finite_timeout_just_below_no_limit_is_kept(env: Env) -> None:
     assert [call.ctx.timeout for call in env.mock.calls] == [9.9e8]
 
 
+async def test_numpy_numbers_are_taken_where_numbers_are(env: Env) -> None:
+    # A value computed with numpy: np.float32(2.5) seconds, np.int64(2) classes.
+    await resolve(env.probe.infer(**BATCH, timeout=np.float32(2.5)))
+    classes = await resolve(env.probe.classify(**BATCH, top_k=np.int64(2), output="Y"))
+    assert [len(sample) for sample in classes] == [2]
+    results = env.probe.map([SAMPLE] * 3, batch_size=np.int32(2), concurrency=np.int64(2))
+    assert len(await resolve(results)) == 3
+    timeouts = [call.ctx.timeout for call in env.mock.calls]
+    assert timeouts[0] == 2.5
+    assert type(timeouts[0]) is float
+    with pytest.raises(ts.InvalidInputError, match="top_k must be >= 1"):
+        await resolve(env.probe.classify(**BATCH, top_k=np.int64(0), output="Y"))
+    with pytest.raises(ts.InvalidInputError, match="top_k must be an int, got bool"):
+        await resolve(env.probe.classify(**BATCH, top_k=np.bool_(True), output="Y"))
+
+
 # 1c. Property: whatever the arguments, a TritonError or a result; refused means not sent
 
 BIG_INTS = st.sampled_from([2**31, -(2**31) - 1, 2**63, -(2**63) - 1, 2**64, 2**100, -(2**100)])

@@ -351,6 +351,12 @@ def test_as_strings_on_a_non_bytes_output() -> None:
         make_result(SCORES=SCORES).as_strings("SCORES")
 
 
+@pytest.mark.parametrize("encoding", [None, 8, b"utf-8"])
+def test_as_strings_refuses_an_encoding_that_is_not_a_str(encoding: Any) -> None:
+    with pytest.raises(ts.InvalidInputError, match="encoding must be a str"):
+        make_result(NAMES=NAMES).as_strings("NAMES", encoding)
+
+
 def test_as_strings_on_bytes_that_are_not_text_names_the_element() -> None:
     raw = np.array([[b"ok"], [b"\xff\xfe"]], dtype=np.object_)
     with pytest.raises(ts.InvalidInputError) as info:
