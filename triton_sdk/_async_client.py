@@ -1254,7 +1254,7 @@ class AsyncModel(ModelCore):
         (optional when the model has one output); labels come from the output's label
         file and are None without one.
         """
-        name = self._classification_output(output, top_k)
+        name, top_k = self._classification_output(output, top_k)
         requests = self._requests(
             inputs,
             named_inputs,

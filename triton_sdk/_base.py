@@ -441,8 +441,9 @@ class ModelCore:
             attrs.evolve(request, inputs=chunk) for chunk in split_batch(prepared.tensors, limit)
         ]
 
-    def _classification_output(self, output: str | None, top_k: int) -> str:
-        check_int(top_k, "top_k", 1, 2**31 - 1)
+    def _classification_output(self, output: str | None, top_k: int) -> tuple[str, int]:
+        """The output to classify and the number of classes, checked."""
+        top_k = check_int(top_k, "top_k", 1, 2**31 - 1)
         if output is not None:
             name = check_text(output, "output")
         elif len(self.spec.outputs) == 1:
@@ -461,7 +462,7 @@ class ModelCore:
                 "integer, FP32 and FP64 outputs only; read it with infer() instead",
                 model=self.name,
             )
-        return name
+        return name, top_k
 
 
 class SequenceFlags(NamedTuple):

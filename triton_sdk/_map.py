@@ -154,7 +154,7 @@ class MapPlan:
         errors: str,
         outputs: Iterable[str] | None,
     ) -> None:
-        check_int(concurrency, "concurrency", 1)
+        concurrency = check_int(concurrency, "concurrency", 1)
         if errors not in ("raise", "collect"):
             raise InvalidInputError(f"errors must be 'raise' or 'collect', got {errors!r}")
         self.spec = spec

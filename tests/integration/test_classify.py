@@ -69,6 +69,13 @@ def test_top_k_with_labels_best_first(client: Any) -> None:
     assert all(len(sample) == 2 for sample in classes)
 
 
+def test_top_k_computed_with_numpy(client: Any) -> None:
+    # An np.int64 reached HTTP's JSON encoder, which cannot write one.
+    features = distinct_features(2)
+    classes = client.model("classifier").classify(top_k=np.int64(2), FEATURES=features)
+    check(classes, expected_top(features, 2))
+
+
 def test_every_class_in_order(client: Any) -> None:
     model = client.model("classifier")
     features = np.array([[1, 2, 3, 4], [4, 3, 2, 1], [0, 5, 0, 0]], dtype=np.float32)
