@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import sys
@@ -23,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._async_client import AsyncClient
+from ._checks import NO_LIMIT_FROM
 from ._client import Client
 from ._errors import TritonError
 from ._shaping import InputValue
@@ -53,7 +55,12 @@ def parse_input(text: str) -> tuple[str, InputValue]:
         return name, _read_file(name, Path(value[1:]))
     try:
         parsed: InputValue = json.loads(value)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as error:
+        if value.lstrip()[:1] in ("[", "{", '"'):
+            raise UsageError(
+                f"input {name!r}: {value!r} is not valid JSON ({error}); a string that "
+                'starts with [, { or " is written as JSON: \'"[text"\''
+            ) from None
         return name, value  # a bare word: one string
     return name, parsed
 
@@ -72,9 +79,12 @@ def _read_file(name: str, path: Path) -> InputValue:
 
 
 def _inputs(given: Sequence[str] | None) -> dict[str, InputValue]:
-    inputs = dict(parse_input(text) for text in given or ())
-    if len(inputs) < len(given or ()):
-        raise UsageError("an input is given twice")
+    inputs: dict[str, InputValue] = {}
+    for text in given or ():
+        name, value = parse_input(text)
+        if name in inputs:
+            raise UsageError(f"input {name!r} is given twice")
+        inputs[name] = value
     return inputs
 
 
@@ -117,17 +127,32 @@ def infer(
         result = handle.infer_sample(inputs) if sample else handle.infer(inputs)
         outputs = {name: result[name] for name in result}
     if output_dir is not None:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        for name, array in outputs.items():
-            path = output_dir / f"{name}.npy"
-            np.save(path, array, allow_pickle=array.dtype == object)
-            print(f"{name}: {array.dtype} {list(array.shape)} -> {path}")
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            for name, array in outputs.items():
+                path = output_dir / f"{name}.npy"
+                np.save(path, array, allow_pickle=array.dtype == object)
+                print(f"{name}: {array.dtype} {list(array.shape)} -> {path}")
+        except OSError as error:
+            raise UsageError(f"cannot write the outputs to {output_dir}: {error}") from None
         return 0
     with np.printoptions(threshold=20, edgeitems=3):
         for name, array in outputs.items():
             print(f"{name}: {array.dtype} {list(array.shape)}")
-            print(f"  {np.array2string(array, prefix='  ')}")
+            print(f"  {np.array2string(_shown(array), prefix='  ')}")
     return 0
+
+
+def _shown(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """BYTES elements as the text they hold (bytes that are not UTF-8 escaped), so that
+    '안녕' prints as itself and not as b'\\xec\\x95...'."""
+    if array.dtype != object:
+        return array
+    shown = np.empty(array.shape, dtype=object)
+    for index, item in np.ndenumerate(array):
+        text = item.decode("utf-8", "backslashreplace") if isinstance(item, bytes) else item
+        shown[index] = text
+    return shown
 
 
 def load(url: str, model: str) -> int:
@@ -139,6 +164,10 @@ def load(url: str, model: str) -> int:
 
 def unload(url: str, model: str) -> int:
     with Client(url) as client:
+        # The server takes the unloading of a name it does not have as done.
+        names = {status.name for status in client.models()}
+        if model not in names:
+            raise UsageError(f"the repository of {url} has no model {model!r}")
         client.unload_model(model)
     print(f"unloading {model}")
     return 0
@@ -316,32 +345,71 @@ def demo(repository: Path) -> int:
 def stubgen(url: str, chosen: list[str] | None, output: Path, check: bool) -> int:
     """Write the typed module for the ``chosen`` models of the server at ``url`` (every
     ready model when none is named), or with ``check`` say whether ``output`` matches."""
-    from ._stubgen import class_name, differences, render
+    from ._stubgen import class_names, differences, render
 
     with Client(url) as client:
-        names = chosen or sorted(
-            {status.name for status in client.models() if status.state == "READY"}
+        names = (
+            list(dict.fromkeys(chosen))
+            if chosen
+            else sorted({status.name for status in client.models() if status.state == "READY"})
         )
         specs = [client.model_spec(name) for name in names]
     text = render(specs)
     if check:
-        if not output.is_file():
+        if not output.exists():
             print(f"stubgen: {output} does not exist; run without --check to write it")
             return 1
-        written = output.read_text(encoding="utf-8")
+        try:
+            written = output.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"cannot read {output}: {error}") from None
         if written == text:
             print(f"{output} matches the models of {url}")
             return 0
         print(f"stubgen: {output} is not what stubgen writes now for {url}:")
         print(differences(written, text, str(output)))
         return 1
-    output.write_text(text, encoding="utf-8")
-    classes = ", ".join(class_name(spec.name) for spec in specs)
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {output}: {error}") from None
+    names_of = class_names(spec.name for spec in specs)
+    classes = ", ".join(names_of[spec.name] for spec in specs)
     print(f"wrote {output}: {classes} (and their Async twins)")
     return 0
 
 
 # The parser
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise ValueError(text)
+    return port
+
+
+_port.__name__ = "port"  # (argparse names the type in its message: "invalid port value")
+
+
+def _threads(text: str) -> int:
+    count = int(text)
+    if count < 1:
+        raise ValueError(text)
+    return count
+
+
+_threads.__name__ = "thread count"
+
+
+def _seconds(text: str) -> float:
+    seconds = float(text)
+    if not 0 < seconds < NO_LIMIT_FROM:  # (NaN compares False)
+        raise ValueError(text)
+    return seconds
+
+
+_seconds.__name__ = "seconds"
 
 
 def _program() -> str:
@@ -383,14 +451,14 @@ def parser() -> argparse.ArgumentParser:
     infer_parser.add_argument("--sample", action="store_true", help="one sample, no batch axis")
     infer_parser.add_argument("-o", "--output-dir", type=Path, help="write each output as .npy")
     bench_parser = commands.choices["bench"]
-    bench_parser.add_argument("--seconds", type=float, default=5.0)
-    bench_parser.add_argument("-c", "--concurrency", type=int, default=1, help="threads")
+    bench_parser.add_argument("--seconds", type=_seconds, default=5.0)
+    bench_parser.add_argument("-c", "--concurrency", type=_threads, default=1, help="threads")
     command("load", "load a model (explicit model control)", model=True)
     command("unload", "unload a model (explicit model control)", model=True)
     serve_parser = command("serve", "serve a model repository locally", url=False)
     serve_parser.add_argument("repository", type=Path, nargs="?", default=EXAMPLE_MODELS)
     for port in ("http", "grpc", "metrics"):
-        serve_parser.add_argument(f"--{port}-port", type=int, help="free ports by default")
+        serve_parser.add_argument(f"--{port}-port", type=_port, help="free ports by default")
     command("install-server", "install the local server now (else on first use)", url=False)
     demo_parser = command("demo", "start a server on the example models and use them", url=False)
     demo_parser.add_argument("--repository", type=Path, default=EXAMPLE_MODELS)
@@ -431,3 +499,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TritonError, UsageError, ServerStartError) as error:
         print(f"{_program()} {args.command}: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader left (`| head -1`): end quietly, as a process killed by SIGPIPE does.
+        # What is still buffered must not fail again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
+    except KeyboardInterrupt:
+        print(f"{_program()} {args.command}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT

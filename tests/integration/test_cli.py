@@ -93,17 +93,79 @@ def test_infer_from_json_words_and_files(url: str, tmp_path: Path, capsys: Captu
         (["infer", "{url}", "add_sub", "-i", "INPUT0=@missing.npy"], "cannot read missing.npy"),
         (["describe", "{url}", "no_such_model"], "no_such_model"),
         (["models", "grpc://127.0.0.1:9"], "127.0.0.1:9"),
+        # JSON cut short was sent as the string '["a", "b"' (or refused as a str for FP32).
+        (["infer", "{url}", "text_embed", "--sample", "-i", 'TEXT=["a", "b"'], "not valid JSON"),
+        (["infer", "{url}", "add_sub", "-i", "INPUT0=[1, 2, 3, 4"], "'INPUT0'"),
+        (["infer", "{url}", "add_sub", "-i", "X=1", "-i", "X=2"], "input 'X' is given twice"),
+        # The server takes the unloading of a name it does not have as done.
+        (["unload", "{url}", "no_such_model"], "has no model 'no_such_model'"),
+        # Files that cannot be written: tracebacks before.
+        (["stubgen", "{url}", "-m", "add_sub", "-o", "/no/such/dir/m.py"], "cannot write"),
+        (["stubgen", "{url}", "-m", "add_sub", "-o", "{tmp}"], "cannot write"),
+        (
+            [
+                *("infer", "{url}", "add_sub", "-o", "{tmp}/file"),
+                *("-i", "INPUT0=[1,2,3,4]", "-i", "INPUT1=[1,2,3,4]"),
+            ],
+            "cannot write the outputs",
+        ),
     ],
 )
 def test_failures_are_one_line_and_exit_2(
-    url: str, argv: list[str], expected: str, capsys: Capture
+    url: str, argv: list[str], expected: str, capsys: Capture, tmp_path: Path
 ) -> None:
-    code, out, err = run(capsys, *(part.format(url=url) for part in argv))
+    (tmp_path / "file").write_text("")
+    code, out, err = run(capsys, *(part.format(url=url, tmp=tmp_path) for part in argv))
     assert code == 2
     assert out == ""
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"python -m triton_sdk {argv[0]}: ")
     assert expected in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["serve", "--http-port", "70000", "--grpc-port", "1", "--metrics-port", "2"], "port"),
+        (["serve", "--http-port", "0", "--grpc-port", "1", "--metrics-port", "2"], "port"),
+        (["bench", "{url}", "add_sub", "-c", "0"], "thread count"),
+        (["bench", "{url}", "add_sub", "--seconds", "-1"], "seconds"),
+        (["bench", "{url}", "add_sub", "--seconds", "nan"], "seconds"),
+        (["bench", "{url}", "add_sub", "--seconds", "inf"], "seconds"),  # it ran forever
+    ],
+)
+def test_numbers_out_of_range_are_refused_by_the_parser(
+    url: str, argv: list[str], expected: str, capsys: Capture
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([part.format(url=url) for part in argv])
+    assert info.value.code == 2
+    assert f"invalid {expected} value" in capsys.readouterr().err
+
+
+def test_bytes_outputs_print_as_text(url: str, capsys: Capture) -> None:
+    code, out, _ = run(capsys, "infer", url, "upper", "-i", 'TEXT=["héllo", "안녕하세요"]')
+    assert code == 0
+    assert "['HÉLLO' '안녕하세요']" in out  # not b'H\\xc3\\x89LLO' ...
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(url: str) -> None:
+    # `triton-sdk models URL | head -1`: a BrokenPipeError traceback before.
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first write fails with EPIPE
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-m", "triton_sdk", "models", url],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert finished.stderr == ""
+    assert finished.returncode == 141  # as a process ended by SIGPIPE
 
 
 def test_load_and_unload(url: str, capsys: Capture) -> None:

@@ -458,6 +458,13 @@ async def test_a_retry_before_the_request_went_out_is_an_info(
         ("failed to connect to all addresses; last error: connection refused", False, True),
         ("recvmsg:Connection reset by peer", True, True),
         ("Socket closed", True, True),
+        # A name that does not resolve: nothing was sent (grpcio 1.85's words).
+        (
+            "errors resolving nosuchhost.invalid:8001: [field:hostname lookup error:address "
+            "lookup failed for nosuchhost.invalid:8001: Domain name not found]",
+            False,
+            True,
+        ),
         (
             "failed to connect to all addresses; last error: UNAVAILABLE: Socket closed",
             False,

@@ -105,6 +105,7 @@ _NEVER_CONNECTED = (
     "connection refused",
     "connect failed",
     "dns resolution failed",
+    "errors resolving",  # (grpcio 1.7x and later, with the lookup's own words after it)
     "name resolution",
     "no route to host",
     "network is unreachable",
