@@ -216,14 +216,7 @@ def _cast_python_integers(
     None for other inputs (the ordinary refusal follows)."""
     low, high = int(exact.min()), int(exact.max())
     if target.kind in _INTEGER_KINDS:
-        info = np.iinfo(target)
-        if low < info.min or high > info.max:
-            bad = low if low < info.min else high
-            raise InvalidInputError(
-                f"input {spec.name!r} is {spec.datatype}: value {bad} is outside "
-                f"[{info.min}, {info.max}]",
-                model=model,
-            )
+        _check_integer_range(low, high, target, spec, model)
         return exact.astype(target)
     if target.kind != "f" and target != BF16:
         return None
@@ -325,18 +318,24 @@ def _cast(
             model=model,
         )
     if target.kind in _INTEGER_KINDS and source.kind in _INTEGER_KINDS and array.size:
-        info = np.iinfo(target)
-        low, high = int(array.min()), int(array.max())
-        if low < info.min or high > info.max:
-            bad = low if low < info.min else high
-            raise InvalidInputError(
-                f"input {spec.name!r} is {spec.datatype}: value {bad} is outside "
-                f"[{info.min}, {info.max}]",
-                model=model,
-            )
+        _check_integer_range(int(array.min()), int(array.max()), target, spec, model)
     if target.kind == "f" or target == BF16:
         return _cast_floats(array, target, spec, model)
     return array.astype(target)
+
+
+def _check_integer_range(
+    low: int, high: int, target: np.dtype[Any], spec: TensorSpec, model: str
+) -> None:
+    """Refuse integers from ``low`` to ``high`` that the integer ``target`` cannot hold."""
+    info = np.iinfo(target)
+    if low < info.min or high > info.max:
+        bad = low if low < info.min else high
+        raise InvalidInputError(
+            f"input {spec.name!r} is {spec.datatype}: value {bad} is outside "
+            f"[{info.min}, {info.max}]",
+            model=model,
+        )
 
 
 def _cast_floats(

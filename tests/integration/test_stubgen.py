@@ -97,13 +97,18 @@ def test_without_models_every_ready_model_is_written(url: str, tmp_path: Path) -
     assert {"AddSub", "TextEmbed", "Repeat"} <= set(models.__all__)
 
 
-def test_a_generated_stream_is_the_models_response_stream(
-    server: LocalServer, protocol: str, tmp_path: Path
-) -> None:
+def repeat_module(server: LocalServer, protocol: str, tmp_path: Path) -> tuple[str, ModuleType]:
+    """The server's URL for ``protocol``, and the module stubgen writes for ``repeat``."""
     url = server_url(server, protocol)
     path = tmp_path / "models.py"
     assert main(["stubgen", url, "-m", "repeat", "-o", str(path)]) == 0
-    models = load(path)
+    return url, load(path)
+
+
+def test_a_generated_stream_is_the_models_response_stream(
+    server: LocalServer, protocol: str, tmp_path: Path
+) -> None:
+    url, models = repeat_module(server, protocol, tmp_path)
     with ts.Client(url) as client:
         repeat = models.Repeat(client.model("repeat"))
         with pytest.raises(ts.InvalidInputError, match="'IN'"):
@@ -129,10 +134,7 @@ def test_a_generated_stream_is_the_models_response_stream(
 def test_a_generated_async_stream_is_the_models_async_response_stream(
     server: LocalServer, protocol: str, tmp_path: Path
 ) -> None:
-    url = server_url(server, protocol)
-    path = tmp_path / "models.py"
-    assert main(["stubgen", url, "-m", "repeat", "-o", str(path)]) == 0
-    models = load(path)
+    url, models = repeat_module(server, protocol, tmp_path)
 
     async def run() -> None:
         async with ts.AsyncClient(url) as client:
