@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeGuard, overload
 
 import numpy as np
 
@@ -25,6 +25,7 @@ __all__ = [
     "check_text",
     "check_timeout",
     "check_version",
+    "numpy_number",
 ]
 
 NO_LIMIT_FROM: Final = 1e9
@@ -58,12 +59,27 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+@overload
+def numpy_number(value: object, *, integer: Literal[True]) -> TypeGuard[np.integer[Any]]: ...
+@overload
+def numpy_number(
+    value: object, *, integer: Literal[False]
+) -> TypeGuard[np.integer[Any] | np.floating[Any]]: ...
+def numpy_number(value: object, *, integer: bool) -> TypeGuard[np.integer[Any] | np.floating[Any]]:
+    """Whether ``value`` is a numpy integer (or, unless ``integer``, float) scalar: a
+    number computed with numpy, taken as its value. ``np.timedelta64`` is a numpy integer
+    too, but it counts some unit, not plain numbers: it is not one."""
+    if isinstance(value, np.timedelta64):
+        return False
+    return isinstance(value, np.integer if integer else np.integer | np.floating)
+
+
 def check_timeout(timeout: object, what: str = "timeout") -> float | None:
     """Seconds > 0, or None for no limit (as is ``inf`` and anything from 1e9 s on)."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        if not isinstance(timeout, np.integer | np.floating):
+        if not numpy_number(timeout, integer=False):
             raise InvalidInputError(
                 f"{what} must be a number of seconds or None, got {_type_name(timeout)}"
             )
@@ -76,7 +92,7 @@ def check_timeout(timeout: object, what: str = "timeout") -> float | None:
 def check_int(value: object, what: str, minimum: int, maximum: int | None = None) -> int:
     """An int (not a bool; a numpy integer is taken as its value) in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        if not isinstance(value, np.integer):
+        if not numpy_number(value, integer=True):
             raise InvalidInputError(f"{what} must be an int, got {_type_name(value)}")
         value = int(value)
     if value < minimum or (maximum is not None and value > maximum):

@@ -495,7 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stubgen": lambda: stubgen(args.url, args.models, args.output, args.check),
     }
     try:
-        return runs[args.command]()
+        code = runs[args.command]()
+        sys.stdout.flush()  # (a pipe's buffer is written here, where a closed one is caught)
+        return code
     except (TritonError, UsageError, ServerStartError) as error:
         print(f"{_program()} {args.command}: {error}", file=sys.stderr)
         return 2

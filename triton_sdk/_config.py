@@ -287,6 +287,7 @@ def check_metrics_url(url: object) -> str:
     return url
 
 
+_STRIPPED_BY_URLSPLIT: Final = re.compile("[\t\r\n]")
 _UNSENDABLE_IN_PATH: Final = re.compile("[\x00-\x20\x7f]")
 """What an HTTP request line cannot carry in its path."""
 
@@ -305,6 +306,8 @@ def parse_url(url: str) -> Endpoint:
         raise InvalidInputError(f"the URL must be a str, got {type(given).__name__}")
     shown = redact_url(url)
     text = url.strip()
+    if _STRIPPED_BY_URLSPLIT.search(text):  # (urlsplit deletes them without a word)
+        raise InvalidInputError(f"the URL {shown!r} has a tab or a line break")
     if "://" not in text:
         text = f"grpc://{text}"
     try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias, cast
 import attrs
 import numpy as np
 
-from ._checks import check_text
+from ._checks import check_text, numpy_number
 from ._errors import InvalidInputError
 from ._ops import Op
 from ._result import InferResult
@@ -115,6 +115,8 @@ def check_outputs(
 def check_priority(priority: int, model: str) -> int:
     """Priorities are unsigned 64-bit integers (0: the model's default level)."""
     given: object = priority  # callers without type checking can pass anything
+    if numpy_number(given, integer=True):
+        given = priority = int(given)
     if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < 2**64:
         raise InvalidInputError(
             f"priority must be an int in [0, 2**64), got {priority!r}", model=model
@@ -155,7 +157,7 @@ def check_parameters(
     plain: dict[str, ParameterValue] | None = None
     for key, given in parameters.items():
         value: object = given  # (annotated for users: numpy scalars come in all the same)
-        if isinstance(value, np.bool_ | np.integer | np.floating):
+        if isinstance(value, np.bool_) or numpy_number(value, integer=False):
             value = value.item()
             plain = dict(parameters) if plain is None else plain
             plain[key] = cast("ParameterValue", value)

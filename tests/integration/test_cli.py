@@ -153,19 +153,26 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(url: str) -> None:
     # `triton-sdk models URL | head -1`: a BrokenPipeError traceback before.
     read, write = os.pipe()
     os.close(read)  # nobody reads: the first write fails with EPIPE
-    try:
-        finished = subprocess.run(
-            [sys.executable, "-m", "triton_sdk", "models", url],
-            stdout=write,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        os.close(write)
-    assert finished.stderr == ""
-    assert finished.returncode == 141  # as a process ended by SIGPIPE
+    for buffered in (True, False):
+        # Buffered, the few lines are written at the end (at exit, before the fix).
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+        if not buffered:
+            env["PYTHONUNBUFFERED"] = "1"
+        try:
+            finished = subprocess.run(
+                [sys.executable, "-m", "triton_sdk", "models", url],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+                env=env,
+            )
+        finally:
+            if not buffered:
+                os.close(write)
+        assert finished.stderr == "", buffered
+        assert finished.returncode == 141, buffered  # as a process ended by SIGPIPE
 
 
 def test_load_and_unload(url: str, capsys: Capture) -> None:

@@ -321,6 +321,24 @@ async def test_numpy_numbers_are_taken_where_numbers_are(env: Env) -> None:
         await resolve(env.probe.classify(**BATCH, top_k=np.int64(0), output="Y"))
     with pytest.raises(ts.InvalidInputError, match="top_k must be an int, got bool"):
         await resolve(env.probe.classify(**BATCH, top_k=np.bool_(True), output="Y"))
+    await resolve(env.probe.infer(**BATCH, priority=np.uint64(2)))
+    assert env.mock.calls[-1].op.priority == 2
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda e: e.probe.infer(**BATCH, timeout=np.timedelta64(500, "ms")),
+        lambda e: e.probe.classify(**BATCH, top_k=np.timedelta64(3), output="Y"),
+        lambda e: e.probe.infer(**BATCH, priority=np.timedelta64(1)),
+        lambda e: e.probe.infer(**BATCH, parameters={"p": np.timedelta64(1)}),
+    ],
+)
+async def test_a_timedelta64_is_no_number(env: Env, call: Callable[[Env], object]) -> None:
+    # numpy counts it among its integers, but it counts some unit: 500 ms is not 500 s.
+    with pytest.raises(ts.InvalidInputError, match="timedelta64"):
+        await resolve(call(env))
+    assert env.mock.calls == []
 
 
 # 1c. Property: whatever the arguments, a TritonError or a result; refused means not sent

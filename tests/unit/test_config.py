@@ -98,6 +98,15 @@ def test_port_zero_or_empty_is_refused_not_replaced_by_the_default(url: str) -> 
         parse_url(url)
 
 
+@pytest.mark.parametrize(
+    "url", ["http://triton:8000/a\tb", "http://tri\nton:8000", "triton:80\r01"]
+)
+def test_tabs_and_line_breaks_are_refused_not_dropped(url: str) -> None:
+    # urlsplit deletes them: /a<TAB>b became /ab.
+    with pytest.raises(ts.InvalidInputError, match="a tab or a line break"):
+        parse_url(url)
+
+
 @pytest.mark.parametrize("path", ["/a b", "/a\x01b", "/a\x7fb"])
 def test_a_base_path_an_http_request_cannot_carry_is_refused(path: str) -> None:
     # It was refused at each call instead, as a retryable connection failure.
