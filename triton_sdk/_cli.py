@@ -203,7 +203,10 @@ def bench(
         started = time.monotonic()
         for thread in threads:
             thread.start()
-        with tqdm(total=round(seconds, 1), unit="s", file=sys.stderr, leave=False) as bar:
+        shown = sys.stderr.isatty()  # (a log file gets no frames of a bar)
+        with tqdm(
+            total=round(seconds, 1), unit="s", file=sys.stderr, leave=False, disable=not shown
+        ) as bar:
             while any(thread.is_alive() for thread in threads):
                 time.sleep(0.1)
                 bar.n = round(min(time.monotonic() - started, seconds), 1)

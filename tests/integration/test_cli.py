@@ -188,7 +188,7 @@ def test_load_and_unload(url: str, capsys: Capture) -> None:
 
 
 def test_bench_reports_throughput_and_latency(url: str, capsys: Capture) -> None:
-    code, out, _ = run(
+    code, out, err = run(
         capsys,
         "bench",
         url,
@@ -205,6 +205,7 @@ def test_bench_reports_throughput_and_latency(url: str, capsys: Capture) -> None
     assert code == 0
     assert "from 2 threads" in out
     assert "calls/s, latency p50" in out
+    assert err == ""  # no progress bar when stderr is not a terminal
 
 
 def test_version(capsys: Capture) -> None:
