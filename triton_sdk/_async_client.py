@@ -108,7 +108,14 @@ from ._ops import (
 from ._request import InferRequest, ParameterValue
 from ._result import InferResult
 from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_retry
-from ._sequence import SENDING, Delivery, SequenceState, mark_outcome, mark_reached
+from ._sequence import (
+    SENDING,
+    Delivery,
+    OpenSequences,
+    SequenceState,
+    mark_outcome,
+    mark_reached,
+)
 from ._shaping import InputValue
 from ._shm import (
     AnyRegion,
@@ -338,6 +345,7 @@ class AsyncClient:
         self._openai_url = openai_url.rstrip("/") if openai_url else None
         self._route = check_route(route)
         self._llm_models: dict[str, AsyncModel] = {}
+        self._sequences = OpenSequences()
         self._has_config = True  # False once the server showed it has no config endpoint
 
     def __repr__(self) -> str:
@@ -1551,6 +1559,7 @@ class AsyncModelSequence:
     def __init__(self, model: AsyncModel, sequence_id: int | str | None = None) -> None:
         self._model = model
         self._state = SequenceState(model.spec, sequence_id, AsyncGate)
+        model._client._sequences.add(self._state)
 
     @property
     def sequence_id(self) -> int | str:

@@ -6,11 +6,12 @@ import secrets
 import threading
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
-from ._checks import check_text
+from ._checks import check_text, numpy_number
 from ._errors import InvalidInputError, TritonConnectionError, TritonError
 from ._request import InferRequest
 from ._spec import ModelSpec
@@ -18,6 +19,7 @@ from ._spec import ModelSpec
 __all__ = [
     "SENDING",
     "Delivery",
+    "OpenSequences",
     "SequenceNotEndedWarning",
     "SequenceState",
     "mark_reached",
@@ -132,7 +134,18 @@ class SequenceState(Generic[G]):
     gate their requests wait on for START (``new_gate``); it does no I/O.
     """
 
-    __slots__ = ("_lock", "_new_gate", "_start", "ended", "model", "sent", "sequence_id", "started")
+    __slots__ = (
+        "__weakref__",
+        "_lock",
+        "_new_gate",
+        "_start",
+        "ended",
+        "left",
+        "model",
+        "sent",
+        "sequence_id",
+        "started",
+    )
 
     def __init__(
         self, spec: ModelSpec, sequence_id: int | str | None, new_gate: Callable[[], G]
@@ -144,14 +157,16 @@ class SequenceState(Generic[G]):
             )
         if sequence_id is None:
             sequence_id = new_sequence_id(spec)
-        elif isinstance(sequence_id, bool) or not (
+        elif numpy_number(sequence_id, integer=True):
+            sequence_id = int(sequence_id)  # an id taken from an array or a data frame
+        if isinstance(sequence_id, bool) or not (
             (isinstance(sequence_id, int) and 0 < sequence_id <= _MAX_INT_ID)
             or (isinstance(sequence_id, str) and sequence_id)
         ):
             raise InvalidInputError(
                 f"a sequence id is an int in [1, 2**63 - 1] or a non-empty str, got {sequence_id!r}"
             )
-        elif isinstance(sequence_id, str):
+        if isinstance(sequence_id, str):
             check_text(sequence_id, "sequence id")
             if spec.integer_sequence_ids:
                 raise InvalidInputError(
@@ -163,6 +178,7 @@ class SequenceState(Generic[G]):
         self.sequence_id = sequence_id
         self.sent = 0
         self.ended = False
+        self.left = False  # (its block was left: it takes no more requests from it)
         self._start = _START_UNSENT
         self._new_gate = new_gate
         self.started = new_gate()
@@ -237,6 +253,7 @@ class SequenceState(Generic[G]):
 
     def leave(self) -> None:
         """Warn when the block is left with the sequence still open on the server."""
+        self.left = True
         if self.sent and not self.ended:
             warnings.warn(
                 f"sequence {self.sequence_id!r} of {self.model!r} was left without a request "
@@ -245,3 +262,32 @@ class SequenceState(Generic[G]):
                 SequenceNotEndedWarning,
                 stacklevel=3,
             )
+
+
+class OpenSequences:
+    """The sequences a client has open, by model and id. A second handle on an open one
+    would send START again, which silently restarts the sequence on the server (and the
+    first handle's next request fails there): it is refused instead."""
+
+    __slots__ = ("_lock", "_open")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: weakref.WeakValueDictionary[tuple[str, int | str], SequenceState[Any]] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def add(self, state: SequenceState[Any]) -> None:
+        """Count ``state`` as open; refuse it while another handle has its id open (not
+        ended, its block not left, not yet garbage)."""
+        key = (state.model, state.sequence_id)
+        with self._lock:
+            other = self._open.get(key)
+            if other is not None and not (other.ended or other.left):
+                raise InvalidInputError(
+                    f"sequence {state.sequence_id!r} of {state.model!r} is open in another "
+                    "handle of this client: a second one would send START again, which "
+                    "restarts it on the server; end the first (end=True) or leave its block",
+                    model=state.model,
+                )
+            self._open[key] = state

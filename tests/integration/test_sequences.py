@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import triton_sdk as ts
@@ -200,7 +201,38 @@ def test_explicit_int_id(client: Any, server: LocalServer, loop_thread: LoopThre
         assert total(seq.infer(INPUT=[1], end=True)) == 6
 
 
-@pytest.mark.parametrize("bad_id", [0, "", True])
+def test_a_second_handle_on_an_open_sequence_is_refused(
+    client: Any, server: LocalServer, loop_thread: LoopThread
+) -> None:
+    # It sent START again: the server restarted the sequence's state without a word (10,
+    # not 11), and the first handle's next request failed there.
+    model = client.model("accumulate")
+    with sequence(model, loop_thread, 777001) as first:
+        assert total(first.infer(INPUT=[1])) == 1
+        before = inference_count(server, "accumulate")
+        with pytest.raises(ts.InvalidInputError, match="777001 of 'accumulate' is open"):
+            new_sequence(client.model("accumulate"), loop_thread, 777001)
+        assert inference_count(server, "accumulate") == before
+        assert total(first.infer(INPUT=[1], end=True)) == 2
+    # Ended (or its block left), the id may be used again: a new sequence.
+    with (
+        pytest.warns(ts.SequenceNotEndedWarning),
+        sequence(model, loop_thread, 777001) as again,
+    ):
+        assert total(again.infer(INPUT=[10])) == 10
+    with sequence(model, loop_thread, 777001) as third:  # the last one's block was left
+        assert total(third.infer(INPUT=[5], end=True)) == 5
+
+
+def test_a_numpy_integer_id(client: Any, loop_thread: LoopThread) -> None:
+    # An id taken from an array or a data frame.
+    with sequence(client.model("accumulate"), loop_thread, np.int64(777002)) as seq:
+        assert seq.sequence_id == 777002
+        assert type(seq.sequence_id) is int
+        assert total(seq.infer(INPUT=[3], end=True)) == 3
+
+
+@pytest.mark.parametrize("bad_id", [0, "", True, np.timedelta64(5), np.float64(5.0)])
 def test_invalid_ids_are_refused(client: Any, bad_id: Any) -> None:
     with pytest.raises(ts.InvalidInputError):
         client.model("accumulate").sequence(bad_id)
