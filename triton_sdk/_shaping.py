@@ -12,6 +12,7 @@ from typing import Any, Final, NamedTuple, NoReturn, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from ._checks import numpy_number
 from ._dtypes import BF16, DATATYPES, remember_encoding, serialize_bytes
 from ._errors import InvalidInputError
 from ._spec import ModelSpec, TensorSpec
@@ -203,7 +204,7 @@ def _python_integers(
                     f"cast them explicitly (e.g. array.astype(np.{spec.dtype.name}))",
                     model=model,
                 )
-            if not isinstance(item, np.integer):
+            if not numpy_number(item, integer=True):
                 return None
             flat[index] = int(item)
     return exact

@@ -790,6 +790,7 @@ def test_an_object_array_of_booleans_into_bool_keeps_its_refusal() -> None:
         ([1.5, 2**64 - 1], "UINT64", "float64"),  # a float was given: refused as before
         ([1.0, 2], "INT32", "float64"),
         ([None, 1], "INT32", "object"),
+        (np.array([1, np.timedelta64(5)], dtype=object), "UINT64", "object"),  # not a count
         ([1, 2**64], "BOOL", "object"),
     ],
 )
