@@ -148,7 +148,7 @@ class ClientSettings:
             resolve_interval=interval,
             max_connection_age=check_timeout(max_connection_age, "max_connection_age"),
             timeout=check_timeout(timeout),
-            retry=RetryPolicy.none() if retry is None else check_retry(retry),
+            retry=check_retry(retry),
             headers=MappingProxyType(check_headers(headers)),
             tls=tls,
             metrics_url=metrics_url or default_metrics_url(endpoints[0]),
@@ -160,7 +160,7 @@ class ClientSettings:
     def options(
         self,
         timeout: Timeout,
-        retry: RetryPolicy | NotGiven,
+        retry: RetryPolicy | NotGiven | None,
         headers: Mapping[str, str] | None,
     ) -> CallOptions:
         """One call's options: its own where given, the client's otherwise.
@@ -214,11 +214,17 @@ def with_suggestions(message: str, name: str, known: list[str]) -> str:
     return f"{message}{hint} The repository has {shown}"
 
 
+NO_RETRY: Final = RetryPolicy.none()
+
+
 def check_retry(retry: object) -> RetryPolicy:
+    """A retry policy; ``None`` is the policy that never retries (as ``timeout=None`` is
+    no time limit)."""
+    if retry is None:
+        return NO_RETRY
     if not isinstance(retry, RetryPolicy):
         raise InvalidInputError(
-            f"retry must be a ts.RetryPolicy (RetryPolicy.none() for no retries), "
-            f"got {type(retry).__name__}"
+            f"retry must be a ts.RetryPolicy, or None for no retries, got {type(retry).__name__}"
         )
     return retry
 

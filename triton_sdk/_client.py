@@ -231,7 +231,8 @@ class Client:
             headless Service). See docs/scale-out.md.
         timeout: seconds each attempt of a call may take; ``None`` for no limit.
             Calls may override it with their own ``timeout``.
-        retry: how failed idempotent calls are repeated; ``RetryPolicy.none()`` for never.
+        retry: how failed idempotent calls are repeated; ``None`` or ``RetryPolicy.none()``
+            for never.
         retry_budget: a bound on the retries of all calls together (by default 100 at
             once plus one per ten calls), so that an outage does not become a retry
             storm; ``None`` for no bound.
@@ -285,7 +286,7 @@ class Client:
         url: str | Sequence[str],
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: RetryPolicy | None = DEFAULT_RETRY,
         retry_budget: RetryBudget | None = DEFAULT_BUDGET,
         headers: Mapping[str, str] | None = None,
         tls: TLSConfig | None = None,
@@ -405,7 +406,7 @@ class Client:
     # The call path: every server call goes through _run (unary) or _stream.
 
     def _options(
-        self, timeout: Timeout, headers: Headers, retry: RetryPolicy | NotGiven = NOT_GIVEN
+        self, timeout: Timeout, headers: Headers, retry: RetryPolicy | NotGiven | None = NOT_GIVEN
     ) -> CallOptions:
         if self._closed:
             raise closed_error("Client")
@@ -1165,7 +1166,7 @@ class Model(ModelCore):
         parameters: Mapping[str, ParameterValue] | None = None,
         priority: int = 0,
         request_id: str = "",
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
         **named_inputs: InputValue,
@@ -1182,7 +1183,7 @@ class Model(ModelCore):
             parameters: request parameters for the model.
             priority: the request's priority, for models with priority levels.
             request_id: an id the server echoes in the result and in its errors.
-            retry: this call's retry policy, instead of the client's.
+            retry: this call's retry policy, instead of the client's (``None``: no retries).
             headers: sent on top of the client's headers.
             shared_memory: this call's ``"auto"``, ``"off"``, ``"system"`` or ``"cuda"``
                 (``"cuda:<device>"``), instead of the client's.
@@ -1209,7 +1210,7 @@ class Model(ModelCore):
         parameters: Mapping[str, ParameterValue] | None = None,
         priority: int = 0,
         request_id: str = "",
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
         **named_inputs: InputValue,
@@ -1243,7 +1244,7 @@ class Model(ModelCore):
         parameters: Mapping[str, ParameterValue] | None = None,
         priority: int = 0,
         request_id: str = "",
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         **named_inputs: InputValue,
     ) -> list[list[Classification]]:
@@ -1310,7 +1311,7 @@ class Model(ModelCore):
         *,
         timeout: Timeout = NOT_GIVEN,
         parameters: Mapping[str, ParameterValue] | None = None,
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         **named_fields: object,
     ) -> dict[str, JSONValue]:
@@ -1466,7 +1467,7 @@ class Model(ModelCore):
         errors: Literal["raise"] = ...,
         outputs: Iterable[str] | None = ...,
         timeout: Timeout = ...,
-        retry: RetryPolicy | NotGiven = ...,
+        retry: RetryPolicy | NotGiven | None = ...,
         headers: Headers = ...,
         shared_memory: SharedMemory | NotGiven = ...,
     ) -> Iterator[InferResult]: ...
@@ -1482,7 +1483,7 @@ class Model(ModelCore):
         errors: Literal["collect"],
         outputs: Iterable[str] | None = ...,
         timeout: Timeout = ...,
-        retry: RetryPolicy | NotGiven = ...,
+        retry: RetryPolicy | NotGiven | None = ...,
         headers: Headers = ...,
         shared_memory: SharedMemory | NotGiven = ...,
     ) -> Iterator[InferResult | TritonError]: ...
@@ -1497,7 +1498,7 @@ class Model(ModelCore):
         errors: Literal["raise", "collect"] = "raise",
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        retry: RetryPolicy | NotGiven = NOT_GIVEN,
+        retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
     ) -> Iterator[InferResult] | Iterator[InferResult | TritonError]:
@@ -1695,7 +1696,7 @@ class _MapRunner:
         model: Model,
         plan: MapPlan,
         timeout: Timeout,
-        retry: RetryPolicy | NotGiven,
+        retry: RetryPolicy | NotGiven | None,
         headers: Headers,
         shared_memory: SharedMemory | NotGiven,
     ) -> None:

@@ -43,6 +43,14 @@ _TEXT_KINDS: Final = frozenset("USO")
 _NUMERIC: Final = {name: dtype for name, dtype in DATATYPES.items() if name != "BYTES"}
 _INTEGER_KINDS: Final = frozenset("iu")
 _MISSING: Final = object()
+# The keyword options of the calls that take inputs by keyword: one that a call lacks
+# lands among its inputs.
+_OPTIONS_OF_OTHER_CALLS: Final = frozenset(
+    {
+        "outputs", "output", "top_k", "timeout", "parameters", "priority", "request_id",
+        "retry", "headers", "shared_memory", "end",
+    }
+)  # fmt: skip
 
 
 def prepare_inputs(
@@ -60,9 +68,17 @@ def prepare_inputs(
             model=spec.name,
         )
     if not values.keys() <= specs.keys():
-        unknown = sorted(map(repr, set(values) - set(specs)))
+        unknown = sorted(set(values) - set(specs), key=repr)
+        options = [repr(name) for name in unknown if name in _OPTIONS_OF_OTHER_CALLS]
+        if options:  # e.g. retry= on a stream, which is never retried
+            raise InvalidInputError(
+                f"this call takes no {', '.join(options)} option (other calls do), and "
+                f"model {spec.name!r} has no input of that name; its inputs are "
+                f"{_names(specs)}",
+                model=spec.name,
+            )
         raise InvalidInputError(
-            f"model {spec.name!r} has no input named {', '.join(unknown)}; "
+            f"model {spec.name!r} has no input named {', '.join(map(repr, unknown))}; "
             f"its inputs are {_names(specs)}",
             model=spec.name,
         )

@@ -30,7 +30,7 @@ _CALL_OPTIONS = (
     ("parameters", "Mapping[str, ParameterValue] | None = None", True),
     ("priority", "int = 0", False),
     ("request_id", 'str = ""', True),
-    ("retry", "RetryPolicy | NotGiven = NOT_GIVEN", False),
+    ("retry", "RetryPolicy | NotGiven | None = NOT_GIVEN", False),
     ("headers", "Mapping[str, str] | None = None", True),
     ("shared_memory", "str | NotGiven = NOT_GIVEN", False),
 )

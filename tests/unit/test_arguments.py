@@ -222,6 +222,19 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
         lambda e: e.probe.infer(**{**BATCH, "F": [broadcast(np.uint8, (1, 2**58))]}),
         "'F'",
     ),
+    # An option of other calls lands among the inputs of a call without it.
+    "shared_memory= on stream": (
+        lambda e: e.probe.stream(**BATCH, shared_memory="off"),
+        "this call takes no 'shared_memory' option",
+    ),
+    "retry= on stream (never retried)": (
+        lambda e: e.probe.stream(**BATCH, retry=None),
+        "this call takes no 'retry' option",
+    ),
+    "shared_memory= on classify": (
+        lambda e: e.probe.classify(**BATCH, shared_memory="off"),
+        "this call takes no 'shared_memory' option",
+    ),
     "a list of stride-0 views into BYTES": (
         lambda e: e.probe.infer(**{**BATCH, "S": [broadcast(np.uint8, (1, 2**58))]}),
         "'S'",

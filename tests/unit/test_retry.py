@@ -66,7 +66,7 @@ async def run(
     mode: str,
     attempt: FakeAttempt,
     *,
-    policy: ts.RetryPolicy = FAST,
+    policy: ts.RetryPolicy | None = FAST,
     timeout: float | None = 5.0,
     idempotent: bool = True,
     **client_options: Any,
@@ -158,6 +158,43 @@ async def test_max_attempts_1_is_one_try(mode: str) -> None:
     with pytest.raises(ts.TritonConnectionError):
         await run(mode, attempt, policy=ts.RetryPolicy.none())
     assert attempt.calls == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_retry_none_on_the_client_is_one_try(mode: str) -> None:
+    attempt = FakeAttempt(unavailable)
+    with pytest.raises(ts.TritonConnectionError):
+        await run(mode, attempt, policy=None)
+    assert attempt.calls == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_retry_none_on_a_call_is_one_try_under_a_retrying_client(mode: str) -> None:
+    spec = ts.ModelSpec(
+        name="m",
+        max_batch_size=0,
+        inputs={"X": ts.TensorSpec(name="X", datatype="FP32", shape=(1,))},
+        outputs={"Y": ts.TensorSpec(name="Y", datatype="FP32", shape=(1,))},
+    )
+    attempt = FakeAttempt(unavailable)
+    mock = MockTransport(lambda op, ctx: attempt(ctx.timeout), models=[spec])
+    if mode == "sync":
+        with ts.Client("grpc://test", transport=mock, retry=FAST) as client:
+            model = client.model("m")
+            with pytest.raises(ts.TritonConnectionError):
+                model.infer(X=[1.0], retry=None)
+            assert attempt.calls == 1
+            with pytest.raises(ts.TritonConnectionError):
+                model.infer(X=[1.0])  # the client's policy still retries
+    else:
+        async with ts.AsyncClient("grpc://test", transport=mock, retry=FAST) as aclient:
+            amodel = await aclient.model("m")
+            with pytest.raises(ts.TritonConnectionError):
+                await amodel.infer(X=[1.0], retry=None)
+            assert attempt.calls == 1
+            with pytest.raises(ts.TritonConnectionError):
+                await amodel.infer(X=[1.0])
+    assert attempt.calls == 1 + FAST.max_attempts
 
 
 @pytest.mark.parametrize("mode", MODES)
