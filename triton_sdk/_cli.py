@@ -203,7 +203,7 @@ def bench(
         started = time.monotonic()
         for thread in threads:
             thread.start()
-        shown = sys.stderr.isatty()  # (a log file gets no frames of a bar)
+        shown = sys.stderr is not None and sys.stderr.isatty()  # (no frames in a log file)
         with tqdm(
             total=round(seconds, 1), unit="s", file=sys.stderr, leave=False, disable=not shown
         ) as bar:
@@ -415,6 +415,19 @@ def _seconds(text: str) -> float:
 _seconds.__name__ = "seconds"
 
 
+def _complain(line: str) -> None:
+    """Print ``line`` on stderr. With stderr closed (``2>&-``: ``sys.stderr`` is None; a
+    bare ``print`` would then write to stdout, among the command's output) or its reader
+    gone, the line is lost and the exit code alone says what happened."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        print(line, file=stream, flush=True)
+    except OSError:  # BrokenPipeError, EBADF: there is no one left to tell
+        return
+
+
 def _program() -> str:
     return "triton-sdk" if Path(sys.argv[0]).name == "triton-sdk" else "python -m triton_sdk"
 
@@ -502,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # (a pipe's buffer is written here, where a closed one is caught)
         return code
     except (TritonError, UsageError, ServerStartError) as error:
-        print(f"{_program()} {args.command}: {error}", file=sys.stderr)
+        _complain(f"{_program()} {args.command}: {error}")
         return 2
     except BrokenPipeError:
         # The reader left (`| head -1`): end quietly, as a process killed by SIGPIPE does.
@@ -510,5 +523,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
     except KeyboardInterrupt:
-        print(f"{_program()} {args.command}: interrupted", file=sys.stderr)
+        _complain(f"{_program()} {args.command}: interrupted")
         return 130  # 128 + SIGINT

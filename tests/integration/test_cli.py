@@ -175,6 +175,33 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(url: str) -> None:
         assert finished.returncode == 141, buffered  # as a process ended by SIGPIPE
 
 
+@pytest.mark.parametrize("stderr", ["closed", "a pipe nobody reads"])
+def test_a_failure_with_nowhere_to_report_still_exits_2(stderr: str) -> None:
+    # `triton-sdk models URL 2>&-`: the error line went to stdout, among the output; with
+    # stderr's reader gone, a BrokenPipeError traceback ended it with 1.
+    (port,) = unused_ports(1)
+    argv = [sys.executable, "-m", "triton_sdk", "models", f"http://127.0.0.1:{port}"]
+    if stderr == "closed":
+        finished = subprocess.run(
+            ["/bin/sh", "-c", '"$@" 2>&-', "sh", *argv],
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    else:
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            finished = subprocess.run(
+                argv, stdout=subprocess.PIPE, stderr=write, text=True, timeout=60, check=False
+            )
+        finally:
+            os.close(write)
+    assert finished.stdout == ""
+    assert finished.returncode == 2
+
+
 def test_load_and_unload(url: str, capsys: Capture) -> None:
     try:
         assert run(capsys, "unload", url, "zeros")[:2] == (0, "unloading zeros\n")
@@ -206,6 +233,21 @@ def test_bench_reports_throughput_and_latency(url: str, capsys: Capture) -> None
     assert "from 2 threads" in out
     assert "calls/s, latency p50" in out
     assert err == ""  # no progress bar when stderr is not a terminal
+
+
+def test_bench_runs_with_stderr_closed(url: str) -> None:
+    # `triton-sdk bench ... 2>&-`: asking whether stderr (None) is a terminal failed.
+    argv = [sys.executable, "-m", "triton_sdk", "bench", url, "add_sub", "--seconds", "0.2"]
+    argv += ["-i", "INPUT0=[1,2,3,4]", "-i", "INPUT1=[1,2,3,4]"]
+    finished = subprocess.run(
+        ["/bin/sh", "-c", '"$@" 2>&-', "sh", *argv],
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 0
+    assert "calls/s, latency p50" in finished.stdout
 
 
 def test_version(capsys: Capture) -> None:
