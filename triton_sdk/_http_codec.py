@@ -347,12 +347,32 @@ def error_from_response(
         decoded = None
     if isinstance(decoded, dict):
         message = _error_text(decoded, message)
+    if model is not None:
+        message = _with_name_as_given(message, model)
     if status == 404:
         if decoded is None and message.startswith("<"):
             message = "Not Found"  # a web server's or a proxy's HTML page
         if _NO_ROUTE.fullmatch(message):
             return UnsupportedError(message, status=404, model=model, request_id=request_id)
     return classify_status(status, message or f"HTTP {status}", model=model, request_id=request_id)
+
+
+def _with_name_as_given(message: str, model: str) -> str:
+    """``message`` with the model's name as the caller wrote it, where the server echoed
+    it %-escaped as the path carried it.
+
+    Triton's HTTP endpoint does not decode %-escapes in the path: it looks up ``a%20b``,
+    not ``a b``, so a model whose name needs escaping is reachable over gRPC only. Servers
+    that decode (MLServer, KServe) echo the name as given and are left alone.
+    """
+    escaped = quote(model, safe="")
+    if escaped == model or escaped not in message:
+        return message
+    return (
+        f"{message.replace(escaped, model)} (over HTTP the name travels as {escaped!r}, "
+        "which this server does not decode; a model whose name needs %-escapes is "
+        "reachable over gRPC)"
+    )
 
 
 def _error_text(body: dict[str, Any], raw: str) -> str:

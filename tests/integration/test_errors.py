@@ -94,6 +94,22 @@ def test_a_model_name_with_a_nul_reaches_no_model(client: Any) -> None:
             call()
 
 
+def test_an_unknown_model_is_named_as_given_not_as_the_http_path_carried_it(
+    client: Any, protocol: str
+) -> None:
+    # Triton's HTTP endpoint echoed the path's escapes: "'no%20such%2Fmodel%20%C3%A9'".
+    name = "no such/model é"
+    for call in (lambda: client.model(name), lambda: client.model_statistics(name)):
+        with pytest.raises(ts.ModelNotFoundError) as caught:
+            call()
+        message = str(caught.value)
+        assert repr(name) in message
+        # The escaped name is shown once, in what says what happened.
+        assert message.count("no%20such") == (1 if protocol == "http" else 0), message
+        if protocol == "http":
+            assert "over HTTP the name travels as 'no%20such%2Fmodel%20%C3%A9'" in message
+
+
 def test_an_unknown_model_names_the_close_ones_and_the_repository(
     client: Any, protocol: str
 ) -> None:

@@ -131,6 +131,18 @@ def test_error_bodies_of_other_servers(
     assert "detail" not in str(error)  # unwrapped, not shown raw
 
 
+def test_a_server_that_decodes_the_path_has_its_message_left_alone() -> None:
+    # MLServer and KServe decode %-escapes and echo the name as given; Triton does not.
+    decoded = error_from_response(404, b'{"detail": "Model my model not found"}', model="my model")
+    assert str(decoded) == "Model my model not found"
+    escaped = error_from_response(
+        400,
+        b'{"error": "Request for unknown model: \'my%20model\' is not found"}',
+        model="my model",
+    )
+    assert str(escaped).startswith("Request for unknown model: 'my model' is not found (over HTTP")
+
+
 def request(*tensors: Tensor, **fields: object) -> ops.InferRequest:
     return ops.InferRequest(model="m", version="", inputs=list(tensors), **fields)  # type: ignore[arg-type]
 
