@@ -128,6 +128,14 @@ def prepare_inputs(
             f"its inputs are {_names(specs)}",
             model=spec.name,
         )
+    if batched and not tensors and specs:
+        # Triton reads a request's batch size from its first input; without one it
+        # refuses the request ("out of bounds index 0: request has 0 inputs").
+        raise InvalidInputError(
+            f"model {spec.name!r} is batched and takes its batch size from the inputs: "
+            f"give at least one of {_names(specs)}",
+            model=spec.name,
+        )
     if batch_size == 0:
         raise InvalidInputError(f"an empty batch cannot be sent to {spec.name!r}", model=spec.name)
     return PreparedInputs(tensors, batch_size)

@@ -254,6 +254,8 @@ REFUSED: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "float_into_int32": ("all_dtypes", {"IN_INT32": np.array([[1.5, 2.5]])}, ["IN_INT32"]),
     "wrong_shape": ("add_sub", {"INPUT0": [1.0, 2.0, 3.0], "INPUT1": [1.0] * 4}, ["INPUT0"]),
     "unknown_output": ("add_sub", {**ADD_SUB_INPUTS, "outputs": ["NOPE"]}, ["NOPE"]),
+    # Every input optional and none given: the server refused it ("request has 0 inputs").
+    "no_input_of_a_batched_model": ("all_dtypes", {}, ["batch size", "IN_BOOL"]),
 }
 VALID: dict[str, dict[str, Any]] = {
     "add_sub": ADD_SUB_INPUTS,

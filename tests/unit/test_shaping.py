@@ -299,6 +299,14 @@ def test_unknown_input_name() -> None:
         assert name in message
 
 
+def test_a_batched_model_needs_one_input_even_when_all_are_optional() -> None:
+    spec = make_spec(TensorSpec(name="A", datatype="FP32", shape=(1,), optional=True))
+    with pytest.raises(InvalidInputError, match="batch size from the inputs: give at least one"):
+        prepare_inputs(spec, {})
+    unbatched = make_spec(spec.inputs["A"], max_batch_size=0)
+    assert prepare_inputs(unbatched, {}).tensors == []  # the server takes it
+
+
 def test_optional_input_may_be_left_out() -> None:
     prepared = prepare_inputs(three_inputs(), {"A": np.zeros((2, 3), np.float32), "C": [1, 2]})
     assert [tensor.name for tensor in prepared.tensors] == ["A", "C"]
