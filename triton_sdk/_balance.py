@@ -127,6 +127,15 @@ class Balancer(Generic[T]):
         self._pins: dict[int | str, tuple[Member[T] | None, float, int]] = {}
         self._sweep_at = time.monotonic() + _PIN_SWEEP
 
+    def after_fork_in_child(self) -> None:
+        """A forked child has none of the parent's calls in flight (counted, they would
+        steer its picks for good), a lock of its own (the parent's may have been held at
+        the fork) and picks of its own, not the parent's next ones."""
+        self._lock = threading.Lock()
+        for member in [*self.members, *self.retired]:
+            member.in_flight = 0
+        self._random.seed()
+
     def states(self) -> list[EndpointState]:
         with self._lock:
             return [member.state() for member in self.members]

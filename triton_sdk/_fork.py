@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import weakref
 from typing import Protocol
 
-__all__ = ["ForkAware", "on_fork"]
+__all__ = ["ForkAware", "on_fork", "renew_lock_on_fork"]
 
 
 class ForkAware(Protocol):
@@ -24,7 +25,12 @@ class ForkAware(Protocol):
         """Let go of what the parent process owns, without closing it."""
 
 
+class HasLock(Protocol):
+    _lock: threading.Lock
+
+
 _AWARE: weakref.WeakSet[ForkAware] = weakref.WeakSet()
+_LOCKED: weakref.WeakSet[HasLock] = weakref.WeakSet()
 
 
 def on_fork(aware: ForkAware) -> None:
@@ -33,7 +39,16 @@ def on_fork(aware: ForkAware) -> None:
     _AWARE.add(aware)
 
 
+def renew_lock_on_fork(owner: HasLock) -> None:
+    """Give ``owner`` a new ``_lock`` in every child forked from now on (while ``owner``
+    lives): one that another thread of the parent held at the fork stays held in the
+    child for good, and the child's first use of it would hang."""
+    _LOCKED.add(owner)
+
+
 def _in_child() -> None:
+    for owner in list(_LOCKED):
+        owner._lock = threading.Lock()
     for aware in list(_AWARE):
         try:
             aware.after_fork_in_child()

@@ -19,6 +19,7 @@ import tenacity
 
 from ._config import RetryBudget, RetryPolicy
 from ._errors import TritonError, TritonTimeoutError
+from ._fork import renew_lock_on_fork
 
 __all__ = [
     "StopAt",
@@ -65,7 +66,7 @@ class TokenBucket:
     budget a little stricter); the balance is brought up to date when a retry asks.
     """
 
-    __slots__ = ("_balance", "_lock", "_seen", "budget", "calls")
+    __slots__ = ("__weakref__", "_balance", "_lock", "_seen", "budget", "calls")
 
     def __init__(self, budget: RetryBudget) -> None:
         self.budget = budget
@@ -73,6 +74,7 @@ class TokenBucket:
         self._seen = 0
         self._balance = float(budget.reserve)
         self._lock = threading.Lock()
+        renew_lock_on_fork(self)
 
     def withdraw(self) -> bool:
         """Take one retry; False when the bucket is empty."""

@@ -13,6 +13,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 from ._checks import check_text, numpy_number
 from ._errors import InvalidInputError, TritonConnectionError, TritonError
+from ._fork import renew_lock_on_fork
 from ._request import InferRequest
 from ._spec import ModelSpec
 
@@ -185,6 +186,7 @@ class SequenceState(Generic[G]):
         """Opened when the request carrying START is done; replaced when it never went
         out (requests waiting on it then ask again)."""
         self._lock = threading.Lock()  # the blocking handle's requests may come from threads
+        renew_lock_on_fork(self)
 
     def check_open(self) -> None:
         """Raise if the request marked END has been sent: the sequence takes no more."""
@@ -269,10 +271,11 @@ class OpenSequences:
     would send START again, which silently restarts the sequence on the server (and the
     first handle's next request fails there): it is refused instead."""
 
-    __slots__ = ("_lock", "_open")
+    __slots__ = ("__weakref__", "_lock", "_open")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        renew_lock_on_fork(self)
         self._open: weakref.WeakValueDictionary[tuple[str, int | str], SequenceState[Any]] = (
             weakref.WeakValueDictionary()
         )

@@ -35,7 +35,7 @@ import numpy as np
 from ._copy import copy_into
 from ._dtypes import DATATYPES
 from ._errors import InferenceError, InvalidInputError, TritonError
-from ._fork import on_fork
+from ._fork import on_fork, renew_lock_on_fork
 from ._ops import (
     JSON,
     GetCudaSharedMemoryStatus,
@@ -617,6 +617,7 @@ class PlacementPlan:
     """
 
     __slots__ = (
+        "__weakref__",
         "_largest",
         "_lock",
         "_output_bytes",
@@ -646,6 +647,7 @@ class PlacementPlan:
         )
         self._largest = dict.fromkeys(self.open_outputs, 0)
         self._lock = threading.Lock()
+        renew_lock_on_fork(self)
         samples = max(spec.max_batch_size, 1)  # larger batches are split into chunks
         inputs = [
             _sample_bytes(tensor.datatype, tensor.shape)

@@ -5,7 +5,9 @@ own answers, and the child leaves the parent's regions, connections and server a
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -41,9 +43,19 @@ def forked(child: Callable[[], None]) -> int:
         os._exit(code)
 
 
-def exit_code(pid: int) -> int:
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+def exit_code(pid: int, within: float = 120.0) -> int:
+    """The child's exit code; a child still running after ``within`` seconds (hung) is
+    killed, and the code says so (-SIGKILL)."""
+    deadline = time.monotonic() + within
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
 
 
 def calls(model: ts.Model, seed: int, count: int = 12) -> None:
@@ -109,3 +121,39 @@ def test_a_forked_child_does_not_stop_the_parents_local_server() -> None:
         with ts.Client(server.http_url) as client:
             assert client.is_live()
     assert not server.running
+
+
+class Resolver:
+    """Resolves one name to the loopback address; counts lookups (in each process)."""
+
+    def __init__(self) -> None:
+        self.lookups = 0
+
+    def __call__(self, name: str) -> list[str]:
+        self.lookups += 1
+        return ["127.0.0.1"]
+
+
+def test_a_forked_child_keeps_up_a_dns_clients_endpoints(server: LocalServer) -> None:
+    # The parent's upkeep thread is not in the child: the child never resolved the name
+    # again (nor probed an ejected endpoint back). And a lock the parent held at the fork
+    # stayed held in the child: its first call hung.
+    resolver = Resolver()
+    url = f"dns+http:///fork.test:{server.http_port}"
+    with ts.Client(url, resolver=resolver, resolve_interval=0.05) as client:
+        model = client.model("big_fixed")
+        calls(model, 0, count=1)
+        balancer = client._transport.balancer  # type: ignore[attr-defined]
+
+        def child() -> None:
+            calls(model, 1, count=1)
+            looked_up = resolver.lookups
+            deadline = time.monotonic() + 10
+            while resolver.lookups < looked_up + 2:
+                assert time.monotonic() < deadline, "the child never resolved the name again"
+                time.sleep(0.02)
+
+        with balancer._lock:  # as another thread of the parent, in the middle of a pick
+            pid = forked(child)
+        assert exit_code(pid, within=30) == 0
+        calls(model, 0, count=1)

@@ -22,6 +22,7 @@ from .._call import CallContext
 from .._concurrency import aclose_iterator
 from .._config import Endpoint
 from .._errors import TritonError
+from .._fork import on_fork
 from .._ops import IsServerReady, Op, StreamOp
 from .._retry import TokenBucket
 from ._protocol import AsyncTransport, Transport
@@ -68,13 +69,34 @@ class BalancedTransport:
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._upkeep: threading.Thread | None = None
+        self._restart_upkeep = False
         if discovery is not None:
             self._start_upkeep()
+        on_fork(self)
+
+    def after_fork_in_child(self) -> None:
+        """The parent's upkeep thread is not in a forked child (and may have held the
+        lock at the fork): the child's next call starts one of its own. Not here: it
+        would probe through connections whose own fork hooks may not have run yet."""
+        self.balancer.after_fork_in_child()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        closed, self._closed = self._closed.is_set(), threading.Event()
+        if closed:
+            self._closed.set()
+        self._upkeep = None
+        self._restart_upkeep = True
+
+    def _resume_upkeep(self) -> None:
+        self._restart_upkeep = False
+        self._start_upkeep()
 
     def endpoints(self) -> list[EndpointState]:
         return self.balancer.states()
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
+        if self._restart_upkeep:
+            self._resume_upkeep()
         balancer = self.balancer
         try:
             route = balancer.route(op)
@@ -100,6 +122,8 @@ class BalancedTransport:
             return result
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
+        if self._restart_upkeep:
+            self._resume_upkeep()
         try:
             route = self.balancer.route(op)
         except TritonError:
