@@ -537,14 +537,18 @@ def decode_infer_response(
         raw = response.raw_output_contents
     outputs: dict[str, Array | Undecoded] = {}
     datatypes = {}
-    index = 0  # raw contents hold the outputs that are not in regions, in order
-    for output in response.outputs:
+    # Triton gives every output a raw entry, an empty one to an output in a region; a
+    # server that leaves those out gives the others theirs in order.
+    one_each = len(raw) == len(response.outputs)
+    index = 0
+    for position, output in enumerate(response.outputs):
         shape = tuple(output.shape)
         slot = None if placement is None else placement.outputs.get(output.name)
         if slot is not None:
             outputs[output.name] = read_region(output.name, output.datatype, shape, slot)
-        elif index < len(raw):
-            outputs[output.name] = decode_output(output.name, output.datatype, shape, raw[index])
+        elif one_each or index < len(raw):
+            contents = raw[position] if one_each else raw[index]
+            outputs[output.name] = decode_output(output.name, output.datatype, shape, contents)
             index += 1
         else:
             field = _TYPED_CONTENTS.get(output.datatype, "")
