@@ -348,6 +348,7 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
         return flat.reshape(shape)
     if not slot.view:
         return copied(flat.reshape(shape))
+    flat.flags.writeable = False  # as an output read from a response's bytes is
     slot.lent = flat
     return flat.reshape(shape)
 

@@ -183,6 +183,34 @@ def test_an_answer_that_outgrows_its_region_is_computed_again_over_the_socket(
     assert inference_count(server, "zeros") - before == 3
 
 
+@pytest.mark.parametrize("shared_memory", ["system", "auto"])
+def test_one_answer_with_outputs_in_regions_and_over_the_socket(
+    make_client: Any, shared_memory: str
+) -> None:
+    # Triton's gRPC answer holds an empty raw entry for each output in a region: the
+    # outputs after one were read from their neighbour's entry ("BYTES tensor truncated").
+    client = make_client(shared_memory=shared_memory)
+    model = client.model("all_dtypes")
+    width = SAMPLE if shared_memory == "auto" else 3  # "auto": large enough for a region
+    floats = np.random.default_rng(2).random((2, width), dtype=np.float32)
+    ints = np.arange(2 * width, dtype=np.int32).reshape(2, width)
+    texts = np.array([[b"a", b"", b"\x00z"], [b"bc", b"d", b"e"]], dtype=object)
+    names = ["OUT_FP32", "OUT_BYTES", "OUT_INT32", "PARAMETERS"]
+    for _ in range(2):  # "auto" places an output of open size once it has seen it
+        result = model.infer(IN_FP32=floats, IN_BYTES=texts, IN_INT32=ints, outputs=names)
+        assert np.array_equal(result["OUT_FP32"], floats)
+        assert result["OUT_BYTES"].tolist() == texts.tolist()
+        assert np.array_equal(result["OUT_INT32"], ints)
+        assert result["PARAMETERS"].shape == (2, 1)
+    assert in_region(result["OUT_FP32"])
+    # Read-only, as an output read from the answer's bytes is: whether code may write
+    # into an output must not depend on its size (writing into it worked).
+    assert not result["OUT_FP32"].flags.writeable
+    writable = result.as_numpy("OUT_FP32", writable=True)
+    assert writable.flags.writeable
+    assert not in_region(writable)
+
+
 def test_off_registers_nothing(make_client: Any) -> None:
     client = make_client(shared_memory="off")
     batch = np.ones((2, SAMPLE), dtype=np.float32)
