@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import numpy as np
@@ -66,7 +66,23 @@ class Displayable:
         printer.text(repr(self) if cycle else self._table().text())
 
 
+_LONGEST_ELEMENT: Final = 40
+
+
+def _short(value: object) -> str:
+    """An element of a preview, cut to a few dozen characters (a BYTES output may hold a
+    whole document)."""
+    text = repr(value)
+    return text if len(text) <= _LONGEST_ELEMENT else f"{text[: _LONGEST_ELEMENT - 1]}…"
+
+
 def preview(array: np.ndarray[Any, Any]) -> str:
     """A short one-line view of an array's values."""
-    text = np.array2string(array, threshold=6, edgeitems=2, max_line_width=10_000)
+    text = np.array2string(
+        array,
+        threshold=6,
+        edgeitems=2,
+        max_line_width=10_000,
+        formatter={"object": _short, "numpystr": _short},
+    )
     return " ".join(text.split())

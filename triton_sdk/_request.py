@@ -102,6 +102,14 @@ def check_outputs(
 ) -> tuple[RequestedOutput, ...]:
     """Refuse output names the model does not have, before anything is sent."""
     requested = tuple(RequestedOutput(name, class_count) for name in output_names(names))
+    if not requested:
+        # Triton answers a request that names no output with all of them (over HTTP as
+        # JSON, which cannot carry FP16, BF16 or BYTES that are not UTF-8).
+        raise InvalidInputError(
+            f"outputs is empty: name at least one output of {spec.name!r}, or leave "
+            "outputs out for all of them",
+            model=spec.name,
+        )
     unknown = [output.name for output in requested if output.name not in spec.outputs]
     if unknown:
         raise InvalidInputError(

@@ -210,6 +210,9 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
     ),
     "map outputs=[['Y']]": (lambda e: e.probe.map([SAMPLE], outputs=[["Y"]]), "output"),
     "map outputs=5": (lambda e: e.probe.map([SAMPLE], outputs=5), "output"),
+    # Triton answers all outputs, over HTTP as JSON (no FP16, BF16, or non-UTF-8 BYTES).
+    "outputs=[]": (lambda e: e.probe.infer(**BATCH, outputs=[]), "outputs is empty"),
+    "map outputs=()": (lambda e: e.probe.map([SAMPLE], outputs=()), "outputs is empty"),
     "map(None)": (lambda e: e.probe.map(None), "samples"),
     "map(5)": (lambda e: e.probe.map(5), "samples"),
     "map(a 0-d array)": (lambda e: e.probe.map(np.array(None, dtype=object)), "samples"),

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 import triton_sdk as ts
+from triton_sdk._display import preview
 
 
 class Printer:
@@ -61,6 +62,25 @@ def test_a_result_shows_each_output_with_a_preview() -> None:
     assert "Y       FP32      [10, 100]" in text
     assert "..." in text  # a preview, not a thousand values
     assert "<td style='text-align:left'><code>[10, 100]</code></td>" in result._repr_html_()
+
+
+def test_a_long_bytes_element_is_cut_in_the_preview() -> None:
+    # A 2 MB text output was shown whole, in the cell and in the text view.
+    document = "x" * 2_000_000
+    result = ts.InferResult(
+        {"TEXT": np.array([document.encode(), b"short"], dtype=object)},
+        datatypes={"TEXT": "BYTES"},
+        model_name="m",
+        model_version="1",
+    )
+    assert len(result._repr_html_()) < 2_000
+    text = pretty(result)
+    assert len(text) < 1_000
+    assert "b'xxxxxxxx" in text
+    assert "…" in text
+    assert "b'short'" in text  # short elements are shown whole
+    strings = np.array([document, "short"])  # numpy str arrays, as previews of inputs
+    assert len(preview(strings)) < 200
 
 
 def test_statistics_show_the_phases_that_happened() -> None:
