@@ -1274,6 +1274,7 @@ class AsyncModel(ModelCore):
             sample=False,
             class_count=top_k,
         )
+        self._refuse_classifying_nothing(requests, name)
         options = self._client._options(timeout, headers, retry)
         result = await self._client._infer(requests, self._placement, options, "off")
         return parse_classifications(result[name], batched=self.spec.batched)

@@ -470,6 +470,17 @@ class ModelCore:
             )
         return name, top_k
 
+    def _refuse_classifying_nothing(self, requests: Sequence[InferRequest], name: str) -> None:
+        """Refuse to classify what no input fed: Triton's HTTP endpoint dies classifying an
+        empty output (gRPC answers no classes)."""
+        tensors = requests[0].inputs
+        if tensors and all(tensor.array.size == 0 for tensor in tensors):
+            raise InvalidInputError(
+                f"every input of {self.name!r} is empty: output {name!r} has nothing to "
+                "classify (and Triton's HTTP endpoint crashes classifying an empty output)",
+                model=self.name,
+            )
+
 
 class SequenceFlags(NamedTuple):
     """The sequence fields of one request."""

@@ -1265,6 +1265,7 @@ class Model(ModelCore):
             sample=False,
             class_count=top_k,
         )
+        self._refuse_classifying_nothing(requests, name)
         options = self._client._options(timeout, headers, retry)
         result = self._client._infer(requests, self._placement, options, "off")
         return parse_classifications(result[name], batched=self.spec.batched)

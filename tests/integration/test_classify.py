@@ -213,3 +213,19 @@ def test_outputs_the_server_cannot_rank_are_refused_and_nothing_sent(
         model.classify({f"IN_{datatype}": value}, output=f"OUT_{datatype}")
     assert inference_count(server, "all_dtypes") == before
     assert client.is_ready()
+
+
+def test_classifying_what_no_input_fed_is_refused_and_nothing_sent(
+    client: Any, server: LocalServer
+) -> None:
+    # Triton's HTTP endpoint died classifying the empty output (gRPC answered no classes).
+    model = client.model("all_dtypes")
+    before = inference_count(server, "all_dtypes")
+    empty = np.zeros((2, 0), np.int32)
+    with pytest.raises(ts.InvalidInputError, match="every input of 'all_dtypes' is empty"):
+        model.classify(IN_INT32=empty, output="OUT_INT32", top_k=2)
+    assert inference_count(server, "all_dtypes") == before
+    assert client.is_ready()
+    # An empty input beside one with values is a classification like any other.
+    ranked = model.classify(IN_INT32=[[1, 5, 3]], IN_FP32=np.zeros((1, 0)), output="OUT_INT32")
+    assert ranked[0][0].index == 1
