@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 import threading
 import time
 from collections import deque
@@ -35,6 +36,7 @@ __all__ = [
     "close_iterator",
     "iterate",
     "sleep",
+    "within",
 ]
 
 A = TypeVar("A")
@@ -84,6 +86,39 @@ async def aclose_iterator(iterator: AsyncIterator[Any]) -> None:
 
 
 # The chunks of a split batch
+
+
+async def within(awaitable: Awaitable[T], timeout: float | None) -> T:
+    """``await awaitable``; ``asyncio.TimeoutError`` after ``timeout`` seconds (None: no
+    limit).
+
+    Not ``asyncio.wait_for``: before Python 3.12 it drops a cancellation of the caller
+    that arrives as the awaitable finishes, and the cancelled task goes on as if nothing
+    happened (a cancelled stream was read to its end).
+    """
+    if timeout is None:
+        return await awaitable
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(timeout):
+            return await awaitable
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout, expire)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if expired:
+            raise asyncio.TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
 
 
 class ChunkRunner:

@@ -24,6 +24,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
 import triton_sdk as ts
+from triton_sdk._concurrency import within
 from triton_sdk._transports import _grpc
 
 HOLD = 0.5
@@ -265,3 +266,38 @@ async def test_an_asyncio_stream_the_server_refuses_at_once_reports_its_status(
         for _ in range(300):
             with pytest.raises(ts.UnsupportedError, match="does not support stream"):
                 [response async for response in model.stream(X=[1.0])]
+
+
+async def test_a_task_cancelled_while_it_reads_a_stream_is_cancelled(
+    server: HoldingServer,
+) -> None:
+    # Responses arrive back to back: a cancellation often lands as a read finishes, which
+    # asyncio.wait_for (Python < 3.12) dropped, and the task read the stream to its end.
+    server.script = [response(outputs=True, final=False)] * 20_000 + ONE_FINAL_RESPONSE
+    server.hold = 0.0
+    random = np.random.default_rng(3)
+    async with asyncio_talker(server) as model:
+
+        async def read() -> int:
+            return len([response async for response in model.stream(X=[1.0])])
+
+        for _ in range(30):
+            task = asyncio.create_task(read())
+            await asyncio.sleep(random.uniform(0.01, 0.04))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
+async def test_within_keeps_a_cancellation_that_arrives_as_the_wait_ends() -> None:
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[int] = loop.create_future()
+    task = asyncio.create_task(within(answer, 60.0))
+    await asyncio.sleep(0)  # the task waits on the answer now
+    answer.set_result(1)
+    task.cancel()  # in the same step
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(asyncio.TimeoutError):
+        await within(loop.create_future(), 0.01)
+    assert await within(asyncio.sleep(0, result=2), None) == 2

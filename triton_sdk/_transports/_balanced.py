@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from .._balance import Balancer, Discovery, EndpointState, Member
 from .._call import CallContext
-from .._concurrency import aclose_iterator
+from .._concurrency import aclose_iterator, within
 from .._config import Endpoint
 from .._errors import TritonError
 from .._fork import on_fork
@@ -327,7 +327,7 @@ class AsyncBalancedTransport:
                     return
                 # (asyncio.TimeoutError is not TimeoutError before Python 3.11.)
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                    await asyncio.wait_for(wake.wait(), wait)
+                    await within(wake.wait(), wait)
                 wake.clear()
         except Exception:  # logged: calls go on, and the next failure starts it again
             logger.exception("the upkeep of the client's endpoints failed")

@@ -21,7 +21,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from .._call import CallContext
 from .._compression import Compression
-from .._concurrency import aclose_iterator
+from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError, TritonError, TritonTimeoutError
 from .._grpc_codec import (
@@ -438,7 +438,7 @@ class AsyncGrpcTransport:
             try:
                 while True:
                     try:
-                        message = await asyncio.wait_for(call.read(), timeout)
+                        message = await within(call.read(), timeout)
                     except asyncio.TimeoutError:
                         raise _response_timeout(timeout, op) from None
                     if message is grpc.aio.EOF:
