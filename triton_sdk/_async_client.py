@@ -1083,8 +1083,10 @@ class AsyncClient:
             await self._drain_regions(options)
         finally:
             self._closed = True
-            self._chunks.close()
-            await self._transport.aclose()
+            try:
+                await self._transport.aclose()  # first: it ends the chunks in flight
+            finally:
+                self._chunks.close()
 
     async def _drain_regions(self, options: CallOptions) -> None:
         """Unregister and free the client's regions, but not memory the server may still

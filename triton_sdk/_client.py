@@ -1074,8 +1074,10 @@ class Client:
             self._drain_regions(options)
         finally:
             self._closed = True
-            self._chunks.close()
-            self._transport.close()
+            try:
+                self._transport.close()  # first: it ends the chunks in flight
+            finally:
+                self._chunks.close()
 
     def _drain_regions(self, options: CallOptions) -> None:
         """Unregister and free the client's regions, but not memory the server may still

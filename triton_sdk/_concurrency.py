@@ -152,7 +152,8 @@ class ChunkRunner:
             try:
                 for chunk in chunks:
                     # Each runs in the caller's context (contextvars: a tracer's span).
-                    futures.append(executor.submit(contextvars.copy_context().run, send, chunk))
+                    context = contextvars.copy_context()
+                    futures.append(executor.submit(context.run, self._start, send, chunk))
             except RuntimeError as exc:  # the pool was shut down by close() meanwhile
                 raise closed_error(self._kind) from exc
             # The first failure ends the call, whichever chunk it is.
@@ -167,12 +168,21 @@ class ChunkRunner:
             for future in futures:
                 future.cancel()
 
+    def _start(self, send: Callable[[A], R], chunk: A) -> R:
+        if self._closed:  # a chunk that waited for a thread until close(): not sent
+            raise closed_error(self._kind)
+        return send(chunk)
+
     def close(self) -> None:
+        """Refuse new calls and chunks not started, without waiting for those in flight:
+        the client closes its transport first, which ends them (gRPC) or lets them finish
+        (HTTP), as it does calls in flight on other threads."""
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=True)
+            # (Not cancel_futures=True: futures cancelled so never wake wait().)
+            executor.shutdown(wait=False)
 
 
 class AsyncChunkRunner:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -1234,3 +1236,31 @@ async def test_cancelling_the_task_that_iterates_map_cancels_its_batches() -> No
         with pytest.raises(asyncio.CancelledError):
             await task
     assert sorted(cancelled) == [0.0, 1.0]
+
+
+def test_closing_a_blocking_client_drops_the_chunks_not_started_without_waiting() -> None:
+    # close() waited for every chunk's thread; chunks still waiting for one went out after.
+    release = threading.Event()
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        release.wait(10)
+        return {"Y": op.inputs[0].array}
+
+    mock = MockTransport(handler, models=MODELS)
+    client = ts.Client("grpc://triton", transport=mock)
+    model = client.model("double")
+    mock.calls.clear()
+    rows = 3 * MAX_CHUNKS_IN_FLIGHT * DOUBLE.max_batch_size
+    batch = np.zeros((rows, 1), np.float32)
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(model.infer, X=batch)
+        while len(mock.calls) < MAX_CHUNKS_IN_FLIGHT:
+            time.sleep(0.01)
+        started = time.monotonic()
+        client.close()
+        assert time.monotonic() - started < 1
+        release.set()
+        error = call.exception(timeout=10)
+    assert isinstance(error, ts.TritonError)
+    assert "closed" in str(error), error
+    assert len(mock.calls) == MAX_CHUNKS_IN_FLIGHT
