@@ -166,3 +166,35 @@ def test_aclosing_a_stream_another_task_reads_ends_its_loop(
             assert [r["OUT"].tolist() async for r in repeat.stream(IN=[5])] == [[5]]
 
     asyncio.run(main())
+
+
+def test_stopping_a_generate_stream_answered_by_one_inference_ends_its_loop(
+    server: LocalServer, protocol: str
+) -> None:
+    # On a model that is not decoupled, gRPC sends generate_stream as one inference, which
+    # close() from another thread (or aclose() from another task) did not cancel: the
+    # reader waited for the whole answer, and got it after the stream was closed.
+    async def stop_async_reader() -> tuple[object, float]:
+        async with ts.AsyncClient(server_url(server, protocol)) as aclient:
+            stream = (await aclient.model("sleep")).generate_stream(SECONDS=3.0)
+            reader = asyncio.create_task(anext(stream, "ended"))
+            await asyncio.sleep(0.5)
+            stopped_at = time.monotonic()
+            await stream.aclose()
+            outcome = await asyncio.wait_for(reader, 5)
+            return outcome, time.monotonic() - stopped_at
+
+    with ts.Client(server_url(server, protocol)) as client:
+        stream = client.model("sleep").generate_stream(SECONDS=3.0)
+        reader = StreamReader(stream)
+        time.sleep(0.5)
+        stopped_at = time.monotonic()
+        stream.close()
+        reader.join(5)
+        assert time.monotonic() - stopped_at < 1
+        assert reader.outcome == ["ended"]
+        assert reader.seen == []
+    outcome, took = asyncio.run(stop_async_reader())
+    assert outcome == "ended"
+    assert took < 1
+    wait_for_the_sleeps(server)

@@ -200,6 +200,7 @@ def _response_timeout(timeout: float | None, op: StreamOp[Any] | Op[Any]) -> Tri
 
 
 _END: Final = object()
+_STOPPED: Final = object()
 
 
 _ALGORITHMS: Final = {
@@ -247,7 +248,7 @@ class GrpcTransport:
             return encoded.collect(list(self._stream(encoded.stream, op, ctx)))
         return encoded.read(self._unary(encoded, op, ctx))
 
-    def _unary(self, call: GrpcCall[Any], op: Op[Any], ctx: CallContext) -> Any:
+    def _unary(self, call: GrpcCall[Any], op: Op[Any] | StreamOp[Any], ctx: CallContext) -> Any:
         method = _method(self._stub, self._channel, self._methods, call)
         try:
             return method(
@@ -264,9 +265,38 @@ class GrpcTransport:
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
-            yield encoded.read(self._unary(encoded, op, ctx))  # type: ignore[arg-type]
+            reply = self._stoppable_unary(encoded, op, ctx)
+            if reply is not _STOPPED:
+                yield encoded.read(reply)
             return
         yield from self._stream(encoded, op, ctx)
+
+    def _stoppable_unary(self, call: GrpcCall[Any], op: StreamOp[Any], ctx: CallContext) -> Any:
+        """The answer of a stream sent as one inference (``generate_stream`` on a model
+        that is not decoupled); ``_STOPPED`` when another thread stopped it, as it stops
+        a stream (ResponseStream.close)."""
+        stop = ctx._stop
+        if stop is None:
+            return self._unary(call, op, ctx)
+        method = _method(self._stub, self._channel, self._methods, call)
+        try:
+            pending = method.future(
+                call.take() if call.streamed else call.message,
+                timeout=ctx.timeout,
+                metadata=self._metadata(ctx.headers),
+                compression=self._compression,
+            )
+        except ValueError as exc:
+            raise self._refused(exc) from exc
+        stop.arm(pending.cancel)
+        try:
+            return pending.result()
+        except grpc.FutureCancelledError:
+            if self._closed:
+                raise closed_in_flight() from None
+            return _STOPPED
+        except grpc.RpcError as exc:
+            raise self._failed(exc, op, ctx) from exc
 
     def _stream(
         self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
@@ -405,11 +435,17 @@ class AsyncGrpcTransport:
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
+            pending = self._unary(encoded, ctx)
+            stop = ctx._stop
+            if stop is not None:  # another task may stop it, as it stops a stream
+                stop.arm(pending.cancel)
             try:
-                reply = await self._unary(encoded, ctx)
+                reply = await pending
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
             except asyncio.CancelledError as exc:
+                if stop is not None and stop.requested and not task_cancelled():
+                    return  # stopped by another task (ResponseStream.aclose)
                 raise_if_cut_by_close(exc, self._closed)
                 raise
             yield encoded.read(reply)

@@ -375,11 +375,25 @@ class AsyncHttpTransport:
         each = aiohttp.ClientTimeout(total=None, sock_read=ctx.timeout)
         decoder = call.decoder()
         opened = False
+        stop = ctx._stop
+        reader = asyncio.current_task()
+        interrupted = False
+        if stop is not None and reader is not None:
+            # Until the answer's head arrives (a model that is not decoupled sends it with
+            # its one answer), another task stops the stream by interrupting the reader.
+            def interrupt() -> None:
+                nonlocal interrupted
+                interrupted = True
+                reader.cancel()
+
+            stop.arm(interrupt)
         try:
             async with self._request(call, ctx, each) as response:
                 self._reading.add(response)
-                if ctx._stop is not None:
-                    ctx._stop.arm(lambda: response.content.set_exception(_Stopped()))
+                if stop is not None:
+                    stop.arm(lambda: response.content.set_exception(_Stopped()))
+                    if interrupted:  # as the head arrived: take its cancellation here
+                        await asyncio.sleep(0)
                 try:
                     if self._closed:  # aclose() ran while the answer's head arrived
                         raise closed_in_flight()
@@ -394,6 +408,11 @@ class AsyncHttpTransport:
                     self._reading.discard(response)
         except _Stopped:
             return
+        except asyncio.CancelledError as exc:
+            if interrupted and _only_interrupted(reader):
+                return
+            raise_if_cut_by_close(exc, self._closed)
+            raise
         except _AIOHTTP_FAILURES as exc:
             if self._closed:
                 raise closed_in_flight() from exc
@@ -401,9 +420,9 @@ class AsyncHttpTransport:
             if opened and isinstance(exc, _AIOHTTP_CUT_OFF):
                 cut_off = call.cut_off_error(op.request_id)
             raise cut_off or http_error(exc, op, ctx.timeout, self._url) from exc
-        except asyncio.CancelledError as exc:
-            raise_if_cut_by_close(exc, self._closed)
-            raise
+        finally:
+            if stop is not None:
+                stop.disarm()  # (the reader's task must never be interrupted later)
         for item in decoder.finish():
             yield item
 
@@ -440,3 +459,10 @@ class AsyncHttpTransport:
             await session.close()
         if self._closing:
             await asyncio.gather(*self._closing)
+
+
+def _only_interrupted(task: asyncio.Task[Any] | None) -> bool:
+    """Take back the cancellation a stream's stop gave ``task``; True unless someone else
+    cancelled it too (Python 3.11+ counts them; before, the stop is taken as the only one)."""
+    uncancel = getattr(task, "uncancel", None)
+    return uncancel is None or uncancel() == 0
