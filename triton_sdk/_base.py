@@ -42,7 +42,7 @@ from ._request import (
 )
 from ._shaping import InputValue, prepare_inputs, split_batch
 from ._shm import PlacementPlan
-from ._spec import ModelSpec
+from ._spec import ModelSpec, stateful_message
 
 __all__ = ["ClientSettings", "ModelCore", "Timeout"]
 
@@ -411,6 +411,8 @@ class ModelCore:
                 "responses): use model.stream(...) or model.generate_stream(...)",
                 model=self.name,
             )
+        if self.spec.sequence and sequence is None:
+            raise InvalidInputError(stateful_message(self.spec), model=self.name)
         prepared = prepare_inputs(
             self.spec, named if inputs is None else merge_inputs(inputs, named), sample=sample
         )

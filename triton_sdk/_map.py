@@ -12,7 +12,7 @@ from ._errors import InferenceError, InvalidInputError, TritonError
 from ._request import InferRequest, check_outputs
 from ._result import InferResult
 from ._shaping import Tensor, prepare_inputs
-from ._spec import ModelSpec
+from ._spec import ModelSpec, stateful_message
 
 __all__ = [
     "BatchBuilder",
@@ -73,6 +73,8 @@ def check_batch_size(spec: ModelSpec, batch_size: int | None) -> int:
             "response each; use model.stream(...) per request",
             model=spec.name,
         )
+    if spec.sequence:
+        raise InvalidInputError(stateful_message(spec), model=spec.name)
     size = (
         default_batch_size(spec) if batch_size is None else check_int(batch_size, "batch_size", 1)
     )

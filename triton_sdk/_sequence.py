@@ -189,10 +189,19 @@ class SequenceState(Generic[G]):
         renew_lock_on_fork(self)
 
     def check_open(self) -> None:
-        """Raise if the request marked END has been sent: the sequence takes no more."""
+        """Raise if the request marked END has been sent, or the handle's ``with`` block
+        was left: the sequence takes no more from this handle."""
         if self.ended:
             raise TritonError(
                 f"sequence {self.sequence_id!r} of {self.model!r} has ended", model=self.model
+            )
+        if self.left:
+            # Another handle may have started a new sequence of this id since: a request
+            # from this one would land in it.
+            raise TritonError(
+                f"the block of sequence {self.sequence_id!r} of {self.model!r} was left: its "
+                "handle takes no more requests (open model.sequence() again for a new one)",
+                model=self.model,
             )
 
     def claim(self, delivery: Delivery, end: bool) -> None:

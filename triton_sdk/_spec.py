@@ -13,7 +13,14 @@ from ._display import Displayable, Table
 from ._dtypes import config_type_to_datatype, numpy_dtype
 from ._errors import InvalidInputError
 
-__all__ = ["NO_KNOWN_LIMIT", "ModelSpec", "SpecSource", "TensorSpec", "json_int"]
+__all__ = [
+    "NO_KNOWN_LIMIT",
+    "ModelSpec",
+    "SpecSource",
+    "TensorSpec",
+    "json_int",
+    "stateful_message",
+]
 
 JSON = Mapping[str, Any]
 """A decoded JSON object, as the server sends metadata and config (or gRPC's equivalent)."""
@@ -281,4 +288,13 @@ def _tensor_spec(metadata: JSON, config: JSON, max_batch_size: int) -> TensorSpe
         shape=shape,
         optional=bool(config.get("optional", False)),
         label_filename=label_filename,
+    )
+
+
+def stateful_message(spec: ModelSpec) -> str:
+    """Why a request outside a sequence is refused: Triton refuses one to a model with
+    sequence batching ("must specify a non-zero or non-empty correlation ID")."""
+    return (
+        f"model {spec.name!r} is stateful (sequence batching): the server takes its "
+        "requests only within a sequence; use model.sequence(...)"
     )

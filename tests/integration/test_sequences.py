@@ -221,6 +221,10 @@ def test_a_second_handle_on_an_open_sequence_is_refused(
     ):
         assert total(again.infer(INPUT=[10])) == 10
     with sequence(model, loop_thread, 777001) as third:  # the last one's block was left
+        before = inference_count(server, "accumulate")
+        with pytest.raises(ts.TritonError, match=r"block of sequence 777001 .* was left"):
+            again.infer(INPUT=[7])  # it went into the new sequence (12, not 5, below)
+        assert inference_count(server, "accumulate") == before
         assert total(third.infer(INPUT=[5], end=True)) == 5
 
 

@@ -815,10 +815,25 @@ async def test_a_sequence_request_is_never_retried(connect: Connect) -> None:
     with pytest.raises(ts.TritonConnectionError):
         await resolve(model.sequence().infer(X=[[1.0]]))
     assert len(mock.calls) == 1
-    # The same request outside a sequence is retried: the policy would have allowed it.
+    # The same request to a stateless model is retried: the policy would have allowed it.
+    double = await resolve(client.model("double"))
+    mock.calls.clear()
     with pytest.raises(ts.TritonConnectionError):
-        await resolve(model.infer(X=[[1.0]]))
-    assert len(mock.calls) == 1 + FAST.max_attempts
+        await resolve(double.infer(X=[[1.0]]))
+    assert len(mock.calls) == FAST.max_attempts
+
+
+async def test_a_stateful_model_takes_requests_only_within_a_sequence(shell: Shell) -> None:
+    # Triton refused them ("must specify a non-zero or non-empty correlation ID").
+    for call in (
+        lambda: shell.counter.infer(X=[[1.0]]),
+        lambda: shell.counter.infer_sample(X=[1.0]),
+        lambda: shell.counter.stream(X=[[1.0]]),
+        lambda: shell.counter.map([{"X": [1.0]}]),
+    ):
+        with pytest.raises(ts.InvalidInputError, match=r"stateful .* use model.sequence"):
+            await resolve(call())
+    assert requests_sent(shell.mock) == []
 
 
 async def test_a_sequence_flags_its_first_and_last_requests(shell: Shell) -> None:
