@@ -175,6 +175,17 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(url: str) -> None:
         assert finished.returncode == 141, buffered  # as a process ended by SIGPIPE
 
 
+def run_with_stderr_closed(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv 2>&-``: the command starts without a stderr (its sys.stderr is None)."""
+    return subprocess.run(
+        ["/bin/sh", "-c", '"$@" 2>&-', "sh", *argv],
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize("stderr", ["closed", "a pipe nobody reads"])
 def test_a_failure_with_nowhere_to_report_still_exits_2(stderr: str) -> None:
     # `triton-sdk models URL 2>&-`: the error line went to stdout, among the output; with
@@ -182,13 +193,7 @@ def test_a_failure_with_nowhere_to_report_still_exits_2(stderr: str) -> None:
     (port,) = unused_ports(1)
     argv = [sys.executable, "-m", "triton_sdk", "models", f"http://127.0.0.1:{port}"]
     if stderr == "closed":
-        finished = subprocess.run(
-            ["/bin/sh", "-c", '"$@" 2>&-', "sh", *argv],
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        finished = run_with_stderr_closed(argv)
     else:
         read, write = os.pipe()
         os.close(read)
@@ -239,13 +244,7 @@ def test_bench_runs_with_stderr_closed(url: str) -> None:
     # `triton-sdk bench ... 2>&-`: asking whether stderr (None) is a terminal failed.
     argv = [sys.executable, "-m", "triton_sdk", "bench", url, "add_sub", "--seconds", "0.2"]
     argv += ["-i", "INPUT0=[1,2,3,4]", "-i", "INPUT1=[1,2,3,4]"]
-    finished = subprocess.run(
-        ["/bin/sh", "-c", '"$@" 2>&-', "sh", *argv],
-        stdout=subprocess.PIPE,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    finished = run_with_stderr_closed(argv)
     assert finished.returncode == 0
     assert "calls/s, latency p50" in finished.stdout
 
