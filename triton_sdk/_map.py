@@ -95,7 +95,7 @@ def prepare_sample(spec: ModelSpec, sample: object, index: int) -> PreparedSampl
             ),
         )
     try:
-        return PreparedSample(prepare_inputs(spec, sample, sample=True).tensors)
+        return PreparedSample(prepare_inputs(spec, sample, sample=True, keywords=False).tensors)
     except InvalidInputError as error:
         return PreparedSample(None, InvalidInputError(f"sample {index}: {error}", model=spec.name))
 

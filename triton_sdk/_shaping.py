@@ -54,12 +54,13 @@ _OPTIONS_OF_OTHER_CALLS: Final = frozenset(
 
 
 def prepare_inputs(
-    spec: ModelSpec, values: Mapping[str, object], *, sample: bool = False
+    spec: ModelSpec, values: Mapping[str, object], *, sample: bool = False, keywords: bool = True
 ) -> PreparedInputs:
     """Check, cast and shape every input of a call, following the rules of the docs.
 
     ``sample=True`` reads each value as one sample (``infer_sample``): the batch axis is
-    added here for batched models.
+    added here for batched models. ``keywords``: the values came as a call's keywords,
+    where an unknown name may be an option of another call.
     """
     specs = spec.inputs
     if not isinstance(values, Mapping):
@@ -70,7 +71,8 @@ def prepare_inputs(
     if not values.keys() <= specs.keys():
         unknown = sorted(set(values) - set(specs), key=repr)
         options = [repr(name) for name in unknown if name in _OPTIONS_OF_OTHER_CALLS]
-        if options:  # e.g. retry= on a stream, which is never retried
+        if options and len(options) == len(unknown) and keywords:
+            # e.g. retry= on a stream, which is never retried
             raise InvalidInputError(
                 f"this call takes no {', '.join(options)} option (other calls do), and "
                 f"model {spec.name!r} has no input of that name; its inputs are "

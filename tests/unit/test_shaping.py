@@ -307,6 +307,18 @@ def test_a_batched_model_needs_one_input_even_when_all_are_optional() -> None:
     assert prepare_inputs(unbatched, {}).tensors == []  # the server takes it
 
 
+def test_an_unknown_name_is_called_an_option_only_among_a_calls_keywords() -> None:
+    values = {"A": np.zeros((2, 3), np.float32), "C": [1, 2], "B": [1, 2]}
+    with pytest.raises(InvalidInputError, match="this call takes no 'retry' option"):
+        prepare_inputs(three_inputs(), {**values, "retry": None})
+    # With a misspelt input beside it, both are named as unknown inputs.
+    with pytest.raises(InvalidInputError, match="no input named 'TXET', 'retry'"):
+        prepare_inputs(three_inputs(), {**values, "retry": None, "TXET": 1})
+    # A map sample is no call's keywords (map itself takes timeout=).
+    with pytest.raises(InvalidInputError, match="no input named 'timeout'"):
+        prepare_inputs(three_inputs(), {**values, "timeout": 3}, keywords=False)
+
+
 def test_optional_input_may_be_left_out() -> None:
     prepared = prepare_inputs(three_inputs(), {"A": np.zeros((2, 3), np.float32), "C": [1, 2]})
     assert [tensor.name for tensor in prepared.tensors] == ["A", "C"]

@@ -392,8 +392,6 @@ class AsyncHttpTransport:
                 self._reading.add(response)
                 if stop is not None:
                     stop.arm(lambda: response.content.set_exception(_Stopped()))
-                    if interrupted:  # as the head arrived: take its cancellation here
-                        await asyncio.sleep(0)
                 try:
                     if self._closed:  # aclose() ran while the answer's head arrived
                         raise closed_in_flight()
