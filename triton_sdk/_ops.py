@@ -388,6 +388,17 @@ class _GenerateFields:
     fields: Mapping[str, object]
     parameters: Mapping[str, ParameterValue] | None = None
 
+    def __attrs_post_init__(self) -> None:
+        if self.spec.sequence:
+            # Triton refuses a request without a correlation id, and a generate request
+            # can carry none: the sequence fields are reserved parameters.
+            raise InvalidInputError(
+                f"model {self.spec.name!r} is stateful (sequence batching): the server "
+                "takes its requests only within a sequence, which generate cannot carry; "
+                "use model.sequence(...) and infer within it",
+                model=self.spec.name,
+            )
+
     @property
     def model(self) -> str | None:
         return self.spec.name
