@@ -196,13 +196,16 @@ class SequenceState(Generic[G]):
                 f"sequence {self.sequence_id!r} of {self.model!r} has ended", model=self.model
             )
         if self.left:
-            # Another handle may have started a new sequence of this id since: a request
-            # from this one would land in it.
-            raise TritonError(
-                f"the block of sequence {self.sequence_id!r} of {self.model!r} was left: its "
-                "handle takes no more requests (open model.sequence() again for a new one)",
-                model=self.model,
-            )
+            raise self._left_error()
+
+    def _left_error(self) -> TritonError:
+        # Another handle may have started a new sequence of this id since: a request
+        # from this one would land in it.
+        return TritonError(
+            f"the block of sequence {self.sequence_id!r} of {self.model!r} was left: its "
+            "handle takes no more requests (open model.sequence() again for a new one)",
+            model=self.model,
+        )
 
     def claim(self, delivery: Delivery, end: bool) -> None:
         """Count ``delivery`` as the next request: it carries START when no request
@@ -224,8 +227,12 @@ class SequenceState(Generic[G]):
         """None when the counted ``delivery`` may go: it carries START, START has gone
         out, or the request that carried START never went out (this one then takes its
         place: ``delivery.start`` turns true). Otherwise, START is on its way: the gate
-        to wait on before asking again."""
+        to wait on before asking again. Raises when the handle's block was left since
+        the request was counted (it waited for START, or it was sent from another thread
+        or task as the block ended): it goes no further."""
         with self._lock:
+            if self.left:
+                raise self._left_error()
             if delivery.start or self._start == _START_SENT:
                 return None
             if self._start == _START_UNSENT:

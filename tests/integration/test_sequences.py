@@ -596,6 +596,48 @@ def test_requests_waiting_for_a_start_that_never_went_out_carry_it_themselves(ur
             assert [start for start, _ in hook.flags].count(True) == 1
 
 
+def test_a_request_waiting_for_start_when_the_block_is_left_is_not_sent(url: str) -> None:
+    # START is held in its hook while a second request waits for it; the block is left
+    # meanwhile. Once START is out, the second request must not follow it: a new handle
+    # of the same id may be running a new sequence by then.
+    release = threading.Event()
+    hook = HeldThenSent(release)
+    with ts.Client(url, hooks=[hook]) as client, ThreadPoolExecutor(2) as pool:
+        model = client.model("accumulate")
+        seq = model.sequence()
+        seq.__enter__()
+        first = pool.submit(seq.infer_sample, INPUT=1)
+        assert hook.holding.wait(10)
+        second = pool.submit(seq.infer_sample, INPUT=2)
+        while seq._state.sent < 2:  # (claimed: it waits for START)
+            time.sleep(0.001)
+        with pytest.warns(ts.SequenceNotEndedWarning):
+            seq.__exit__(None, None, None)
+        release.set()
+        assert total(first.result(10)) == 1
+        with pytest.raises(ts.TritonError, match="was left"):
+            second.result(10)
+        assert hook.flags == [(True, False)]
+
+
+class HeldThenSent(ts.CallHook):
+    """Holds the first inference request in ``before_send`` until ``release`` is set;
+    records the flags of every request that goes on."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+        self.holding = threading.Event()
+        self.flags: list[tuple[bool, bool]] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        if op.call != "infer":
+            return
+        if not self.holding.is_set():
+            self.holding.set()
+            self.release.wait(10)
+        self.flags.append((op.sequence_start, op.sequence_end))
+
+
 class HeldThenFailed(ts.CallHook):
     """Holds the first inference request in ``before_send`` until ``release`` is set,
     then fails it; records the flags of the others."""
