@@ -38,7 +38,8 @@ server closes the connection on a URL it will not read."""
 
 # Names both HTTP and gRPC metadata carry: gRPC takes no other punctuation.
 _HEADER_NAME: Final = re.compile(r"[0-9A-Za-z_.-]+")
-_HEADER_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
+# No tab: HTTP would carry one, gRPC metadata would not (grpc refuses the call).
+_HEADER_VALUE: Final = re.compile(r"[\x20-\x7e]*")
 # Names the transports set themselves: a user's value would contradict the framing.
 _RESERVED_HEADERS: Final = frozenset(
     {
@@ -144,7 +145,11 @@ def check_version(version: object) -> str | None:
 
 
 def check_headers(headers: object) -> dict[str, str]:
-    """Headers both protocols can carry: a mapping of token names to printable ASCII."""
+    """Headers both protocols can carry: a mapping of token names to printable ASCII.
+
+    Names compare case-insensitively, as HTTP's do: of names that differ only in case,
+    the last one given is kept (one header is sent, never both).
+    """
     if headers is None:
         return {}
     if not isinstance(headers, Mapping):
@@ -152,6 +157,7 @@ def check_headers(headers: object) -> dict[str, str]:
             f"headers must be a mapping of str to str, got {_type_name(headers)}"
         )
     checked: dict[str, str] = {}
+    spelt: dict[str, str] = {}  # lower-case name -> the name as given
     for name, value in headers.items():
         if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
             raise InvalidInputError(
@@ -169,5 +175,9 @@ def check_headers(headers: object) -> dict[str, str]:
             raise InvalidInputError(
                 f"header {name!r}: values must be printable ASCII without line breaks"
             )
+        previous = spelt.get(lowered)
+        if previous is not None:
+            del checked[previous]
+        spelt[lowered] = name
         checked[name] = given
     return checked

@@ -79,7 +79,9 @@ def test_per_call_headers_do_not_leak_into_the_next_call(make_client: Any) -> No
 
 
 @pytest.mark.parametrize(
-    ("name", "value"), [("bad name", "v"), ("x-a", "line\nbreak")], ids=["name", "value"]
+    ("name", "value"),
+    [("bad name", "v"), ("x-a", "line\nbreak"), ("x-b", "a\ttab")],
+    ids=["name", "value", "tab"],
 )
 def test_invalid_per_call_headers_are_refused_before_sending(
     client: Any, server: LocalServer, name: str, value: str

@@ -363,6 +363,7 @@ def test_metrics_url_can_be_given() -> None:
         {"": "v"},
         {"x-key": "line\nbreak"},
         {"x-key": "carriage\rreturn"},
+        {"x-key": "a\ttab"},  # gRPC metadata cannot carry one
         {"x-key": "ü"},
         {"x-key": 5},
     ],
@@ -381,6 +382,13 @@ def test_header_values_are_not_shown_in_errors() -> None:
 def test_good_headers_are_kept() -> None:
     headers = {"authorization": "Bearer abc.def", "X-Request-Source": "batch job 7"}
     assert settings(headers=headers).headers == headers
+
+
+def test_header_names_that_differ_only_in_case_are_sent_once_the_last_given() -> None:
+    assert settings(headers={"x-dup": "1", "X-Other": "o", "X-DUP": "2"}).headers == {
+        "X-Other": "o",
+        "X-DUP": "2",
+    }
 
 
 def test_a_failed_tls_setup_leaves_no_noise_on_stderr(tmp_path: Path) -> None:

@@ -483,6 +483,25 @@ async def test_a_hook_may_add_a_header_to_each_attempt(connect: Connect) -> None
     assert seen == [{**MERGED_HEADERS, "traceparent": "00-attempt-1"}]
 
 
+async def test_a_header_a_hook_sets_in_another_case_replaces_the_clients(
+    connect: Connect,
+) -> None:
+    # A rotating token: one Authorization header goes out, the hook's (two before).
+    class Rotate(ts.CallHook):
+        def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+            ctx.headers = {**ctx.headers, "authorization": "Bearer new"}
+
+    seen: list[dict[str, str]] = []
+
+    def recording(op: Any, ctx: ts.CallContext) -> object:
+        seen.append(dict(ctx.headers))
+        return {"name": "triton"}
+
+    client, _ = connect(recording, hooks=[Rotate()], headers={"Authorization": "Bearer old"})
+    await resolve(client.server_metadata())
+    assert seen == [{"authorization": "Bearer new"}]
+
+
 async def test_a_hook_may_change_the_timeout_of_an_attempt(connect: Connect) -> None:
     class ShortTimeout(ts.CallHook):
         def before_send(self, op: Any, ctx: ts.CallContext) -> None:
