@@ -418,28 +418,33 @@ class AsyncClient:
         hooks = self._settings.hooks
         if hooks:
             ctx.url = self._url
-            run_before_send(hooks, op, ctx)
-        sequence_request = SENDING.get() is not None
-        if sequence_request:
-            mark_reached(op)
         try:
-            try:
-                result = await self._transport.acall(op, ctx)
-            except TritonError:
-                raise
-            except self._malformed as exc:
-                raise unreadable_answer(exc, op.call, op.model) from exc
-        except TritonError as error:
+            if hooks:
+                run_before_send(hooks, op, ctx)
+            sequence_request = SENDING.get() is not None
             if sequence_request:
-                mark_outcome(op, error)  # (before a hook's own exception can hide it)
+                mark_reached(op)
+            try:
+                try:
+                    result = await self._transport.acall(op, ctx)
+                except TritonError:
+                    raise
+                except self._malformed as exc:
+                    raise unreadable_answer(exc, op.call, op.model) from exc
+            except TritonError as error:
+                if sequence_request:
+                    mark_outcome(op, error)  # (before a hook's own exception can hide it)
+                for hook in hooks:
+                    hook.on_error(op, ctx, error)
+                raise
+            if sequence_request:
+                mark_outcome(op, None)
             for hook in hooks:
-                hook.on_error(op, ctx, error)
-            raise
-        if sequence_request:
-            mark_outcome(op, None)
-        for hook in hooks:
-            hook.after_receive(op, ctx, result)
-        return result
+                hook.after_receive(op, ctx, result)
+            return result
+        finally:
+            for hook in hooks:
+                hook.on_end(op, ctx)
 
     async def _run(self, op: Op[T], options: CallOptions) -> T:
         """Send ``op``, retried under the call's policy when it is idempotent.
@@ -520,33 +525,37 @@ class AsyncClient:
     async def _responses(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         hooks = self._settings.hooks
         ctx.url = self._url
-        run_before_send(hooks, op, ctx)
-        responses = self._transport.astream(op, ctx)
         try:
-            while True:
-                # Only reading the answer is guarded: a hook's own KeyError is its own.
-                try:
-                    item = await anext(responses)
-                except StopAsyncIteration:
-                    break
-                except TritonError:
-                    raise
-                except self._malformed as exc:
-                    raise unreadable_answer(exc, op.call, op.model) from exc
+            run_before_send(hooks, op, ctx)
+            responses = self._transport.astream(op, ctx)
+            try:
+                while True:
+                    # Only reading the answer is guarded: a hook's own KeyError is its own.
+                    try:
+                        item = await anext(responses)
+                    except StopAsyncIteration:
+                        break
+                    except TritonError:
+                        raise
+                    except self._malformed as exc:
+                        raise unreadable_answer(exc, op.call, op.model) from exc
+                    for hook in hooks:
+                        hook.after_receive(op, ctx, item)
+                    yield item
+            except TritonError as error:
+                if ctx._stop is not None and ctx._stop.requested:
+                    return  # stopped from another thread: the reader's loop just ends
                 for hook in hooks:
-                    hook.after_receive(op, ctx, item)
-                yield item
-        except TritonError as error:
-            if ctx._stop is not None and ctx._stop.requested:
-                return  # stopped from another thread: the reader's loop just ends
-            for hook in hooks:
-                hook.on_error(op, ctx, error)
-            if isinstance(error, UnsupportedError) and error.status is not None:
-                raise unsupported_operation(error, op.call, self._url) from error
-            raise
+                    hook.on_error(op, ctx, error)
+                if isinstance(error, UnsupportedError) and error.status is not None:
+                    raise unsupported_operation(error, op.call, self._url) from error
+                raise
+            finally:
+                # Closing the transport's stream cancels the request on the server.
+                await aclose_iterator(responses)
         finally:
-            # Closing the transport's stream cancels the request on the server.
-            await aclose_iterator(responses)
+            for hook in hooks:
+                hook.on_end(op, ctx)
 
     # Health and server
 

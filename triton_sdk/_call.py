@@ -103,6 +103,12 @@ class CallHook:
     def on_error(self, op: AnyOp, ctx: CallContext, error: TritonError) -> None:
         """Called when an attempt (or a stream) fails, before any retry."""
 
+    def on_end(self, op: AnyOp, ctx: CallContext) -> None:
+        """Called once when an attempt is over, whatever became of it: after
+        ``after_receive`` or ``on_error``, and also when neither came (a stream that ended
+        without a response, or was stopped or left before one; a call cancelled; another
+        hook's ``before_send`` raised). The place to release what ``before_send`` took."""
+
 
 def run_before_send(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) -> None:
     """Run the hooks' ``before_send``; what they changed is checked as the call's own

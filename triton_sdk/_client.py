@@ -417,28 +417,33 @@ class Client:
         hooks = self._settings.hooks
         if hooks:
             ctx.url = self._url
-            run_before_send(hooks, op, ctx)
-        sequence_request = SENDING.get() is not None
-        if sequence_request:
-            mark_reached(op)
         try:
-            try:
-                result = self._transport.call(op, ctx)
-            except TritonError:
-                raise
-            except self._malformed as exc:
-                raise unreadable_answer(exc, op.call, op.model) from exc
-        except TritonError as error:
+            if hooks:
+                run_before_send(hooks, op, ctx)
+            sequence_request = SENDING.get() is not None
             if sequence_request:
-                mark_outcome(op, error)  # (before a hook's own exception can hide it)
+                mark_reached(op)
+            try:
+                try:
+                    result = self._transport.call(op, ctx)
+                except TritonError:
+                    raise
+                except self._malformed as exc:
+                    raise unreadable_answer(exc, op.call, op.model) from exc
+            except TritonError as error:
+                if sequence_request:
+                    mark_outcome(op, error)  # (before a hook's own exception can hide it)
+                for hook in hooks:
+                    hook.on_error(op, ctx, error)
+                raise
+            if sequence_request:
+                mark_outcome(op, None)
             for hook in hooks:
-                hook.on_error(op, ctx, error)
-            raise
-        if sequence_request:
-            mark_outcome(op, None)
-        for hook in hooks:
-            hook.after_receive(op, ctx, result)
-        return result
+                hook.after_receive(op, ctx, result)
+            return result
+        finally:
+            for hook in hooks:
+                hook.on_end(op, ctx)
 
     def _run(self, op: Op[T], options: CallOptions) -> T:
         """Send ``op``, retried under the call's policy when it is idempotent.
@@ -519,33 +524,37 @@ class Client:
     def _responses(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         hooks = self._settings.hooks
         ctx.url = self._url
-        run_before_send(hooks, op, ctx)
-        responses = self._transport.stream(op, ctx)
         try:
-            while True:
-                # Only reading the answer is guarded: a hook's own KeyError is its own.
-                try:
-                    item = next(responses)
-                except StopIteration:
-                    break
-                except TritonError:
-                    raise
-                except self._malformed as exc:
-                    raise unreadable_answer(exc, op.call, op.model) from exc
+            run_before_send(hooks, op, ctx)
+            responses = self._transport.stream(op, ctx)
+            try:
+                while True:
+                    # Only reading the answer is guarded: a hook's own KeyError is its own.
+                    try:
+                        item = next(responses)
+                    except StopIteration:
+                        break
+                    except TritonError:
+                        raise
+                    except self._malformed as exc:
+                        raise unreadable_answer(exc, op.call, op.model) from exc
+                    for hook in hooks:
+                        hook.after_receive(op, ctx, item)
+                    yield item
+            except TritonError as error:
+                if ctx._stop is not None and ctx._stop.requested:
+                    return  # stopped from another thread: the reader's loop just ends
                 for hook in hooks:
-                    hook.after_receive(op, ctx, item)
-                yield item
-        except TritonError as error:
-            if ctx._stop is not None and ctx._stop.requested:
-                return  # stopped from another thread: the reader's loop just ends
-            for hook in hooks:
-                hook.on_error(op, ctx, error)
-            if isinstance(error, UnsupportedError) and error.status is not None:
-                raise unsupported_operation(error, op.call, self._url) from error
-            raise
+                    hook.on_error(op, ctx, error)
+                if isinstance(error, UnsupportedError) and error.status is not None:
+                    raise unsupported_operation(error, op.call, self._url) from error
+                raise
+            finally:
+                # Closing the transport's stream cancels the request on the server.
+                close_iterator(responses)
         finally:
-            # Closing the transport's stream cancels the request on the server.
-            close_iterator(responses)
+            for hook in hooks:
+                hook.on_end(op, ctx)
 
     # Health and server
 

@@ -17,6 +17,7 @@ __all__ = ["LogCalls", "logger", "wanted"]
 
 logger = logging.getLogger("triton_sdk")
 _STARTED = "triton_sdk.started"
+_SETTLED = "triton_sdk.settled"  # (answered or failed)
 
 
 def wanted() -> bool:
@@ -45,9 +46,15 @@ class LogCalls(CallHook):
         )
 
     def after_receive(self, op: AnyOp, ctx: CallContext, result: object) -> None:
+        ctx.state[_SETTLED] = True
         started = ctx.state.get(_STARTED)
         took = "" if started is None else f" in {(time.perf_counter() - started) * 1e3:.2f} ms"
         logger.debug("%s answered%s", _what(ctx), took)
 
     def on_error(self, op: AnyOp, ctx: CallContext, error: TritonError) -> None:
+        ctx.state[_SETTLED] = True
         logger.debug("%s failed: %s: %s", _what(ctx), type(error).__name__, error)
+
+    def on_end(self, op: AnyOp, ctx: CallContext) -> None:
+        if not ctx.state.get(_SETTLED):
+            logger.debug("%s ended without an answer", _what(ctx))

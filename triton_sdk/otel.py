@@ -14,7 +14,9 @@ semantic conventions (``rpc.system``, ``rpc.service``, ``rpc.method``,
 ``server.address``, ``server.port``) plus ``triton.model``, ``triton.attempt``,
 ``triton.batch_size`` and ``triton.request.bytes`` / ``triton.response.bytes`` for
 inference, and the error's class and status on failure. A stream's span ends with its
-first response (or its failure).
+first response (or its failure). A span whose attempt had neither (a stream that ended
+without a response or was left before one, a call cancelled) ends with the attempt, its
+status unset and ``triton.answered`` false.
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ class Tracing(CallHook):
         if error.status is not None:
             span.set_attribute("triton.status", str(error.status))
         span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.end()
+
+    def on_end(self, op: AnyOp, ctx: CallContext) -> None:
+        span: Span | None = ctx.state.pop(_SPAN, None)
+        if span is None:
+            return  # ended by its answer or its error
+        span.set_attribute("triton.answered", False)
         span.end()
 
 

@@ -70,3 +70,17 @@ def test_a_failed_call_is_an_error_span(
     assert failed
     assert failed[0].status.status_code is StatusCode.ERROR
     assert dict(failed[0].attributes or {})["error.type"] == "ModelNotFoundError"
+
+
+def test_a_stream_without_responses_ends_its_span(
+    make_client: Any, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = spans
+    client = make_client(hooks=[Tracing(provider)])
+    model = client.model("generator")
+    exporter.clear()
+    assert list(model.generate_stream(text_input="a", max_tokens=0)) == []
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "triton_sdk generate_stream"
+    assert span.status.status_code is StatusCode.UNSET
+    assert dict(span.attributes or {})["triton.answered"] is False

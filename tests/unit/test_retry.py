@@ -615,6 +615,25 @@ def test_a_client_made_at_debug_logs_its_calls_without_header_values(
     assert "s3cret" not in caplog.text
 
 
+def test_a_call_that_ends_without_an_answer_is_logged_as_such(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="triton_sdk")
+    spec = ts.ModelSpec(
+        name="talker",
+        inputs={"X": ts.TensorSpec(name="X", datatype="FP32", shape=(1,))},
+        outputs={"Y": ts.TensorSpec(name="Y", datatype="FP32", shape=(1,))},
+        decoupled=True,
+    )
+    mock = MockTransport(lambda op, ctx: iter(()), models=[spec])
+    with ts.Client("grpc://test", transport=mock) as client:
+        model = client.model("talker")
+        caplog.clear()
+        assert list(model.stream(X=[1.0])) == []
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages[1:] == ["stream 'talker' ended without an answer"]
+
+
 def test_a_client_made_without_debug_has_no_logging_hook() -> None:
     logging.getLogger("triton_sdk").setLevel(logging.WARNING)
     with ts.Client("grpc://test", transport=MockTransport()) as client:

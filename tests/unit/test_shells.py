@@ -401,6 +401,9 @@ class Recorder(ts.CallHook):
     def on_error(self, op: Any, ctx: ts.CallContext, error: ts.TritonError) -> None:
         self.events.append(("on_error", op, error))
 
+    def on_end(self, op: Any, ctx: ts.CallContext) -> None:
+        self.events.append(("on_end", op, ctx.attempt))
+
 
 def failing_twice(result: object) -> tuple[Callable[[Any, ts.CallContext], object], list[Any]]:
     """A handler whose first two attempts fail (retryably), then answers ``result``."""
@@ -428,10 +431,13 @@ async def test_hooks_see_every_attempt_of_a_retried_call(connect: Connect) -> No
     assert recorder.events == [
         ("before_send", op, 1),
         ("on_error", op, errors[0]),
+        ("on_end", op, 1),
         ("before_send", op, 2),
         ("on_error", op, errors[1]),
+        ("on_end", op, 2),
         ("before_send", op, 3),
         ("after_receive", op, {"name": "triton"}),
+        ("on_end", op, 3),
     ]
 
 
@@ -441,7 +447,8 @@ async def test_after_receive_gets_the_inference_result(connect: Connect) -> None
     model = await resolve(client.model("double"))
     recorder.events.clear()
     result = await resolve(model.infer(X=[[1.0], [2.0]]))
-    (before, after) = recorder.events
+    (before, after, end) = recorder.events
+    assert end == ("on_end", before[1], 1)
     assert before[0] == "before_send"
     assert isinstance(before[1], ops.InferRequest)
     assert after[0] == "after_receive"
@@ -457,7 +464,7 @@ async def test_on_error_gets_the_error_the_caller_gets(connect: Connect) -> None
     with pytest.raises(ts.InferenceError) as info:
         await resolve(client.server_metadata())
     assert info.value is error
-    assert [event[0] for event in recorder.events] == ["before_send", "on_error"]
+    assert [event[0] for event in recorder.events] == ["before_send", "on_error", "on_end"]
     assert recorder.events[1][2] is error
 
 
@@ -524,9 +531,13 @@ async def test_hooks_see_each_response_of_a_stream(connect: Connect) -> None:
     model = await resolve(client.model("talker"))
     recorder.events.clear()
     responses = await resolve(model.stream(X=[[1.0]]))
-    assert [event[0] for event in recorder.events] == ["before_send"] + ["after_receive"] * 3
+    assert [event[0] for event in recorder.events] == [
+        "before_send",
+        *["after_receive"] * 3,
+        "on_end",
+    ]
     assert isinstance(recorder.events[0][1], ops.StreamInfer)
-    assert [event[2] for event in recorder.events[1:]] == responses
+    assert [event[2] for event in recorder.events[1:-1]] == responses
 
 
 async def test_hooks_see_the_error_that_ends_a_stream(connect: Connect) -> None:
@@ -546,8 +557,38 @@ async def test_hooks_see_the_error_that_ends_a_stream(connect: Connect) -> None:
     with pytest.raises(ts.InferenceError) as info:
         await resolve(model.stream(X=[[1.0]]))
     assert info.value is error
-    assert [event[0] for event in recorder.events] == ["before_send", "after_receive", "on_error"]
-    assert recorder.events[-1][2] is error
+    assert [event[0] for event in recorder.events] == [
+        "before_send",
+        "after_receive",
+        "on_error",
+        "on_end",
+    ]
+    assert recorder.events[-2][2] is error
+
+
+async def test_hooks_see_the_end_of_a_stream_without_responses(connect: Connect) -> None:
+    # Neither after_receive nor on_error comes: on_end closes the attempt (a tracing
+    # span, a log line), also when the stream is left before its first response.
+    recorder = Recorder()
+    client, _ = connect(lambda op, ctx: iter(()), hooks=[recorder])
+    model = await resolve(client.model("talker"))
+    recorder.events.clear()
+    assert await resolve(model.stream(X=[[1.0]])) == []
+    assert [event[0] for event in recorder.events] == ["before_send", "on_end"]
+
+
+async def test_every_hook_sees_the_end_when_a_before_send_raises(connect: Connect) -> None:
+    class Failing(ts.CallHook):
+        def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+            raise RuntimeError("the token service is down")
+
+    first, last = Recorder(), Recorder()
+    client, mock = connect(hooks=[first, Failing(), last])
+    with pytest.raises(RuntimeError):
+        await resolve(client.server_metadata())
+    assert [event[0] for event in first.events] == ["before_send", "on_end"]
+    assert [event[0] for event in last.events] == ["on_end"]
+    assert mock.calls == []
 
 
 # 5. Closed clients
