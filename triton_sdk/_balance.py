@@ -114,6 +114,15 @@ def _sequence(op: Op[object] | StreamOp[object]) -> InferRequest | None:
     return op if isinstance(op, InferRequest) and op.sequence_id else None
 
 
+_PinKey = tuple[str, str, int | str]
+
+
+def _pin_key(request: InferRequest) -> _PinKey:
+    """A sequence as the server knows it: an id is a sequence of one model (version)
+    only; two models' sequences of the same id are two sequences."""
+    return (request.model, request.version, request.sequence_id)
+
+
 class Balancer(Generic[T]):
     """The endpoints of one client and the state that picking needs; thread-safe."""
 
@@ -124,7 +133,7 @@ class Balancer(Generic[T]):
         self._random = random.Random(seed)
         # Each sequence's endpoint (None: it failed), when the sequence was last used, and
         # the endpoint's ejections when the sequence started there.
-        self._pins: dict[int | str, tuple[Member[T] | None, float, int]] = {}
+        self._pins: dict[_PinKey, tuple[Member[T] | None, float, int]] = {}
         self._sweep_at = time.monotonic() + _PIN_SWEEP
 
     def after_fork_in_child(self) -> None:
@@ -150,25 +159,26 @@ class Balancer(Generic[T]):
             if request is None:
                 return Route(self._take(()))
             sequence = request.sequence_id
+            key = _pin_key(request)
             now = time.monotonic()
             if now >= self._sweep_at:
                 self._forget_idle_sequences(now)
-            if request.sequence_start or sequence not in self._pins:
+            if request.sequence_start or key not in self._pins:
                 # (A sequence started before this client knew it stays where it goes now.)
                 member = self._take(())
-                self._pins[sequence] = (member, now, member.ejections)
+                self._pins[key] = (member, now, member.ejections)
                 return Route(member, sequence)
-            pinned, _, ejections = self._pins[sequence]
+            pinned, _, ejections = self._pins[key]
             if pinned is None or pinned.ejections != ejections:
                 # Its endpoint failed, maybe seen by other calls only (and may be back,
                 # restarted): the sequence's state there is gone, or may be.
                 if request.sequence_end:
-                    del self._pins[sequence]
+                    del self._pins[key]
                 else:
-                    self._pins[sequence] = (None, now, 0)
+                    self._pins[key] = (None, now, 0)
                 raise _lost(sequence, None if pinned is None else pinned.endpoint)
             self._count(pinned)
-            self._pins[sequence] = (pinned, now, ejections)
+            self._pins[key] = (pinned, now, ejections)
             return Route(pinned, sequence)
 
     def _forget_idle_sequences(self, now: float) -> None:
@@ -215,7 +225,7 @@ class Balancer(Generic[T]):
             member.in_flight -= 1
             if error is None or not _connection_failure(error):
                 if request is not None and request.sequence_end:
-                    self._pins.pop(request.sequence_id, None)
+                    self._pins.pop(_pin_key(request), None)
                 return error
             member.failures += 1
             if member.healthy:
@@ -226,12 +236,12 @@ class Balancer(Generic[T]):
                 member.probe_at = time.monotonic() + PROBE_FIRST
             if request is None:
                 return error
-            sequence = request.sequence_id
+            key = _pin_key(request)
             if request.sequence_end:
-                self._pins.pop(sequence, None)
+                self._pins.pop(key, None)
             else:
-                self._pins[sequence] = (None, time.monotonic(), 0)
-            return _lost(sequence, member.endpoint, error)
+                self._pins[key] = (None, time.monotonic(), 0)
+            return _lost(request.sequence_id, member.endpoint, error)
 
     def update(self, endpoints: list[Endpoint], make: Callable[[Endpoint], T]) -> None:
         """Make ``endpoints`` the members: new ones join (healthy), missing ones retire

@@ -41,9 +41,11 @@ def balancer(count: int = 3, seed: int = 1) -> Balancer[str]:
     return Balancer(members, seed=seed)
 
 
-def step(sequence: int, *, start: bool = False, end: bool = False) -> InferRequest:
+def step(
+    sequence: int, *, start: bool = False, end: bool = False, model: str = "m"
+) -> InferRequest:
     return InferRequest(
-        model="m", inputs=(), sequence_id=sequence, sequence_start=start, sequence_end=end
+        model=model, inputs=(), sequence_id=sequence, sequence_start=start, sequence_end=end
     )
 
 
@@ -148,6 +150,27 @@ def test_a_sequence_stays_on_the_endpoint_that_started_it() -> None:
     end = pool.route(step(7, end=True))
     assert end.member is start.member
     pool.succeeded(end, step(7, end=True))
+    assert pool._pins == {}
+
+
+def test_sequences_of_two_models_with_one_id_keep_their_own_endpoints() -> None:
+    # An id names a sequence of one model: another model's START, or END, of the same
+    # id moved or forgot this one's endpoint.
+    pool = balancer(8, seed=3)
+    a = pool.route(step(7, start=True, model="a"))
+    pool.succeeded(a, step(7, start=True, model="a"))
+    for _ in range(20):
+        b = pool.route(step(7, start=True, model="b"))
+        pool.succeeded(b, step(7, start=True, model="b"))
+        route = pool.route(step(7, model="a"))
+        assert route.member is a.member
+        pool.succeeded(route, step(7, model="a"))
+        b_end = pool.route(step(7, end=True, model="b"))
+        assert b_end.member is b.member
+        pool.succeeded(b_end, step(7, end=True, model="b"))
+    route = pool.route(step(7, end=True, model="a"))
+    assert route.member is a.member
+    pool.succeeded(route, step(7, end=True, model="a"))
     assert pool._pins == {}
 
 
@@ -352,7 +375,7 @@ def test_sequences_left_open_are_forgotten_after_an_hour(
     pool.succeeded(pool.route(step(2)), step(2))  # 2 is still in use
     now[0] += PIN_IDLE / 2 + 120
     pool.succeeded(pool.route(step(3, start=True)), step(3, start=True))
-    assert sorted(pool._pins) == [2, 3]
+    assert sorted(sequence for _, _, sequence in pool._pins) == [2, 3]
 
 
 class Hanging:
