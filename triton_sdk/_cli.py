@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
+import io
 import json
 import os
+import re
 import signal
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ from ._spec import ModelSpec
 from .local import ServerStartError
 
 EXAMPLE_MODELS = Path(__file__).resolve().parent / "examples" / "models"
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 class UsageError(Exception):
@@ -55,6 +59,8 @@ def parse_input(text: str) -> tuple[str, InputValue]:
         return name, _read_file(name, Path(value[1:]))
     try:
         parsed: InputValue = json.loads(value)
+    except RecursionError:
+        raise UsageError(f"input {name!r}: its JSON is nested too deeply") from None
     except json.JSONDecodeError as error:
         if value.lstrip()[:1] in ("[", "{", '"'):
             raise UsageError(
@@ -75,6 +81,8 @@ def _read_file(name: str, path: Path) -> InputValue:
             return data
     except (OSError, ValueError) as error:
         raise UsageError(f"input {name!r}: cannot read {path}: {error}") from error
+    except RecursionError:
+        raise UsageError(f"input {name!r}: the JSON of {path} is nested too deeply") from None
     raise UsageError(f"input {name!r}: {path} is neither .npy nor .json")
 
 
@@ -127,10 +135,11 @@ def infer(
         result = handle.infer_sample(inputs) if sample else handle.infer(inputs)
         outputs = {name: result[name] for name in result}
     if output_dir is not None:
+        files = _output_files(outputs)
         try:
             output_dir.mkdir(parents=True, exist_ok=True)
             for name, array in outputs.items():
-                path = output_dir / f"{name}.npy"
+                path = output_dir / files[name]
                 np.save(path, array, allow_pickle=array.dtype == object)
                 print(f"{name}: {array.dtype} {list(array.shape)} -> {path}")
         except OSError as error:
@@ -141,6 +150,24 @@ def infer(
             print(f"{name}: {array.dtype} {list(array.shape)}")
             print(f"  {np.array2string(_shown(array), prefix='  ')}")
     return 0
+
+
+def _output_files(outputs: Mapping[str, object]) -> dict[str, str]:
+    """The file of each output in the output directory: ``NAME.npy``, with any path
+    separator in the name (the server's: ONNX names look like ``/model/Add_output_0``)
+    written as ``_``, so that every file lands in the directory itself."""
+    files: dict[str, str] = {}
+    taken: dict[str, str] = {}
+    for name in outputs:
+        file = re.sub(r"[/\\\x00]", "_", name) + ".npy"
+        if file in taken:
+            raise UsageError(
+                f"outputs {taken[file]!r} and {name!r} would both be written to {file}; "
+                "leave out -o to print them"
+            )
+        files[name] = file
+        taken[file] = name
+    return files
 
 
 def _shown(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -348,7 +375,7 @@ def demo(repository: Path) -> int:
 def stubgen(url: str, chosen: list[str] | None, output: Path, check: bool) -> int:
     """Write the typed module for the ``chosen`` models of the server at ``url`` (every
     ready model when none is named), or with ``check`` say whether ``output`` matches."""
-    from ._stubgen import class_names, differences, render
+    from ._stubgen import class_names, differences, render, same_code
 
     with Client(url) as client:
         names = (
@@ -366,7 +393,7 @@ def stubgen(url: str, chosen: list[str] | None, output: Path, check: bool) -> in
             written = output.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise UsageError(f"cannot read {output}: {error}") from None
-        if written == text:
+        if same_code(written, text):
             print(f"{output} matches the models of {url}")
             return 0
         print(f"stubgen: {output} is not what stubgen writes now for {url}:")
@@ -497,6 +524,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # A value the terminal's encoding lacks (PYTHONIOENCODING=ascii) prints escaped,
+        # rather than ending the command with a traceback after the server answered.
+        sys.stdout.reconfigure(errors="backslashreplace")
     runs: dict[str, Callable[[], int]] = {
         "models": lambda: models(args.url),
         "describe": lambda: describe_command(args.url, args.model),
@@ -522,6 +553,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What is still buffered must not fail again at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
+    except OSError as error:
+        if error.errno not in _NO_ROOM:
+            raise
+        # Writing the output failed (`> /dev/full`): the commands' own files report their
+        # errors themselves. What is still buffered must not fail again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _complain(f"{_program()} {args.command}: cannot write the output: {error}")
+        return 2
     except KeyboardInterrupt:
         _complain(f"{_program()} {args.command}: interrupted")
         return 130  # 128 + SIGINT

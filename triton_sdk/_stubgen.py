@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import json
 import keyword
 import re
 import unicodedata
@@ -92,6 +91,8 @@ def class_name(model: str) -> str:
     """``text_embed`` -> ``TextEmbed``, ``resnet-50`` -> ``Resnet50``."""
     words = [word for word in re.split(r"[^0-9A-Za-z]+", model) if word]
     name = "".join(word[0].upper() + word[1:] for word in words) or "Model"
+    if keyword.iskeyword(name):  # None, True, False
+        return f"{name}_"
     return f"Model{name}" if name[0].isdigit() else name
 
 
@@ -241,8 +242,16 @@ def _method(
 
 
 def _quote(text: str) -> str:
-    """A double-quoted Python string literal."""
-    return json.dumps(text)
+    """A double-quoted Python string literal of ``text``: printable characters as they
+    are (JSON would write one beyond U+FFFF as a surrogate pair, which Python reads as
+    two other characters), others escaped."""
+    return '"' + "".join(map(_literal_character, text)) + '"'
+
+
+def _literal_character(character: str) -> str:
+    if character in '"\\':
+        return "\\" + character
+    return character if character.isprintable() else ascii(character)[1:-1]
 
 
 def _model(spec: ModelSpec, name: str) -> list[str]:
@@ -305,6 +314,18 @@ def render(specs: Iterable[ModelSpec]) -> str:
         body += _model(spec, name)
     listed = "\n".join(f"    {_quote(name)}," for name in sorted(exported))
     return HEADER.format(names=listed) + "\n".join(body) + "\n"
+
+
+def same_code(written: str, now: str) -> bool:
+    """Whether a file written earlier holds the code stubgen writes now: the same text,
+    or the same syntax tree laid out otherwise (a formatter wraps long lines its own
+    way; comments aside, the code is unchanged)."""
+    if written == now:
+        return True
+    try:
+        return ast.dump(ast.parse(written)) == ast.dump(ast.parse(now))
+    except (SyntaxError, ValueError):
+        return False
 
 
 def differences(written: str, now: str, path: str) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from triton_sdk._cli import EXAMPLE_MODELS as EXAMPLES
-from triton_sdk._cli import main
+from triton_sdk._cli import UsageError, _output_files, main
 
 from .conftest import unused_ports
 
@@ -97,6 +97,9 @@ def test_infer_from_json_words_and_files(url: str, tmp_path: Path, capsys: Captu
         (["infer", "{url}", "text_embed", "--sample", "-i", 'TEXT=["a", "b"'], "not valid JSON"),
         (["infer", "{url}", "add_sub", "-i", "INPUT0=[1, 2, 3, 4"], "'INPUT0'"),
         (["infer", "{url}", "add_sub", "-i", "X=1", "-i", "X=2"], "input 'X' is given twice"),
+        # A RecursionError traceback before.
+        (["infer", "{url}", "add_sub", "-i", "INPUT0=" + "[" * 5000], "nested too deeply"),
+        (["infer", "{url}", "add_sub", "-i", "INPUT0=@{tmp}/deep.json"], "nested too deeply"),
         # The server takes the unloading of a name it does not have as done.
         (["unload", "{url}", "no_such_model"], "has no model 'no_such_model'"),
         # Files that cannot be written: tracebacks before.
@@ -115,6 +118,7 @@ def test_failures_are_one_line_and_exit_2(
     url: str, argv: list[str], expected: str, capsys: Capture, tmp_path: Path
 ) -> None:
     (tmp_path / "file").write_text("")
+    (tmp_path / "deep.json").write_text("[" * 5000 + "]" * 5000)
     code, out, err = run(capsys, *(part.format(url=url, tmp=tmp_path) for part in argv))
     assert code == 2
     assert out == ""
@@ -147,6 +151,49 @@ def test_bytes_outputs_print_as_text(url: str, capsys: Capture) -> None:
     code, out, _ = run(capsys, "infer", url, "upper", "-i", 'TEXT=["héllo", "안녕하세요"]')
     assert code == 0
     assert "['HÉLLO' '안녕하세요']" in out  # not b'H\\xc3\\x89LLO' ...
+
+
+def test_outputs_named_like_paths_are_written_in_the_output_directory() -> None:
+    # ONNX names its outputs like paths: `-o DIR` wrote /model/Add_output_0.npy (or
+    # failed), and ../escaped.npy beside DIR.
+    outputs = {"/model/Add_output_0": 1, "../escaped": 2, "plain": 3}
+    assert _output_files(outputs) == {
+        "/model/Add_output_0": "_model_Add_output_0.npy",
+        "../escaped": ".._escaped.npy",
+        "plain": "plain.npy",
+    }
+    with pytest.raises(UsageError, match=r"'a/b' and 'a_b' would both be written to a_b\.npy"):
+        _output_files({"a/b": 1, "a_b": 2})
+
+
+def test_text_the_terminal_cannot_encode_prints_escaped(url: str) -> None:
+    # A UnicodeEncodeError traceback (exit 1) before, after the server had answered.
+    finished = subprocess.run(
+        [sys.executable, "-m", "triton_sdk", "infer", url, "upper", "-i", 'TEXT=["h\u00e9"]'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert "['H\\xc9']" in finished.stdout
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line_and_exit_2(url: str) -> None:
+    with open("/dev/full", "w") as full:
+        finished = subprocess.run(
+            [sys.executable, "-m", "triton_sdk", "models", url],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert finished.returncode == 2
+    assert finished.stderr.startswith("python -m triton_sdk models: cannot write the output: ")
+    assert len(finished.stderr.strip().splitlines()) == 1, finished.stderr
 
 
 def test_a_reader_that_leaves_early_ends_the_command_quietly(url: str) -> None:

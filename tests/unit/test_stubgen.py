@@ -19,7 +19,7 @@ import pytest
 
 import triton_sdk as ts
 from triton_sdk import ops
-from triton_sdk._stubgen import class_name, class_names, differences, render
+from triton_sdk._stubgen import class_name, class_names, differences, render, same_code
 from triton_sdk.stubs import signature, typed
 from triton_sdk.testing import MockTransport
 
@@ -77,6 +77,8 @@ def load(text: str, folder: Path, name: str = "models") -> ModuleType:
         ("odd-model.v2", "OddModelV2"),
         ("3d_unet", "Model3dUnet"),
         ("BERT", "BERT"),
+        ("none", "None_"),  # a keyword is no class name
+        ("true", "True_"),
     ],
 )
 def test_class_names(model: str, expected: str) -> None:
@@ -478,6 +480,45 @@ async def test_the_async_twin_wraps_an_async_model(tmp_path: Path) -> None:
         assert np.array_equal((await simple.infer(INPUT0=ones, INPUT1=ones)).OUTPUT0, 2 * ones)
         with pytest.raises(ts.InvalidInputError, match=r"wraps a ts\.AsyncModel"):
             module.AsyncSimple(object())
+
+
+def test_names_beyond_the_basic_plane_and_keyword_models_round_trip(tmp_path: Path) -> None:
+    # JSON wrote U+1F600 as a surrogate pair, which Python source reads as two other
+    # characters: the stub then refused the very model it was made from.
+    name = "X\N{GRINNING FACE}\t"  # (the test's model echoes: one name in and out)
+    spec = ts.ModelSpec(
+        name="none\N{GRINNING FACE}",
+        max_batch_size=4,
+        inputs={name: tensor(name, "FP32", (1,))},
+        outputs={name: tensor(name, "FP32", (1,))},
+    )
+    module = load(render([spec]), tmp_path)
+    assert spec.name == module.None_.MODEL
+    assert signature(spec) == module.None_.SIGNATURE
+    with ts.Client("grpc://test", transport=MockTransport(echo, models=[spec])) as client:
+        stub = module.None_(client.model(spec.name))
+        result = stub.infer(X__=[[1.0]])
+        assert result[name].tolist() == result.X__.tolist() == [[1.0]]
+
+
+def test_check_compares_code_not_layout() -> None:
+    # An ONNX export's long names: a project's formatter wraps the lines stubgen writes
+    # (and --check then failed on a file whose code had not changed).
+    name = "/model/encoder/layer.11/attention/output/LayerNorm/Add_output_0"
+    spec = ts.ModelSpec(
+        name="bert",
+        max_batch_size=8,
+        inputs={"input_ids": tensor("input_ids", "INT64", (-1,))},
+        outputs={name: tensor(name, "FP32", (-1, 768))},
+    )
+    text = render([spec])
+    long_line = next(line for line in text.splitlines() if line.startswith("    def _model_"))
+    wrapped = long_line.replace("(self)", "(\n        self,\n    )")
+    relaid = text.replace(long_line, wrapped).replace('"""\n\nfrom', '"""\n\n# ours\nfrom', 1)
+    assert relaid != text
+    assert same_code(relaid, text)
+    assert not same_code(text.replace("[-1, 768]", "[-1, 1024]"), text)
+    assert not same_code("def broken(:", text)
 
 
 def test_a_stub_refuses_another_model_or_a_changed_spec(tmp_path: Path) -> None:
