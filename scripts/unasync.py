@@ -53,8 +53,6 @@ RULES: list[tuple[str, str]] = [
     (r"\bastream\b", "stream"),
     (r"\baiterate\b", "iterate"),
     (r"\basleep\b", "sleep"),
-    (r"\bapost_json\b", "post_json"),
-    (r"\bapost_events\b", "post_events"),
     (r"Async(?=[A-Z])", ""),
 ]
 

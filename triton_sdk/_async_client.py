@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
@@ -54,6 +54,7 @@ from ._config import (
     RetryBudget,
     RetryPolicy,
     TLSConfig,
+    check_openai_url,
     redact_url,
 )
 from ._errors import (
@@ -99,6 +100,8 @@ from ._ops import (
     ListModels,
     LoadModel,
     Op,
+    OpenAIEvents,
+    OpenAIPost,
     StreamInfer,
     StreamOp,
     UnloadModel,
@@ -140,7 +143,6 @@ from ._spec import ModelSpec
 from ._status import CudaSharedMemoryRegion, ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import AsyncResponseStream
 from ._transports._balanced import AsyncBalancedTransport
-from ._transports._openai import OpenAICall, apost_events, apost_json
 from ._transports._protocol import AsyncTransport
 
 __all__ = [
@@ -327,6 +329,8 @@ class AsyncClient:
                 f"transport must be a ts.AsyncTransport, got {type(transport).__name__}"
             )
         self._retry_bucket = _bucket(retry_budget)
+        self._openai_url = None if openai_url is None else check_openai_url(openai_url).rstrip("/")
+        self._route = check_route(route)
         # What the client's own transports raise on an answer they cannot read becomes an
         # InferenceError; a transport given here (a test double) raises what it raises.
         self._malformed: tuple[type[Exception], ...] = MALFORMED_ANSWER if transport is None else ()
@@ -343,8 +347,6 @@ class AsyncClient:
         """Whether the server refuses to unregister a region a request uses (None: not
         asked yet); see _free_abandoned."""
         self._closed = False
-        self._openai_url = openai_url.rstrip("/") if openai_url else None
-        self._route = check_route(route)
         self._llm_models: dict[str, AsyncModel] = {}
         self._sequences = OpenSequences()
         self._has_config = True  # False once the server showed it has no config endpoint
@@ -1878,10 +1880,9 @@ class AsyncChatCompletions:
             url, options_ = target
             body = chat_body(model, messages, options, stream=stream, tools=tools)
             if stream:
-                parse_chat = ChatCompletionChunk.from_openai_dict
-                events = await apost_events(url, body, parse_chat, **_openai_call(options_, model))
-                return AsyncResponseStream(events, events.stop)
-            answer = await apost_json(url, body, **_openai_call(options_, model))
+                events = client._stream(OpenAIEvents(url, body, model), options_)
+                return await _opened(events, ChatCompletionChunk.from_openai_dict)
+            answer = await client._run(OpenAIPost(url, body, model), options_)
             return ChatCompletion.from_openai_dict(answer)
         handle = await client._llm_model(model, timeout, headers)
         call = handle._chat_call(
@@ -1945,10 +1946,9 @@ class AsyncCompletions:
             url, options_ = target
             body = completion_body(model, prompt, options, stream=stream)
             if stream:
-                parse = CompletionChunk.from_openai_dict
-                events = await apost_events(url, body, parse, **_openai_call(options_, model))
-                return AsyncResponseStream(events, events.stop)
-            answer = await apost_json(url, body, **_openai_call(options_, model))
+                events = client._stream(OpenAIEvents(url, body, model), options_)
+                return await _opened(events, CompletionChunk.from_openai_dict)
+            answer = await client._run(OpenAIPost(url, body, model), options_)
             return Completion.from_openai_dict(answer)
         handle = await client._llm_model(model, timeout, headers)
         call = handle._completion_call(prompt, None, options, stream)
@@ -1957,5 +1957,31 @@ class AsyncCompletions:
         return call.completion(await handle._generated(call, timeout, headers))
 
 
-def _openai_call(options: CallOptions, model: str) -> OpenAICall:
-    return {"timeout": options.timeout, "headers": options.headers, "model": model}
+async def _opened(
+    events: AsyncResponseStream[JSON], parse: Callable[[JSON], Chunk]
+) -> AsyncResponseStream[Chunk]:
+    """The frontend's events as chunks, sent now: as with openai's client, ``create``
+    raises what the frontend answers before its stream starts (a refusal, an unknown
+    model). It returns once the first event has come."""
+    try:
+        first: JSON | None = await anext(events)
+    except StopAsyncIteration:
+        first = None
+    except BaseException:
+        await events.aclose()
+        raise
+    return AsyncResponseStream(_parsed(first, events, parse), events._stop)
+
+
+async def _parsed(
+    first: JSON | None, events: AsyncResponseStream[JSON], parse: Callable[[JSON], Chunk]
+) -> AsyncIterator[Chunk]:
+    """``first`` and the events after it as chunks; closing them closes the request."""
+    try:
+        if first is None:
+            return
+        yield parse(first)
+        async for event in events:
+            yield parse(event)
+    finally:
+        await events.aclose()

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
@@ -55,6 +55,7 @@ from ._config import (
     RetryBudget,
     RetryPolicy,
     TLSConfig,
+    check_openai_url,
     redact_url,
 )
 from ._errors import (
@@ -100,6 +101,8 @@ from ._ops import (
     ListModels,
     LoadModel,
     Op,
+    OpenAIEvents,
+    OpenAIPost,
     StreamInfer,
     StreamOp,
     UnloadModel,
@@ -141,7 +144,6 @@ from ._spec import ModelSpec
 from ._status import CudaSharedMemoryRegion, ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import ResponseStream
 from ._transports._balanced import BalancedTransport
-from ._transports._openai import OpenAICall, post_events, post_json
 from ._transports._protocol import Transport
 
 __all__ = [
@@ -328,6 +330,8 @@ class Client:
                 f"transport must be a ts.Transport, got {type(transport).__name__}"
             )
         self._retry_bucket = _bucket(retry_budget)
+        self._openai_url = None if openai_url is None else check_openai_url(openai_url).rstrip("/")
+        self._route = check_route(route)
         # What the client's own transports raise on an answer they cannot read becomes an
         # InferenceError; a transport given here (a test double) raises what it raises.
         self._malformed: tuple[type[Exception], ...] = MALFORMED_ANSWER if transport is None else ()
@@ -344,8 +348,6 @@ class Client:
         """Whether the server refuses to unregister a region a request uses (None: not
         asked yet); see _free_abandoned."""
         self._closed = False
-        self._openai_url = openai_url.rstrip("/") if openai_url else None
-        self._route = check_route(route)
         self._llm_models: dict[str, Model] = {}
         self._sequences = OpenSequences()
         self._has_config = True  # False once the server showed it has no config endpoint
@@ -1863,10 +1865,9 @@ class ChatCompletions:
             url, options_ = target
             body = chat_body(model, messages, options, stream=stream, tools=tools)
             if stream:
-                parse_chat = ChatCompletionChunk.from_openai_dict
-                events = post_events(url, body, parse_chat, **_openai_call(options_, model))
-                return ResponseStream(events, events.stop)
-            answer = post_json(url, body, **_openai_call(options_, model))
+                events = client._stream(OpenAIEvents(url, body, model), options_)
+                return _opened(events, ChatCompletionChunk.from_openai_dict)
+            answer = client._run(OpenAIPost(url, body, model), options_)
             return ChatCompletion.from_openai_dict(answer)
         handle = client._llm_model(model, timeout, headers)
         call = handle._chat_call(
@@ -1930,10 +1931,9 @@ class Completions:
             url, options_ = target
             body = completion_body(model, prompt, options, stream=stream)
             if stream:
-                parse = CompletionChunk.from_openai_dict
-                events = post_events(url, body, parse, **_openai_call(options_, model))
-                return ResponseStream(events, events.stop)
-            answer = post_json(url, body, **_openai_call(options_, model))
+                events = client._stream(OpenAIEvents(url, body, model), options_)
+                return _opened(events, CompletionChunk.from_openai_dict)
+            answer = client._run(OpenAIPost(url, body, model), options_)
             return Completion.from_openai_dict(answer)
         handle = client._llm_model(model, timeout, headers)
         call = handle._completion_call(prompt, None, options, stream)
@@ -1942,5 +1942,29 @@ class Completions:
         return call.completion(handle._generated(call, timeout, headers))
 
 
-def _openai_call(options: CallOptions, model: str) -> OpenAICall:
-    return {"timeout": options.timeout, "headers": options.headers, "model": model}
+def _opened(events: ResponseStream[JSON], parse: Callable[[JSON], Chunk]) -> ResponseStream[Chunk]:
+    """The frontend's events as chunks, sent now: as with openai's client, ``create``
+    raises what the frontend answers before its stream starts (a refusal, an unknown
+    model). It returns once the first event has come."""
+    try:
+        first: JSON | None = next(events)
+    except StopIteration:
+        first = None
+    except BaseException:
+        events.close()
+        raise
+    return ResponseStream(_parsed(first, events, parse), events._stop)
+
+
+def _parsed(
+    first: JSON | None, events: ResponseStream[JSON], parse: Callable[[JSON], Chunk]
+) -> Iterator[Chunk]:
+    """``first`` and the events after it as chunks; closing them closes the request."""
+    try:
+        if first is None:
+            return
+        yield parse(first)
+        for event in events:
+            yield parse(event)
+    finally:
+        events.close()

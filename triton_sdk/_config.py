@@ -273,8 +273,21 @@ def check_url_secrets(url: str, shown: str) -> None:
 
 def check_metrics_url(url: object) -> str:
     """An ``http(s)://host[:port][/path]`` URL without credentials."""
+    return _side_url(url, "the metrics URL", "a metrics URL", "http(s)://host:port/path")
+
+
+def check_openai_url(url: object) -> str:
+    """The ``http(s)://host[:port]/path`` of an OpenAI-compatible frontend (the
+    endpoint's path is appended), without credentials."""
+    return _side_url(
+        url, "openai_url", "an OpenAI-compatible frontend's URL", "http(s)://host:port/v1"
+    )
+
+
+def _side_url(url: object, name: str, kind: str, expected: str) -> str:
+    """A plain HTTP URL the client calls besides its endpoints (their own ports)."""
     if not isinstance(url, str):
-        raise InvalidInputError(f"the metrics URL must be a str, got {type(url).__name__}")
+        raise InvalidInputError(f"{name} must be a str, got {type(url).__name__}")
     shown = redact_url(url)
     check_url_secrets(url, shown)
     parts = urlsplit(url)
@@ -283,7 +296,7 @@ def check_metrics_url(url: object) -> str:
     except ValueError:
         port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-        raise InvalidInputError(f"not a metrics URL: {shown!r} (expected http(s)://host:port/path)")
+        raise InvalidInputError(f"not {kind}: {shown!r} (expected {expected})")
     return url
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeAlias, Ty
 import attrs
 
 from ._checks import check_model_name, check_version
-from ._config import check_metrics_url
+from ._config import check_metrics_url, check_openai_url
 from ._errors import InvalidInputError
 from ._result import InferResult
 from ._spec import ModelSpec
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JSON",
+    "OWN_URL_OPS",
     "FetchMetrics",
     "Generate",
     "GenerateStream",
@@ -45,6 +46,8 @@ __all__ = [
     "ListModels",
     "LoadModel",
     "Op",
+    "OpenAIEvents",
+    "OpenAIPost",
     "RegisterCudaSharedMemory",
     "RegisterSystemSharedMemory",
     "Route",
@@ -305,6 +308,53 @@ class FetchMetrics(Op[str]):
 
     url: str = attrs.field(validator=lambda _, __, url: check_metrics_url(url))
     call = "metrics"
+
+
+# An OpenAI-compatible frontend (``openai_url``): its own port, plain HTTP whatever the
+# client's protocol, as the metrics endpoint.
+
+
+def _openai_url(instance: object, attribute: attrs.Attribute[Any], url: object) -> None:
+    check_openai_url(url)
+
+
+@attrs.frozen
+class OpenAIPost(Op[JSON]):
+    """A POST of ``body`` to ``url`` of an OpenAI-compatible frontend, answered by one
+    JSON object. Never retried: a generation is not idempotent."""
+
+    url: str = attrs.field(validator=_openai_url)
+    body: Mapping[str, Any] = attrs.field(repr=False)
+    model_name: str | None = None
+    call = "openai"
+
+    @property
+    def model(self) -> str | None:
+        return self.model_name
+
+    @property
+    def idempotent(self) -> bool:
+        return False
+
+
+@attrs.frozen
+class OpenAIEvents(StreamOp[JSON]):
+    """Like :class:`OpenAIPost`, answered by the JSON events of a server-sent-event
+    stream, up to ``data: [DONE]``."""
+
+    url: str = attrs.field(validator=_openai_url)
+    body: Mapping[str, Any] = attrs.field(repr=False)
+    model_name: str | None = None
+    call = "openai_stream"
+
+    @property
+    def model(self) -> str | None:
+        return self.model_name
+
+
+OWN_URL_OPS: tuple[type[_Call], ...] = (FetchMetrics, OpenAIPost, OpenAIEvents)
+"""Ops sent to a URL of their own, not to the client's endpoint (a client over many
+endpoints sends them without picking one: their failures say nothing of an endpoint)."""
 
 
 # System shared memory

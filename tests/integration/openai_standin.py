@@ -256,7 +256,8 @@ class OpenAIStandIn:
     """Triton's OpenAI-compatible API on a free loopback port, over a real tritonserver.
 
     A context manager. ``url`` is the API base, ``http://127.0.0.1:PORT/v1``;
-    ``received`` lists ``(path, parsed JSON body or None)`` for each request served.
+    ``received`` lists ``(path, parsed JSON body or None)`` for each request served,
+    ``headers`` the headers of each POST.
 
     As the frontend does: errors are ``{"detail": ...}`` (400 for what it refuses, 422 for
     schema errors, 500 for Triton's and the template's errors); ``finish_reason`` is always
@@ -271,6 +272,7 @@ class OpenAIStandIn:
         self.triton_http_url = triton_http_url.rstrip("/")
         self.models = tuple(models)
         self.received: list[tuple[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # of each POST, names in lower case
         self.created = int(time.time())
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         environment.globals["raise_exception"] = _raise_exception
@@ -494,6 +496,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         standin, path = self.server.standin, self.path.split("?")[0]
+        standin.headers.append({name.lower(): value for name, value in self.headers.items()})
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             body = json.loads(raw) if raw else None

@@ -415,6 +415,71 @@ def test_the_openai_route_raises_the_same_errors(make_client: Any, standin: Open
         client.chat.completions.create(model="llm_vllm", messages=MESSAGES, chat_template=TEMPLATE)
 
 
+class Seen(ts.CallHook):
+    """Each hook method's name and call, and a header of the hook's own on each request."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        self.events.append(("before_send", ctx.call))
+        ctx.headers = {**ctx.headers, "authorization": "Bearer rotated"}
+
+    def after_receive(self, op: Any, ctx: ts.CallContext, result: object) -> None:
+        self.events.append(("after_receive", ctx.call))
+
+    def on_error(self, op: Any, ctx: ts.CallContext, error: ts.TritonError) -> None:
+        self.events.append(("on_error", ctx.call))
+
+    def on_end(self, op: Any, ctx: ts.CallContext) -> None:
+        self.events.append(("on_end", ctx.call))
+
+
+def test_hooks_see_the_openai_route(make_client: Any, standin: OpenAIStandIn) -> None:
+    # It went around the hooks: no span, no log line, no header a hook adds (a token).
+    seen = Seen()
+    client = make_client(openai_url=standin.url, route="openai", hooks=[seen])
+    client.chat.completions.create(model="llm_vllm", messages=MESSAGES, max_tokens=2)
+    assert seen.events == [
+        ("before_send", "openai"),
+        ("after_receive", "openai"),
+        ("on_end", "openai"),
+    ]
+    assert standin.headers[-1]["authorization"] == "Bearer rotated"
+    seen.events.clear()
+    chunks = list(
+        client.completions.create(model="llm_vllm", prompt=STORY, max_tokens=2, stream=True)
+    )
+    assert seen.events == [
+        ("before_send", "openai_stream"),
+        *[("after_receive", "openai_stream")] * len(chunks),
+        ("on_end", "openai_stream"),
+    ]
+    seen.events.clear()
+    with pytest.raises(ts.ModelNotFoundError):
+        client.chat.completions.create(model="nope", messages=MESSAGES)
+    assert seen.events == [("before_send", "openai"), ("on_error", "openai"), ("on_end", "openai")]
+
+
+@pytest.mark.parametrize(
+    ("openai_url", "expected"),
+    [
+        ("http://user:secret@127.0.0.1:9000/v1", "credentials"),
+        ("http://127.0.0.1:9000/v1?token=secret", "query"),
+        ("ftp://127.0.0.1/v1", "OpenAI-compatible frontend's URL"),
+        (9000, "must be a str"),
+    ],
+)
+def test_an_openai_url_that_cannot_be_used_is_refused_when_the_client_is_made(
+    url: str, openai_url: Any, expected: str
+) -> None:
+    # It was taken as given: its secrets then showed in error messages, a query was
+    # mangled into the path, a number raised AttributeError.
+    with pytest.raises(ts.InvalidInputError, match=expected) as caught:
+        ts.Client(url, openai_url=openai_url)
+    assert "secret" not in str(caught.value)
+
+
 def test_the_openai_route_needs_its_url(client: Any) -> None:
     with pytest.raises(ts.InvalidInputError, match="openai_url"):
         client.chat.completions.create(model="llm_vllm", messages=MESSAGES, route="openai")

@@ -24,6 +24,8 @@ import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
 from .conftest import EXAMPLE_MODELS
+from .openai_standin import OpenAIStandIn
+from .test_llm import MESSAGES, TEMPLATE
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
@@ -60,6 +62,18 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _openssl(
         "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key",
         "-out", "client.csr", "-subj", "/CN=client",
+        cwd=folder,
+    )  # fmt: skip
+    # A certificate for 127.0.0.1 itself (a relay in front of the OpenAI stand-in).
+    (folder / "ip.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "local.key",
+        "-out", "local.csr", "-subj", "/CN=127.0.0.1",
+        cwd=folder,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", "local.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "ip.cnf", "-out", "local.pem",
         cwd=folder,
     )  # fmt: skip
     # The server's certificate again, expired yesterday.
@@ -369,3 +383,41 @@ def test_protocol_mismatches_on_grpc_say_so_and_are_not_retried(
     assert caught.value.retryable is False
     assert "HTTP port" in str(caught.value)
     assert "retrying" not in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_openai_route_uses_the_clients_tls_files(
+    certificates: Path, server: LocalServer, mode: str
+) -> None:
+    # It made a bare HTTPS connection: a frontend whose certificate only the client's
+    # ca_file trusts failed with CERTIFICATE_VERIFY_FAILED.
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certificates / "local.pem", certificates / "local.key")
+    tls = ts.TLSConfig(ca_file=str(certificates / "ca.pem"))
+    with OpenAIStandIn(server.http_url, TEMPLATE) as standin:
+        port = int(standin.url.split(":")[-1].split("/")[0])
+        relay = _Relay(context, ("127.0.0.1", port))
+        threading.Thread(target=relay.serve_forever, daemon=True).start()
+        openai_url = f"https://127.0.0.1:{relay.server_address[1]}/v1"
+        try:
+            if mode == "sync":
+                with ts.Client(server.grpc_url, tls=tls, openai_url=openai_url) as client:
+                    answer = client.chat.completions.create(
+                        model="llm_vllm", messages=MESSAGES, max_tokens=4, route="openai"
+                    )
+            else:
+
+                async def run() -> ts.ChatCompletion:
+                    async with ts.AsyncClient(
+                        server.grpc_url, tls=tls, openai_url=openai_url
+                    ) as client:
+                        return await client.chat.completions.create(
+                            model="llm_vllm", messages=MESSAGES, max_tokens=4, route="openai"
+                        )
+
+                answer = asyncio.run(run())
+        finally:
+            relay.shutdown()
+            relay.server_close()
+    assert answer.text
+    assert standin.received[-1][0] == "/v1/chat/completions"

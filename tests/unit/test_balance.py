@@ -27,9 +27,9 @@ from triton_sdk._base import parse_urls
 from triton_sdk._call import CallContext
 from triton_sdk._config import parse_dns, parse_url
 from triton_sdk._errors import classify_status
-from triton_sdk._ops import IsServerReady
+from triton_sdk._ops import FetchMetrics, IsServerReady
 from triton_sdk._request import InferRequest
-from triton_sdk._transports._balanced import AsyncBalancedTransport
+from triton_sdk._transports._balanced import AsyncBalancedTransport, BalancedTransport
 
 READY = IsServerReady()
 REFUSED = ts.TritonConnectionError("connection failed: refused", retryable=True)
@@ -425,3 +425,36 @@ async def test_closing_a_stream_closes_the_endpoints_stream_at_once() -> None:
     await stream.aclose()
     assert closed == ["inner"]
     assert [state.in_flight for state in transport.endpoints()] == [0]
+
+
+class MetricsDown:
+    """A transport whose metrics endpoint (a port of its own) refuses connections."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def call(self, op: Any, ctx: CallContext) -> Any:
+        self.calls += 1
+        raise REFUSED
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_call_to_a_url_of_its_own_says_nothing_of_the_endpoints() -> None:
+    # Metrics (and the OpenAI frontend) have URLs of their own: their failure ejected
+    # the endpoint the call was routed through, and the call went round every endpoint.
+    endpoints = [parse_url(f"grpc://127.0.0.{i}:8001") for i in (1, 2)]
+    made: list[MetricsDown] = []
+
+    def make(endpoint: Any) -> MetricsDown:
+        made.append(MetricsDown())
+        return made[-1]
+
+    transport = BalancedTransport(endpoints, make, {})  # type: ignore[arg-type]
+    op = FetchMetrics("http://127.0.0.1:9/metrics")
+    with pytest.raises(ts.TritonConnectionError):
+        transport.call(op, CallContext("metrics", None, {}, None))
+    assert [state.healthy for state in transport.endpoints()] == [True, True]
+    assert sum(transport.calls for transport in made) == 1
+    transport.close()

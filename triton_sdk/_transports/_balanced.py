@@ -23,7 +23,7 @@ from .._concurrency import aclose_iterator, within
 from .._config import Endpoint
 from .._errors import TritonError
 from .._fork import on_fork
-from .._ops import IsServerReady, Op, StreamOp
+from .._ops import OWN_URL_OPS, IsServerReady, Op, StreamOp
 from .._retry import TokenBucket
 from ._protocol import AsyncTransport, Transport
 
@@ -98,6 +98,8 @@ class BalancedTransport:
         if self._restart_upkeep:
             self._resume_upkeep()
         balancer = self.balancer
+        if isinstance(op, OWN_URL_OPS) and balancer.members:
+            return balancer.members[0].transport.call(op, ctx)  # (see OWN_URL_OPS)
         try:
             route = balancer.route(op)
         except TritonError:
@@ -124,6 +126,9 @@ class BalancedTransport:
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         if self._restart_upkeep:
             self._resume_upkeep()
+        if isinstance(op, OWN_URL_OPS) and self.balancer.members:
+            yield from self.balancer.members[0].transport.stream(op, ctx)
+            return
         try:
             route = self.balancer.route(op)
         except TritonError:
@@ -245,6 +250,8 @@ class AsyncBalancedTransport:
         balancer = self.balancer
         if self._upkeep is None and self._discovery is not None:
             self._start_upkeep()
+        if isinstance(op, OWN_URL_OPS) and balancer.members:
+            return await balancer.members[0].transport.acall(op, ctx)  # (see OWN_URL_OPS)
         try:
             route = balancer.route(op)
         except TritonError:
@@ -269,6 +276,14 @@ class AsyncBalancedTransport:
             return result
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        if isinstance(op, OWN_URL_OPS) and self.balancer.members:
+            own = self.balancer.members[0].transport.astream(op, ctx)
+            try:
+                async for item in own:
+                    yield item
+            finally:
+                await aclose_iterator(own)
+            return
         try:
             route = self.balancer.route(op)
         except TritonError:

@@ -32,7 +32,7 @@ from .._grpc_codec import (
     encode,
     encode_stream,
 )
-from .._ops import FetchMetrics, Op, StreamOp
+from .._ops import Op, OpenAIEvents, StreamOp
 from ._errors import (
     closed_by_aclose,
     closed_error,
@@ -44,7 +44,8 @@ from ._errors import (
 )
 from ._http_pool import ssl_context
 from ._loop import check_loop
-from ._metrics import fetch_metrics, fetch_metrics_async
+from ._openai import openai_events, openai_events_async
+from ._own_url import OWN_URL_CALLS, own_url_acall, own_url_call
 
 __all__ = ["AsyncGrpcTransport", "GrpcTransport", "channel_options"]
 
@@ -241,8 +242,8 @@ class GrpcTransport:
         self._closed = False
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
-        if isinstance(op, FetchMetrics):
-            return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
+        if isinstance(op, OWN_URL_CALLS):
+            return own_url_call(op, ctx, self._tls)  # type: ignore[no-any-return]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             return encoded.collect(list(self._stream(encoded.stream, op, ctx)))
@@ -263,6 +264,9 @@ class GrpcTransport:
             raise self._failed(exc, op, ctx) from exc
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
+        if isinstance(op, OpenAIEvents):
+            yield from openai_events(op, ctx, self._tls)  # type: ignore[misc]
+            return
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
             reply = self._stoppable_unary(encoded, op, ctx)
@@ -406,8 +410,8 @@ class AsyncGrpcTransport:
         return self._stub
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
-        if isinstance(op, FetchMetrics):
-            return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
+        if isinstance(op, OWN_URL_CALLS):
+            return await own_url_acall(op, ctx, self._tls)  # type: ignore[no-any-return]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             items = [item async for item in self._stream(encoded.stream, op, ctx)]
@@ -433,6 +437,14 @@ class AsyncGrpcTransport:
         )
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        if isinstance(op, OpenAIEvents):
+            events = openai_events_async(op, ctx, self._tls)
+            try:
+                async for event in events:
+                    yield event  # type: ignore[misc]
+            finally:
+                await aclose_iterator(events)  # cancels the request now, not when collected
+            return
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
             pending = self._unary(encoded, ctx)

@@ -21,10 +21,11 @@ import aiohttp
 
 from .._call import CallContext
 from .._compression import Compression, compress, decompress
+from .._concurrency import aclose_iterator
 from .._config import Endpoint, TLSConfig
 from .._errors import TritonError
 from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, is_triton
-from .._ops import FetchMetrics, GetServerMetadata, Op, StreamOp
+from .._ops import GetServerMetadata, Op, OpenAIEvents, StreamOp
 from .._request import InferRequest
 from ._errors import (
     closed_by_aclose,
@@ -43,7 +44,8 @@ from ._http_pool import (
     ssl_context,
 )
 from ._loop import check_loop
-from ._metrics import fetch_metrics, fetch_metrics_async
+from ._openai import openai_events, openai_events_async
+from ._own_url import OWN_URL_CALLS, own_url_acall, own_url_call
 
 __all__ = ["AsyncHttpTransport", "HttpTransport"]
 
@@ -103,8 +105,8 @@ class HttpTransport:
         self._pool = ConnectionPool(endpoint, tls, max_age=max_connection_age)
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
-        if isinstance(op, FetchMetrics):
-            return fetch_metrics(op.url, ctx, self._tls)  # type: ignore[return-value]
+        if isinstance(op, OWN_URL_CALLS):
+            return own_url_call(op, ctx, self._tls)  # type: ignore[no-any-return]
         if self._codec.binary is None and isinstance(op, InferRequest):
             try:
                 self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
@@ -133,6 +135,9 @@ class HttpTransport:
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         """The events of one answer; the timeout bounds the wait for each read."""
+        if isinstance(op, OpenAIEvents):
+            yield from openai_events(op, ctx, self._tls)  # type: ignore[misc]
+            return
         call = self._codec.encode_stream(op)
         body, size = body_of(call.body)
         headers = {**ctx.headers, **call.headers, "Content-Length": str(size)}
@@ -337,8 +342,8 @@ class AsyncHttpTransport:
         )
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
-        if isinstance(op, FetchMetrics):
-            return await fetch_metrics_async(op.url, ctx, self._tls)  # type: ignore[return-value]
+        if isinstance(op, OWN_URL_CALLS):
+            return await own_url_acall(op, ctx, self._tls)  # type: ignore[no-any-return]
         if self._codec.binary is None and isinstance(op, InferRequest):
             try:
                 self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
@@ -370,6 +375,14 @@ class AsyncHttpTransport:
         return call.read(status, length, data)
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        if isinstance(op, OpenAIEvents):
+            events = openai_events_async(op, ctx, self._tls)
+            try:
+                async for event in events:
+                    yield event  # type: ignore[misc]
+            finally:
+                await aclose_iterator(events)  # cancels the request now, not when collected
+            return
         call = self._codec.encode_stream(op)
         # The timeout bounds the wait for each piece of the stream, not the whole of it.
         each = aiohttp.ClientTimeout(total=None, sock_read=ctx.timeout)

@@ -1,47 +1,49 @@
-"""HTTP to an OpenAI-compatible server: one JSON answer, or the JSON events of a
-server-sent-event stream up to ``data: [DONE]``, blocking (``http.client``) and asyncio
-(aiohttp). Failures become the SDK's errors."""
+"""HTTP to an OpenAI-compatible frontend (``openai_url``): one JSON answer, or the JSON
+events of a server-sent-event stream up to ``data: [DONE]``, blocking (``http.client``)
+and asyncio (aiohttp). Both protocols' transports send :class:`OpenAIPost` and
+:class:`OpenAIEvents` here, with the call's headers and the client's TLS files, as they
+send :class:`FetchMetrics`. Failures become the SDK's errors."""
 
 from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
+import ssl
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import aiohttp
 
-from .._call import StreamStop
+from .._call import CallContext
+from .._config import TLSConfig, redact_url
 from .._errors import InferenceError, TritonError, classify_transport_error
 from .._openai_route import error_from_body, event_error
-from ._http_pool import interrupt
+from .._ops import OpenAIEvents, OpenAIPost
+from ._http_pool import interrupt, ssl_context
 
-__all__ = ["OpenAICall", "apost_events", "apost_json", "post_events", "post_json"]
+__all__ = ["openai_events", "openai_events_async", "openai_post", "openai_post_async"]
 
 JSONObject = dict[str, Any]
-T = TypeVar("T")
-
-
-class OpenAICall(TypedDict):
-    """The keyword arguments of every call here."""
-
-    timeout: float | None
-    headers: Mapping[str, str] | None
-    model: str | None
 
 
 def _failure(exc: BaseException, url: str, model: str | None, timeout: float | None) -> TritonError:
-    error = classify_transport_error(exc, model=model, timeout=timeout, url=url)
-    return error or TritonError(f"request to {url} failed: {exc!r}", model=model)
+    error = classify_transport_error(exc, model=model, timeout=timeout, url=redact_url(url))
+    return error or TritonError(f"request to {redact_url(url)} failed: {exc!r}", model=model)
 
 
-def _connection(url: str, timeout: float | None) -> tuple[http.client.HTTPConnection, str]:
+def _connection(
+    url: str, timeout: float | None, tls: TLSConfig | None
+) -> tuple[http.client.HTTPConnection, str]:
     parts = urlsplit(url)
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    path = parts.path + (f"?{parts.query}" if parts.query else "")
-    return kind(parts.netloc, timeout=timeout), path
+    if parts.scheme == "https":
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.netloc, timeout=timeout, context=ssl_context(tls)
+        )
+    else:
+        connection = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+    return connection, parts.path
 
 
 def _headers(headers: Mapping[str, str] | None, stream: bool) -> dict[str, str]:
@@ -93,106 +95,48 @@ def _cut_short(url: str, model: str | None) -> TritonError:
 
 
 def _open(
-    url: str,
-    body: JSONObject,
-    timeout: float | None,
-    headers: Mapping[str, str] | None,
-    stream: bool,
-    model: str | None,
+    op: OpenAIPost | OpenAIEvents, ctx: CallContext, tls: TLSConfig | None, stream: bool
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-    connection, path = _connection(url, timeout)
+    url, model, timeout = op.url, op.model, ctx.timeout
+    connection, path = _connection(url, timeout, tls)
     try:
-        connection.request("POST", path, json.dumps(body).encode(), _headers(headers, stream))
+        body = json.dumps(op.body).encode()
+        connection.request("POST", path, body, _headers(ctx.headers, stream))
         response = connection.getresponse()
         if response.status >= 400:
             raise error_from_body(response.status, response.read(), url, model)
     except (OSError, http.client.HTTPException) as exc:
         connection.close()
         raise _failure(exc, url, model, timeout) from exc
-    except TritonError:
+    except BaseException:
         connection.close()
         raise
     return connection, response
 
 
-def post_json(
-    url: str,
-    body: JSONObject,
-    *,
-    timeout: float | None,
-    headers: Mapping[str, str] | None,
-    model: str | None,
-) -> JSONObject:
-    connection, response = _open(url, body, timeout, headers, False, model)
+def openai_post(op: OpenAIPost, ctx: CallContext, tls: TLSConfig | None) -> JSONObject:
+    """The frontend's one JSON answer to ``op``."""
+    connection, response = _open(op, ctx, tls, False)
     try:
         raw = response.read()
     except (OSError, http.client.HTTPException) as exc:
-        raise _failure(exc, url, model, timeout) from exc
+        raise _failure(exc, op.url, op.model, ctx.timeout) from exc
     finally:
         connection.close()
-    return _json(raw, url, model)
+    return _json(raw, op.url, op.model)
 
 
-class EventStream(Generic[T]):
-    """The events of one answer, each parsed; closing it, read or not, closes the
-    connection, which cancels the request on the server.
-
-    Hand it to a ``ResponseStream`` with its ``stop``: closing that cuts the connection
-    first, so that a thread reading the events ends its wait and its loop.
-    """
-
-    def __init__(
-        self,
-        events: Generator[JSONObject, None, None],
-        parse: Callable[[JSONObject], T],
-        connection: http.client.HTTPConnection,
-    ) -> None:
-        self._events = events
-        self._parse = parse
-        self._connection = connection
-        self.stop = StreamStop()
-        self.stop.arm(lambda: interrupt(connection))
-
-    def __iter__(self) -> EventStream[T]:
-        return self
-
-    def __next__(self) -> T:
-        try:
-            return self._parse(next(self._events))
-        except TritonError:
-            if self.stop.requested:  # closed by another thread: the reader's loop just ends
-                raise StopIteration from None
-            raise
-
-    def close(self) -> None:
-        # Busy in another thread: ValueError, and that thread's generator closes the
-        # connection as it ends.
-        self._events.close()
-        self._connection.close()  # a generator not yet started runs no finally
-
-
-def post_events(
-    url: str,
-    body: JSONObject,
-    parse: Callable[[JSONObject], T],
-    *,
-    timeout: float | None,
-    headers: Mapping[str, str] | None,
-    model: str | None,
-) -> EventStream[T]:
-    """Send the request now (its errors are raised here), and return its events, parsed."""
-    connection, response = _open(url, body, timeout, headers, True, model)
-    return EventStream(_events(connection, response, url, model, timeout), parse, connection)
-
-
-def _events(
-    connection: http.client.HTTPConnection,
-    response: http.client.HTTPResponse,
-    url: str,
-    model: str | None,
-    timeout: float | None,
-) -> Generator[JSONObject, None, None]:
+def openai_events(
+    op: OpenAIEvents, ctx: CallContext, tls: TLSConfig | None
+) -> Iterator[JSONObject]:
+    """The JSON events of the frontend's answer to ``op``. Closing the iterator closes
+    the connection, which cancels the request on the server; the call's stop cuts it
+    first, so that a thread blocked reading it wakes."""
+    url, model, timeout = op.url, op.model, ctx.timeout
+    connection, response = _open(op, ctx, tls, True)
     try:
+        if ctx._stop is not None:
+            ctx._stop.arm(lambda: interrupt(connection))
         while line := response.readline():
             if _done(line):
                 return
@@ -229,17 +173,17 @@ def _aiohttp_failures() -> tuple[type[BaseException], ...]:
 
 
 async def _aopen(
-    url: str,
-    body: JSONObject,
-    timeout: float | None,
-    headers: Mapping[str, str] | None,
-    stream: bool,
-    model: str | None,
+    op: OpenAIPost | OpenAIEvents, ctx: CallContext, tls: TLSConfig | None, stream: bool
 ) -> tuple[aiohttp.ClientSession, aiohttp.ClientResponse]:
+    url, model, timeout = op.url, op.model, ctx.timeout
+    context: ssl.SSLContext | bool = ssl_context(tls) if url.startswith("https:") else True
     session = _session(timeout)
     try:
         response = await session.post(
-            url, data=json.dumps(body).encode(), headers=_headers(headers, stream)
+            url,
+            data=json.dumps(op.body).encode(),
+            headers=_headers(ctx.headers, stream),
+            ssl=context,
         )
         if response.status >= 400:
             raw = await response.read()
@@ -257,87 +201,32 @@ async def _aopen(
     return session, response
 
 
-async def apost_json(
-    url: str,
-    body: JSONObject,
-    *,
-    timeout: float | None,
-    headers: Mapping[str, str] | None,
-    model: str | None,
-) -> JSONObject:
-    session, response = await _aopen(url, body, timeout, headers, False, model)
+async def openai_post_async(op: OpenAIPost, ctx: CallContext, tls: TLSConfig | None) -> JSONObject:
+    """The frontend's one JSON answer to ``op``, without blocking the event loop."""
+    session, response = await _aopen(op, ctx, tls, False)
     try:
         raw = await response.read()
     except _aiohttp_failures() as exc:
-        raise _failure(exc, url, model, timeout) from exc
+        raise _failure(exc, op.url, op.model, ctx.timeout) from exc
     finally:
         response.release()
         await session.close()
-    return _json(raw, url, model)
+    return _json(raw, op.url, op.model)
 
 
-class AsyncEventStream(Generic[T]):
-    """The asyncio twin of :class:`EventStream`."""
-
-    def __init__(
-        self,
-        events: AsyncGenerator[JSONObject, None],
-        parse: Callable[[JSONObject], T],
-        session: aiohttp.ClientSession,
-        response: aiohttp.ClientResponse,
-    ) -> None:
-        self._events = events
-        self._parse = parse
-        self._session = session
-        self._response = response
-        self.stop = StreamStop()
-        # Ends the wait of a task reading the events (aiohttp would not wake it on close).
-        self.stop.arm(lambda: response.content.set_exception(_cut_short(str(response.url), None)))
-
-    def __aiter__(self) -> AsyncEventStream[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        try:
-            return self._parse(await self._events.__anext__())
-        except TritonError:
-            if self.stop.requested:  # closed by another task: the reader's loop just ends
-                raise StopAsyncIteration from None
-            raise
-
-    async def aclose(self) -> None:
-        # Busy in another task: RuntimeError, and that task's generator releases the
-        # answer and the session as it ends.
-        await self._events.aclose()
-        self._response.release()  # a generator not yet started runs no finally
-        await self._session.close()
-
-
-async def apost_events(
-    url: str,
-    body: JSONObject,
-    parse: Callable[[JSONObject], T],
-    *,
-    timeout: float | None,
-    headers: Mapping[str, str] | None,
-    model: str | None,
-) -> AsyncEventStream[T]:
-    """Send the request now (its errors are raised here), and return its events, parsed."""
-    session, response = await _aopen(url, body, timeout, headers, True, model)
-    events = _aevents(session, response, url, model, timeout)
-    return AsyncEventStream(events, parse, session, response)
-
-
-async def _aevents(
-    session: aiohttp.ClientSession,
-    response: aiohttp.ClientResponse,
-    url: str,
-    model: str | None,
-    timeout: float | None,
-) -> AsyncGenerator[JSONObject, None]:
+async def openai_events_async(
+    op: OpenAIEvents, ctx: CallContext, tls: TLSConfig | None
+) -> AsyncIterator[JSONObject]:
+    """The asyncio twin of :func:`openai_events`."""
     import aiohttp
 
+    url, model, timeout = op.url, op.model, ctx.timeout
+    session, response = await _aopen(op, ctx, tls, True)
     try:
+        if ctx._stop is not None:
+            # Ends the wait of a task reading the events (aiohttp would not wake it on
+            # close).
+            ctx._stop.arm(lambda: response.content.set_exception(_cut_short(url, model)))
         async for line in response.content:
             if _done(line):
                 return
