@@ -16,13 +16,20 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar, overload
 
 import attrs
 
 from ._config import DnsName, Endpoint
-from ._errors import SequenceLostError, ServerOverloadedError, TritonConnectionError, TritonError
+from ._errors import (
+    ModelNotFoundError,
+    ModelNotReadyError,
+    SequenceLostError,
+    ServerOverloadedError,
+    TritonConnectionError,
+    TritonError,
+)
 from ._ops import Op, StreamOp
 from ._request import InferRequest
 
@@ -320,9 +327,13 @@ def _connection_failure(error: TritonError) -> bool:
 
 def _elsewhere(error: TritonError) -> bool:
     """Another endpoint may take at once a call that failed so on this one: the request
-    did not run (a failure after it went out is the retry policy's to repeat)."""
-    if isinstance(error, ServerOverloadedError):
-        return True
+    did not run (a failure after it went out is the retry policy's to repeat). That
+    includes a model this endpoint does not have ready: a server shutting down (a pod
+    being replaced) unloads its models before it closes its ports, and a rolling update
+    has the model on some servers first. Such an endpoint is not ejected: its other
+    models (and the sequences on it) are fine."""
+    if isinstance(error, ServerOverloadedError | ModelNotReadyError | ModelNotFoundError):
+        return not error.may_have_run
     return _connection_failure(error) and not error.may_have_run
 
 
@@ -335,6 +346,19 @@ def _lost(
         f"sequence {sequence!r} was on {where}, which failed{detail}. A sequence cannot "
         "move to another endpoint (its state lives in that server): start it again"
     )
+
+
+def _addresses(answer: object) -> list[str]:
+    """A resolver's answer as distinct addresses, in its order; a TypeError for an
+    answer that is not a list of non-empty str (a lone str would be read letter by
+    letter)."""
+    if isinstance(answer, str | bytes) or not isinstance(answer, Iterable):
+        raise TypeError(f"the resolver answered {answer!r}, not a list of addresses")
+    addresses = list(dict.fromkeys(answer))
+    for address in addresses:
+        if not isinstance(address, str) or not address:
+            raise TypeError(f"the resolver answered {address!r}, not an address (a str)")
+    return addresses
 
 
 RESOLVE_GAP = 1.0
@@ -367,7 +391,7 @@ class Discovery:
         self._last = time.monotonic()
         self.next_at = self._last + self.interval
         try:
-            addresses = list(self.resolver(self.dns.name))
+            addresses = _addresses(self.resolver(self.dns.name))
         except Exception as error:  # logged; the client goes on with the endpoints it has
             logger.warning("could not resolve %s: %s", self.dns, error)
             return None

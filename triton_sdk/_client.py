@@ -604,8 +604,19 @@ class Client:
                 return
             if time.monotonic() + _POLL_INTERVAL > deadline:
                 what = "the server" if model is None else f"model {model!r}"
-                raise TritonTimeoutError(f"{what} at {self.url} was not ready after {timeout}s")
+                raise TritonTimeoutError(
+                    f"{what} at {self._where()} was not ready after {timeout}s"
+                )
             sleep(_POLL_INTERVAL)
+
+    def _where(self) -> str:
+        """The server's URL, or each of the client's endpoints (or its DNS name)."""
+        settings = self._settings
+        if settings.dns is not None:
+            return f"any address of {settings.dns}"
+        if len(settings.endpoints) > 1:
+            return "any of " + ", ".join(str(endpoint) for endpoint in settings.endpoints)
+        return self.url
 
     def server_metadata(
         self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None

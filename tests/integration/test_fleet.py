@@ -226,6 +226,23 @@ def test_a_sequence_whose_server_failed_and_came_back_between_its_requests_is_lo
             victim.start()
 
 
+def test_a_model_one_server_does_not_have_ready_is_served_by_the_others(
+    fleet: list[LocalServer], fleet_client: Any
+) -> None:
+    # As on a server shutting down, which unloads its models before closing its ports:
+    # the calls that landed there failed (ModelNotReadyError) instead of moving on.
+    with ts.Client(fleet[0].grpc_url) as direct:
+        direct.unload_model("double")
+        wait_until(lambda: not direct.is_model_ready("double"), "double is unloaded")
+        try:
+            model = fleet_client.model("double")
+            for _ in range(12):
+                assert np.array_equal(model.infer(X=ONES)["Y"], 2 * ONES)
+            assert all(state.healthy for state in states(fleet_client))
+        finally:
+            direct.load_model("double")
+
+
 def test_requests_spread_over_every_server(fleet: list[LocalServer], fleet_client: Any) -> None:
     model = fleet_client.model("double")
     before = [inference_count(server, "double") for server in fleet]

@@ -29,6 +29,7 @@ from triton_sdk._config import parse_dns, parse_url
 from triton_sdk._errors import classify_status
 from triton_sdk._ops import FetchMetrics, IsServerReady
 from triton_sdk._request import InferRequest
+from triton_sdk._retry import TokenBucket
 from triton_sdk._transports._balanced import AsyncBalancedTransport, BalancedTransport
 
 READY = IsServerReady()
@@ -104,6 +105,21 @@ def test_a_full_queue_goes_to_another_endpoint_without_ejecting() -> None:
     first = route.member
     pool.failed(route, READY, overloaded)
     assert pool.reroute(route, READY, overloaded)
+    assert route.member is not first
+    assert all(state.healthy for state in pool.states())
+
+
+def test_a_model_not_ready_on_one_endpoint_goes_to_another_without_ejecting() -> None:
+    # A server shutting down (a pod being replaced) unloads its models before it closes
+    # its ports: its answers failed the calls that landed there.
+    not_ready = classify_status(
+        "NOT_FOUND", "Request for unknown model: 'm' has no available versions"
+    )
+    pool = balancer(2)
+    route = pool.route(READY)
+    first = route.member
+    pool.failed(route, READY, not_ready)
+    assert pool.reroute(route, READY, not_ready)
     assert route.member is not first
     assert all(state.healthy for state in pool.states())
 
@@ -282,6 +298,28 @@ def test_a_dns_client_reports_the_name() -> None:
         client.close()
 
 
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [("10.0.0.7", "not a list"), ([167772167], "not an address"), ([""], "not an address")],
+)
+def test_a_resolver_answer_that_is_no_list_of_addresses_is_a_failed_resolution(
+    answer: object, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A str was read letter by letter (an endpoint per character); an int raised a raw
+    # TypeError from the client's constructor.
+    dns = parse_dns("dns:///fleet:8001")
+    assert dns is not None
+    assert Discovery(dns, lambda name: answer, 30.0).resolve() is None  # type: ignore[arg-type, return-value]
+    assert why in caplog.text
+
+
+def test_a_resolver_giving_an_address_twice_makes_one_endpoint() -> None:
+    dns = parse_dns("dns:///fleet:8001")
+    assert dns is not None
+    found = Discovery(dns, lambda name: ["10.0.0.7", "10.0.0.8", "10.0.0.7"], 30.0).resolve()
+    assert [endpoint.host for endpoint in found or []] == ["10.0.0.7", "10.0.0.8"]
+
+
 def discovery(answers: list[object], interval: float = 30.0) -> Discovery:
     """A Discovery whose resolver gives ``answers`` in turn (an exception is raised)."""
     dns = parse_dns("dns:///fleet:8001")
@@ -458,3 +496,24 @@ def test_a_call_to_a_url_of_its_own_says_nothing_of_the_endpoints() -> None:
     assert [state.healthy for state in transport.endpoints()] == [True, True]
     assert sum(transport.calls for transport in made) == 1
     transport.close()
+
+
+def test_health_checks_fail_over_without_drawing_on_the_retry_budget() -> None:
+    # wait_until_ready polls a fleet still starting: each poll moved across the
+    # endpoints on the budget, which was spent before the first real call.
+    endpoints = [parse_url(f"grpc://127.0.0.{i}:8001") for i in (1, 2)]
+    bucket = TokenBucket(ts.RetryBudget(ratio=0.1, reserve=2))
+    transport = BalancedTransport(endpoints, lambda endpoint: MetricsDown(), {}, budget=bucket)  # type: ignore[arg-type, return-value]
+    for _ in range(5):
+        with pytest.raises(ts.TritonConnectionError):
+            transport.call(READY, CallContext("is_ready", None, {}, None))
+    assert bucket.withdraw()
+    assert bucket.withdraw()
+    transport.close()
+
+
+def test_waiting_for_a_fleet_names_every_endpoint() -> None:
+    urls = ["grpc://127.0.0.1:9", "grpc://127.0.0.2:9"]
+    with ts.Client(urls) as client, pytest.raises(ts.TritonTimeoutError) as caught:
+        client.wait_until_ready(timeout=0.3)
+    assert "any of grpc://127.0.0.1:9, grpc://127.0.0.2:9 was not ready" in str(caught.value)

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from .._balance import Balancer, Discovery, EndpointState, Member
 from .._call import CallContext
@@ -23,7 +23,7 @@ from .._concurrency import aclose_iterator, within
 from .._config import Endpoint
 from .._errors import TritonError
 from .._fork import on_fork
-from .._ops import OWN_URL_OPS, IsServerReady, Op, StreamOp
+from .._ops import OWN_URL_OPS, IsModelReady, IsServerLive, IsServerReady, Op, StreamOp
 from .._retry import TokenBucket
 from ._protocol import AsyncTransport, Transport
 
@@ -44,6 +44,16 @@ def _probe_context(headers: Mapping[str, str]) -> CallContext:
 def _next_wait(waits: list[float | None]) -> float | None:
     known = [wait for wait in waits if wait is not None]
     return min(known) if known else None
+
+
+_HEALTH_CHECKS: Final = (IsServerLive, IsServerReady, IsModelReady)
+
+
+def _budget_for(op: Op[Any], allowed: Callable[[], bool]) -> Callable[[], bool]:
+    """What a failover of ``op`` draws on: the client's retry budget, except for health
+    checks, which are cheap and which wait_until_ready polls (a fleet still starting
+    drained the budget before its first real call)."""
+    return _always if isinstance(op, _HEALTH_CHECKS) else allowed
 
 
 class BalancedTransport:
@@ -113,7 +123,7 @@ class BalancedTransport:
                 self._after_failure()
                 if failure is not error:
                     raise failure from error
-                if balancer.reroute(route, op, error, self._allowed):
+                if balancer.reroute(route, op, error, _budget_for(op, self._allowed)):
                     _log_failover(op, error, route.member.endpoint)
                     continue
                 raise
@@ -265,7 +275,7 @@ class AsyncBalancedTransport:
                 self._after_failure()
                 if failure is not error:
                     raise failure from error
-                if balancer.reroute(route, op, error, self._allowed):
+                if balancer.reroute(route, op, error, _budget_for(op, self._allowed)):
                     _log_failover(op, error, route.member.endpoint)
                     continue
                 raise
