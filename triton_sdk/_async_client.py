@@ -193,11 +193,15 @@ def _open_transport(settings: ClientSettings, budget: TokenBucket | None) -> Asy
     dns = settings.dns
     if dns is not None:
         discovery = Discovery(dns, settings.resolver, settings.resolve_interval)
-        return AsyncBalancedTransport([], open_endpoint, settings.headers, discovery, budget)
+        return AsyncBalancedTransport(
+            [], open_endpoint, settings.headers, discovery, budget, settings.hooks
+        )
     if len(settings.endpoints) == 1:
         return _open_endpoint(settings.endpoint, settings)
     endpoints = list(settings.endpoints)
-    return AsyncBalancedTransport(endpoints, open_endpoint, settings.headers, None, budget)
+    return AsyncBalancedTransport(
+        endpoints, open_endpoint, settings.headers, None, budget, settings.hooks
+    )
 
 
 def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> AsyncTransport:

@@ -89,9 +89,11 @@ class StreamStop:
 class CallHook:
     """Sees every attempt of every call of a client: ``Client(url, hooks=[MyHook()])``.
 
-    Subclass it and override what you need; each method runs in the caller's thread (or
-    task) and must not block. Telemetry, logging and header injection (a rotating token,
-    a ``traceparent``) plug in here.
+    Subclass it and override what you need; each method runs in the thread (or task)
+    that sends the attempt and must not block: the caller's, a worker's for the batches
+    of ``map`` and of a split batch (with the caller's context variables), or, on a
+    client over many endpoints, the upkeep's for its readiness probes. Telemetry,
+    logging and header injection (a rotating token, a ``traceparent``) plug in here.
     """
 
     def before_send(self, op: AnyOp, ctx: CallContext) -> None:

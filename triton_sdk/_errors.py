@@ -180,6 +180,8 @@ def classify_status(
     This is the table documented in ``docs/errors.md``.
     """
     error_class, retryable = _status_class(status, message.lower())
+    if error_class is TritonConnectionError and not retryable:
+        message = f"TLS failure: {message}"  # (gRPC's words; HTTP's say it so too)
     return error_class(
         message,
         status=status,

@@ -517,3 +517,52 @@ def test_waiting_for_a_fleet_names_every_endpoint() -> None:
     with ts.Client(urls) as client, pytest.raises(ts.TritonTimeoutError) as caught:
         client.wait_until_ready(timeout=0.3)
     assert "any of grpc://127.0.0.1:9, grpc://127.0.0.2:9 was not ready" in str(caught.value)
+
+
+class Guarded:
+    """An endpoint that fails its first call at the connection level, then answers only
+    requests that carry the key (as a server run with a restricted protocol does)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def call(self, op: Any, ctx: CallContext) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise REFUSED
+        if ctx.headers.get("x-key") != "open":
+            raise ts.InferenceError("This protocol is restricted", status="UNAVAILABLE")
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class AddKey(ts.CallHook):
+    def __init__(self) -> None:
+        self.ends = 0
+
+    def before_send(self, op: Any, ctx: CallContext) -> None:
+        ctx.headers = {**ctx.headers, "x-key": "open"}
+
+    def on_end(self, op: Any, ctx: CallContext) -> None:
+        self.ends += 1
+
+
+def test_readiness_probes_go_through_the_hooks() -> None:
+    # A key added by a hook (a rotating token) never reached the probes: the endpoint,
+    # ejected once, was never readmitted.
+    hook = AddKey()
+    endpoints = [parse_url("grpc://127.0.0.1:8001")]
+    transport = BalancedTransport(endpoints, lambda endpoint: Guarded(), {}, hooks=(hook,))  # type: ignore[arg-type, return-value]
+    try:
+        with pytest.raises(ts.TritonConnectionError):
+            transport.call(READY, CallContext("is_ready", None, {}, None))
+        assert [state.healthy for state in transport.endpoints()] == [False]
+        deadline = time.monotonic() + 10
+        while not transport.endpoints()[0].healthy:
+            assert time.monotonic() < deadline, "the endpoint was never readmitted"
+            time.sleep(0.01)
+        assert hook.ends >= 1
+    finally:
+        transport.close()

@@ -129,7 +129,15 @@ def test_classify_status(
     assert error.status == status
     assert error.model == "m"
     assert error.request_id == "r1"
-    assert str(error) == message
+    tls_refusal = error_class is ts.TritonConnectionError and not retryable
+    assert str(error) == (f"TLS failure: {message}" if tls_refusal else message)
+
+
+@pytest.mark.parametrize("message", [TLS_WRONG_VERSION, TLS_BAD_CERT, TLS_WRONG_NAME])
+def test_a_grpc_tls_refusal_says_so_as_https_does(message: str) -> None:
+    # gRPC's words alone ("failed to connect to all addresses") read as a server down.
+    error = classify_status("UNAVAILABLE", message)
+    assert str(error).startswith("TLS failure: failed to connect")
 
 
 @pytest.mark.parametrize("status", [502, 503, 504])

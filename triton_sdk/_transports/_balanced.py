@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 from .._balance import Balancer, Discovery, EndpointState, Member
-from .._call import CallContext
+from .._call import CallContext, CallHook, run_before_send
 from .._concurrency import aclose_iterator, within
 from .._config import Endpoint
 from .._errors import TritonError
@@ -37,8 +37,10 @@ PROBE_TIMEOUT = 1.0
 _READY = IsServerReady()
 
 
-def _probe_context(headers: Mapping[str, str]) -> CallContext:
-    return CallContext(_READY.call, None, headers, PROBE_TIMEOUT)
+def _probe_context(headers: Mapping[str, str], member: Member[Any]) -> CallContext:
+    ctx = CallContext(_READY.call, None, headers, PROBE_TIMEOUT)
+    ctx.url = str(member.endpoint)
+    return ctx
 
 
 def _next_wait(waits: list[float | None]) -> float | None:
@@ -67,9 +69,11 @@ class BalancedTransport:
         headers: Mapping[str, str],
         discovery: Discovery | None = None,
         budget: TokenBucket | None = None,
+        hooks: tuple[CallHook, ...] = (),
     ) -> None:
         self._open = open_endpoint
         self._headers = headers
+        self._hooks = hooks
         self._discovery = discovery
         self._allowed = _always if budget is None else budget.withdraw
         if discovery is not None:
@@ -224,9 +228,9 @@ class BalancedTransport:
             if wait is None:
                 self._upkeep = None  # under the lock: a failure now starts a new thread
                 return None
-        ctx = _probe_context(self._headers)
         for member in due:
-            balancer.probed(member, _ready(member.transport, ctx))
+            ctx = _probe_context(self._headers, member)
+            balancer.probed(member, _ready(member.transport, ctx, self._hooks))
         return wait
 
 
@@ -241,9 +245,11 @@ class AsyncBalancedTransport:
         headers: Mapping[str, str],
         discovery: Discovery | None = None,
         budget: TokenBucket | None = None,
+        hooks: tuple[CallHook, ...] = (),
     ) -> None:
         self._open = open_endpoint
         self._headers = headers
+        self._hooks = hooks
         self._discovery = discovery
         self._allowed = _always if budget is None else budget.withdraw
         if discovery is not None:
@@ -378,9 +384,9 @@ class AsyncBalancedTransport:
         wait = _next_wait([resolve_in, probe_in])
         if wait is None:
             return None
-        ctx = _probe_context(self._headers)
         for member in due:
-            balancer.probed(member, await _aready(member.transport, ctx))
+            ctx = _probe_context(self._headers, member)
+            balancer.probed(member, await _aready(member.transport, ctx, self._hooks))
         return wait
 
 
@@ -404,15 +410,60 @@ def _log_close_failure(endpoint: Endpoint, error: TritonError) -> None:
     logger.warning("could not close the connections to %s, gone from DNS: %s", endpoint, error)
 
 
-def _ready(transport: Transport, ctx: CallContext) -> bool:
-    try:
-        return transport.call(_READY, ctx)
-    except TritonError:
-        return False
+# Probes go through the client's hooks as its calls do: a token a hook adds is what lets
+# them in (a guarded server refused them, and an ejected endpoint never came back). What
+# a hook raises here is logged: the upkeep goes on, and the probe counts as not ready.
 
 
-async def _aready(transport: AsyncTransport, ctx: CallContext) -> bool:
+def _ready(transport: Transport, ctx: CallContext, hooks: tuple[CallHook, ...]) -> bool:
     try:
-        return await transport.acall(_READY, ctx)
-    except TritonError:
+        run_before_send(hooks, _READY, ctx)
+        try:
+            ready = transport.call(_READY, ctx)
+        except TritonError as error:
+            _settle(hooks, ctx, error)
+            return False
+        _settle(hooks, ctx, ready)
+        return ready
+    except Exception as error:
+        _log_hook_failure(ctx, error)
         return False
+    finally:
+        _end(hooks, ctx)
+
+
+async def _aready(transport: AsyncTransport, ctx: CallContext, hooks: tuple[CallHook, ...]) -> bool:
+    try:
+        run_before_send(hooks, _READY, ctx)
+        try:
+            ready = await transport.acall(_READY, ctx)
+        except TritonError as error:
+            _settle(hooks, ctx, error)
+            return False
+        _settle(hooks, ctx, ready)
+        return ready
+    except Exception as error:
+        _log_hook_failure(ctx, error)
+        return False
+    finally:
+        _end(hooks, ctx)
+
+
+def _settle(hooks: tuple[CallHook, ...], ctx: CallContext, outcome: bool | TritonError) -> None:
+    for hook in hooks:
+        if isinstance(outcome, TritonError):
+            hook.on_error(_READY, ctx, outcome)
+        else:
+            hook.after_receive(_READY, ctx, outcome)
+
+
+def _end(hooks: tuple[CallHook, ...], ctx: CallContext) -> None:
+    for hook in hooks:
+        try:
+            hook.on_end(_READY, ctx)
+        except Exception as error:
+            _log_hook_failure(ctx, error)
+
+
+def _log_hook_failure(ctx: CallContext, error: Exception) -> None:
+    logger.warning("a hook failed on the readiness probe of %s: %r", ctx.url, error)
