@@ -86,16 +86,28 @@ class MockTransport:
     :class:`TritonError` is raised.
 
     ``models`` are served without the handler: their metadata, config and readiness,
-    the repository index (``ListModels``: these models, ready), and a live and ready
-    server; other names raise ModelNotFoundError. A spec with ``has_config=False`` gets
-    no config (a 404, as from MLServer or KServe), so the client builds its spec from
-    the metadata alone. An op neither answers raises an
-    InferenceError with status ``"UNIMPLEMENTED"``.
+    and the repository index (``ListModels``: these models, ready); other names raise
+    ModelNotFoundError (not ready). Without ``models``, the handler answers metadata,
+    config and readiness too (a NotImplementedError from it: an unknown model). A
+    spec with ``has_config=False`` gets no config (a 404, as from MLServer or KServe),
+    so the client builds its spec from the metadata alone. The server is as live and
+    ready as :attr:`live` and :attr:`ready` say (set ``mock.ready = False`` to test a
+    server that is not ready). An op nothing answers raises an InferenceError with
+    status ``"UNIMPLEMENTED"``.
     """
 
-    def __init__(self, handler: Handler | None = None, *, models: Iterable[ModelSpec] = ()) -> None:
+    def __init__(
+        self,
+        handler: Handler | None = None,
+        *,
+        models: Iterable[ModelSpec] = (),
+        live: bool = True,
+        ready: bool = True,
+    ) -> None:
         self.handler = handler
         self.models: dict[str, ModelSpec] = {spec.name: spec for spec in models}
+        self.live = live
+        self.ready = ready
         if len({spec.has_config for spec in self.models.values()}) > 1:
             # A client remembers that its server has no config endpoint: one server is
             # Triton or it is not.
@@ -106,20 +118,18 @@ class MockTransport:
     # What both kinds of client call
 
     def _canned(self, op: Op[Any] | StreamOp[Any]) -> object:
-        if isinstance(op, IsServerLive | IsServerReady):
-            return True
+        if isinstance(op, IsServerLive):
+            return self.live
+        if isinstance(op, IsServerReady):
+            return self.live and self.ready
         if isinstance(op, ListModels) and self.models:
             return repository_index(self.models.values())
         if isinstance(op, GetModelMetadata | GetModelConfig | IsModelReady):
             spec = self.models.get(op.name)
             if spec is None:
-                if isinstance(op, IsModelReady):
-                    return False
-                return ModelNotFoundError(
-                    f"Request for unknown model: '{op.name}' is not found",
-                    status="NOT_FOUND",
-                    model=op.name,
-                )
+                # Without models, the handler serves the repository; with them, the
+                # handler need not know of other names.
+                return _UNANSWERED if not self.models else _not_found(op)
             if isinstance(op, IsModelReady):
                 return True
             if isinstance(op, GetModelMetadata):
@@ -149,9 +159,14 @@ class MockTransport:
 
     def _first_answer(self, op: Op[Any] | StreamOp[Any], ctx: CallContext) -> object:
         canned = self._canned(op)
-        if canned is not _UNANSWERED or self.handler is None:
+        if canned is not _UNANSWERED:
             return canned
-        return self.handler(op, ctx)
+        if self.handler is None:
+            return _not_answered(op)
+        try:
+            return self.handler(op, ctx)
+        except NotImplementedError:  # the handler does not answer this op
+            return _not_answered(op)
 
     # Transport
 
@@ -178,21 +193,42 @@ class MockTransport:
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
         self._record(op, ctx)
-        answer = self._first_answer(op, ctx)
-        if inspect.isawaitable(answer):
-            answer = await cast("Awaitable[object]", answer)
+        answer = await _awaited(op, self._first_answer(op, ctx))
         return cast("T", self._answer(op, answer))
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         self._record(op, ctx)
-        answer = self._first_answer(op, ctx)
-        if inspect.isawaitable(answer):
-            answer = await cast("Awaitable[object]", answer)
+        answer = await _awaited(op, self._first_answer(op, ctx))
         for item in cast("Iterable[T]", self._answer(op, answer)):
             yield item
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+def _not_answered(op: Op[Any] | StreamOp[Any]) -> object:
+    """What an op nobody answers gets: an unknown model, or UNIMPLEMENTED."""
+    if isinstance(op, GetModelMetadata | GetModelConfig | IsModelReady):
+        return _not_found(op)
+    return _UNANSWERED
+
+
+async def _awaited(op: Op[Any] | StreamOp[Any], answer: object) -> object:
+    """A coroutine handler's answer."""
+    if not inspect.isawaitable(answer):
+        return answer
+    try:
+        return await cast("Awaitable[object]", answer)
+    except NotImplementedError:
+        return _not_answered(op)
+
+
+def _not_found(op: GetModelMetadata | GetModelConfig | IsModelReady) -> object:
+    if isinstance(op, IsModelReady):
+        return False
+    return ModelNotFoundError(
+        f"Request for unknown model: '{op.name}' is not found", status="NOT_FOUND", model=op.name
+    )
 
 
 _UNANSWERED: Any = object()

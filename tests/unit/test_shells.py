@@ -862,6 +862,46 @@ async def test_an_unknown_model_raises_model_not_found(shell: Shell) -> None:
     assert "did you mean 'double'?" in str(info.value)
 
 
+async def test_a_mock_server_that_is_not_ready(connect: Connect) -> None:
+    # Health was always answered True: a test could not see its code wait, or time out.
+    client, mock = connect()
+    mock.ready = False
+    assert await resolve(client.is_live())
+    assert not await resolve(client.is_ready())
+    with pytest.raises(ts.TritonTimeoutError):
+        await resolve(client.wait_until_ready(timeout=0.2))
+    mock.live = False
+    assert not await resolve(client.is_live())
+
+
+async def test_without_models_the_handler_serves_the_models_metadata(connect: Connect) -> None:
+    # models=() answered "not found" for every name without asking the handler.
+    metadata = {
+        "name": "m",
+        "versions": ["1"],
+        "platform": "python",
+        "inputs": [{"name": "X", "datatype": "FP32", "shape": [-1, 1]}],
+        "outputs": [{"name": "Y", "datatype": "FP32", "shape": [-1, 1]}],
+    }
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        if isinstance(op, ops.GetModelMetadata) and op.name == "m":
+            return metadata
+        if isinstance(op, ops.GetModelConfig) and op.name == "m":
+            return {"name": "m", "max_batch_size": 4}
+        if isinstance(op, ops.IsModelReady):
+            return op.name == "m"
+        raise NotImplementedError(op)
+
+    client, _ = connect(handler, models=())
+    spec = await resolve(client.model_spec("m"))
+    assert list(spec.inputs) == ["X"]
+    assert spec.max_batch_size == 4
+    assert await resolve(client.is_model_ready("m"))
+    with pytest.raises(ts.ModelNotFoundError):  # NotImplementedError: an unknown model
+        await resolve(client.model_spec("other"))
+
+
 # 9. Sequences
 
 
