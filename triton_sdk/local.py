@@ -21,6 +21,7 @@ import fcntl
 import http.client
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
@@ -53,6 +54,12 @@ _START_ATTEMPTS: Final = 3
 # The Python backend sometimes aborts on this while its models load, under load
 # (triton-inference-server/server#8882); the same start succeeds when tried again.
 _KNOWN_START_CRASH: Final = "boost::interprocess::lock_exception"
+# How tritonserver says a port is taken: "Socket '127.0.0.1:P' already in use" (HTTP,
+# gRPC, metrics), "Address already in use" (gRPC).
+_PORT_CLASH: Final = "already in use"
+# The Python backend starts each stub with `bash -c "exec STUB MODEL_PATH ..."`, unquoted:
+# a path with a space, `$`, non-ASCII or other shell characters breaks (or runs) there.
+_PLAIN_PATH: Final = re.compile(r"[A-Za-z0-9_./-]+")
 
 
 class ServerStartError(TritonError, RuntimeError):
@@ -121,14 +128,40 @@ def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+def _plain(path: Path) -> bool:
+    return _PLAIN_PATH.fullmatch(str(path)) is not None
+
+
+def _plain_path(path: Path, link: Path) -> Path:
+    """``path``, or when the Python backend's shell command cannot carry it, ``link`` to it."""
+    if _plain(path):
+        return path
+    link.symlink_to(path, target_is_directory=True)
+    return link
+
+
+def _make_workdir() -> Path:
+    """A new work folder with a plain path: in the temporary directory, else (when that
+    path is not plain) in /tmp or the cache."""
+    for parent in (Path(tempfile.gettempdir()), Path("/tmp"), cache_root() / "run"):
+        if _plain(parent):
+            with contextlib.suppress(OSError):
+                parent.mkdir(parents=True, exist_ok=True)
+                return Path(tempfile.mkdtemp(prefix="triton_sdk-", dir=parent))
+    raise ServerStartError(
+        "no work folder with a plain path (letters, digits, _-./) for the Python backend: "
+        "set TMPDIR or TRITON_SDK_CACHE to one"
+    )
+
+
 def _backend_directory(installation: TritonInstallation, into: Path) -> Path:
     """A backend directory whose Python backend has the stub for the running Python.
 
     The installed files are linked, not copied: the wheel's own tree may be read-only.
     """
-    if installation.python_stub is None:
-        return installation.backends
     target = into / "backends"
+    if installation.python_stub is None:
+        return _plain_path(installation.backends, target)
     for backend in installation.backends.iterdir():
         if backend.is_dir():
             (target / backend.name).mkdir(parents=True)
@@ -278,6 +311,40 @@ def _ready(host: str, port: int) -> bool:
         connection.close()
 
 
+def _listening_ports(pid: int) -> set[int]:
+    """The TCP ports the process ``pid`` listens on (Linux ``/proc``)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            next(lines, None)
+            for line in lines:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _switched_off(args: Sequence[str], option: str) -> bool:
+    """Whether ``args`` turn ``option`` (``--allow-http`` and so on) off."""
+    for index, arg in enumerate(args):
+        if arg == option and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith(option + "="):
+            value = arg.removeprefix(option + "=")
+        else:
+            continue
+        if value.strip().lower() in ("false", "0", "no", "off"):
+            return True
+    return False
+
+
 def _tail(path: Path, lines: int = 40) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -369,6 +436,15 @@ class LocalServer:
     ) -> None:
         if not host.startswith("127."):
             raise ServerStartError(f"a LocalServer listens on loopback only, got host {host!r}")
+        if isinstance(extra_args, str):
+            raise TypeError(
+                f"extra_args must be a sequence of arguments, not a str: [{extra_args!r}]"
+            )
+        if _switched_off(extra_args, "--allow-http"):
+            raise ServerStartError(
+                "a LocalServer needs the HTTP endpoint to tell when the server is ready: "
+                "--allow-http=false is not supported"
+            )
         self.repository: Path = Path(repository).resolve()
         self.host: str = host
         self.model_control: Literal["explicit", "none", "poll"] = model_control
@@ -469,43 +545,71 @@ class LocalServer:
     # Lifetime
 
     def start(self) -> LocalServer:
-        """Start the server and wait until it is ready. Returns the server."""
+        """Start the server and wait until it is ready. Returns the server.
+
+        A server that runs already is returned as it is; one that exited (a crash) is
+        cleaned up and started again, on the same ports.
+        """
         if self._process is not None:
-            return self
+            if self._process.poll() is None:
+                return self
+            self._cleanup_process()
+            self._remove_workdir()
         if not self.repository.is_dir():
             raise ServerStartError(f"model repository {self.repository} is not a directory")
+        chosen = self.python_env
+        pythons = ("python", "python3")
+        if chosen is not None and not any((chosen / "bin" / n).exists() for n in pythons):
+            raise ServerStartError(
+                f"python_env (or TRITON_SDK_PYTHON_ENV) {chosen} is not a Python "
+                "environment: it has no bin/python"
+            )
         self._remove_workdir()  # what a kill() left behind
         installation = find_tritonserver()
-        self._workdir = Path(tempfile.mkdtemp(prefix="triton_sdk-"))
-        own_prefix = f"triton_sdk_python_backend_{self._workdir.name.removeprefix('triton_sdk-')}_"
+        self._workdir = workdir = _make_workdir()
+        try:
+            return self._start_in(installation, workdir)
+        except ServerStartError:
+            self._cleanup_process()
+            # The error names the log: keep it, drop the rest of the work folder.
+            self._remove_workdir(keep_log=True)
+            raise
+        except BaseException:  # KeyboardInterrupt too: no server or folder is left behind
+            self._cleanup_process()
+            self._remove_workdir()
+            raise
+
+    def _start_in(self, installation: TritonInstallation, workdir: Path) -> LocalServer:
+        own_prefix = f"triton_sdk_python_backend_{workdir.name.removeprefix('triton_sdk-')}_"
         chosen = any(_BACKEND_SHM_PREFIX_OPTION in arg for arg in self.extra_args)
         self._backend_shm_prefix = None if chosen else own_prefix
         if self._log_path is None:
-            self._log_path = self._workdir / "tritonserver.log"
-        backends = _backend_directory(installation, self._workdir)
+            self._log_path = workdir / "tritonserver.log"
+        repository = _plain_path(self.repository, workdir / "repository")
+        backends = _backend_directory(installation, workdir)
         env = _server_environment(installation, models_environment(self.python_env))
         keep_ports = self._ports
         for attempt in range(_START_ATTEMPTS):
             ports = keep_ports or tuple(_free_ports(3, self.host))
             self._ports = (ports[0], ports[1], ports[2])
             try:
-                self._launch(installation, backends, env)
+                self._launch(self._command(installation, repository, backends), env)
                 return self
             except ServerStartError:
                 log = _tail(self.log_path, 200)
-                port_clash = "address already in use" in log.lower() and keep_ports is None
+                port_clash = _PORT_CLASH in log.lower() and keep_ports is None
                 known_crash = _KNOWN_START_CRASH in log
-                self._cleanup_process()
                 if not (port_clash or known_crash) or attempt == _START_ATTEMPTS - 1:
-                    # The error names the log: keep it, drop the rest of the work folder.
-                    self._remove_workdir(keep_log=True)
                     raise
+                self._cleanup_process()
         raise AssertionError("unreachable")
 
-    def _command(self, installation: TritonInstallation, backends: Path) -> list[str]:
+    def _command(
+        self, installation: TritonInstallation, repository: Path, backends: Path
+    ) -> list[str]:
         command = [
             str(installation.binary),
-            f"--model-repository={self.repository}",
+            f"--model-repository={repository}",
             f"--backend-directory={backends}",
             f"--http-address={self.host}",
             f"--grpc-address={self.host}",
@@ -524,12 +628,15 @@ class LocalServer:
             command.append(f"--backend-config=python,{option}")
         return [*command, *self.extra_args]
 
-    def _launch(
-        self, installation: TritonInstallation, backends: Path, env: dict[str, str]
-    ) -> None:
-        with open(self.log_path, "wb") as log:
+    def _launch(self, command: list[str], env: dict[str, str]) -> None:
+        try:
+            log = open(self.log_path, "wb")  # noqa: SIM115 - closed below, the child has it
+        except OSError as error:
+            why = f"cannot write the server log {self.log_path}: {error}"
+            raise ServerStartError(why) from None
+        with log:
             self._process = subprocess.Popen(
-                self._command(installation, backends),
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -538,6 +645,15 @@ class LocalServer:
             )
         self._watchdog = _start_watchdog(self._process.pid, self._backend_shm_prefix)
         _running.add(self)
+        # Ready: the HTTP port answers ready, and this server, still alive, listens on
+        # each of its ports (an answer can come from another server on a port it could
+        # not take; tritonserver logs "Started ..." for a service before it binds).
+        ports = {self.http_port}
+        if not _switched_off(self.extra_args, "--allow-grpc"):
+            ports.add(self.grpc_port)
+        if not _switched_off(self.extra_args, "--allow-metrics"):
+            ports.add(self.metrics_port)
+        can_check = Path("/proc/net/tcp").exists()
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             code = self._process.poll()
@@ -547,7 +663,15 @@ class LocalServer:
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             if _ready(self.host, self.http_port):
-                return
+                if (not can_check or ports <= _listening_ports(self._process.pid)) and (
+                    self._process.poll() is None
+                ):
+                    return
+                if _PORT_CLASH in _tail(self.log_path, 200).lower():
+                    # (Some versions log a taken metrics port and run on without it.)
+                    raise ServerStartError(
+                        f"a port of tritonserver was taken; log {self.log_path}:\n{self.log_tail()}"
+                    )
             time.sleep(0.1)
         raise ServerStartError(
             f"tritonserver was not ready after {self.startup_timeout}s; "
@@ -578,7 +702,12 @@ class LocalServer:
             return
         own_log = self._log_path is not None and self._log_path.is_relative_to(workdir)
         if keep_log and own_log:
-            shutil.rmtree(workdir / "backends", ignore_errors=True)
+            for item in workdir.iterdir():
+                if item.is_symlink() or item.is_file():
+                    if item != self._log_path:
+                        item.unlink()
+                else:
+                    shutil.rmtree(item, ignore_errors=True)
             return
         if own_log:
             self._log_path = None

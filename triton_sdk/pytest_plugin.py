@@ -8,7 +8,7 @@ In ``pytest.ini`` / ``pyproject.toml`` (``[tool.pytest.ini_options]``)::
     triton_repository = tests/models     # the model repository, from the rootdir
     triton_protocol = grpc               # or http: what triton_client speaks
 
-or ``pytest --triton-repository PATH``. Fixtures:
+or ``pytest --triton-repository PATH`` (from the current directory). Fixtures:
 
 - ``triton_server``: a :class:`~triton_sdk.local.LocalServer` on that repository, one for
   the whole session, on free loopback ports (needs the ``server`` extra).
@@ -44,7 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--triton-repository",
         metavar="PATH",
-        help="the model repository triton_server serves (overrides the ini setting)",
+        help="the model repository triton_server serves, from the current directory "
+        "(overrides the ini setting)",
     )
     parser.addini(
         "triton_repository", "the model repository triton_server serves (from the rootdir)"
@@ -53,14 +54,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _repository(config: pytest.Config) -> Path:
-    given = config.getoption("--triton-repository") or config.getini("triton_repository")
+    """The option's path from the directory pytest was started in; the ini's from the rootdir."""
+    given = config.getoption("--triton-repository")
+    base = config.invocation_params.dir
+    if not given:
+        given, base = config.getini("triton_repository"), config.rootpath
     if not given:
         raise pytest.UsageError(
             "triton_server needs a model repository: set triton_repository in the pytest "
             "configuration, or pass --triton-repository PATH"
         )
-    path = Path(str(given))
-    return path if path.is_absolute() else config.rootpath / path
+    return base / Path(str(given))
 
 
 @pytest.fixture(scope="session")

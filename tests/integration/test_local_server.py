@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import http.server
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any, Literal
 
 import attrs
 import pytest
 
 import triton_sdk as ts
+import triton_sdk.local
 from triton_sdk.local import LocalServer, ServerStartError, find_tritonserver
 
 from .conftest import EXAMPLE_MODELS, FIXTURE_MODELS, wait_until
@@ -238,3 +246,159 @@ def test_a_crashed_server_reports_its_exit_code_and_restarts_on_its_ports() -> N
         with ts.Client(server.grpc_url) as client:
             assert client.is_ready()
     assert server.exit_code is None
+
+
+def _infers(server: LocalServer, protocol: Literal["grpc", "http"] = "grpc") -> bool:
+    with server.client(protocol) as client:
+        result = client.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+        return bool(result["OUTPUT0"].tolist() == [2, 3, 4, 5])
+
+
+@pytest.mark.parametrize("name", ["with space", "ü", "r$(touch${IFS}MARKER)"])
+def test_python_models_run_from_a_path_the_backend_command_cannot_carry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # The Python backend starts its stubs with `bash -c "exec STUB MODEL_PATH ..."`.
+    # The last name would run `touch TMP/pwned` there (a name cannot hold the "/").
+    marker = tmp_path / "pwned"
+    parent = Path(str(tmp_path / name).replace("MARKER", str(marker)))
+    repository = parent / "repository"
+    repository.mkdir(parents=True)
+    shutil.copytree(EXAMPLE_MODELS / "add_sub", repository / "add_sub")
+    temporary = parent / "tmp"  # TMPDIR, where the work folder (and the stub) would go
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    with LocalServer(repository, startup_timeout=60) as server:
+        assert _infers(server)
+        assert server.repository == repository.resolve()
+    assert not marker.exists()
+
+
+def _taking_port(monkeypatch: pytest.MonkeyPatch, index: int, port: int) -> list[list[int]]:
+    """Make the first ports LocalServer picks include ``port`` at ``index``."""
+    picked: list[list[int]] = []
+    free_ports = triton_sdk.local._free_ports
+
+    def first_taken(count: int, host: str = "127.0.0.1") -> list[int]:
+        ports = free_ports(count, host)
+        if not picked:
+            ports[index] = port
+        picked.append(ports)
+        return ports
+
+    monkeypatch.setattr("triton_sdk.local._free_ports", first_taken)
+    return picked
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["http", "grpc", "metrics"])
+def test_a_port_taken_meanwhile_is_replaced_whichever_it_is(
+    monkeypatch: pytest.MonkeyPatch, index: int
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picked = _taking_port(monkeypatch, index, port)
+        with LocalServer(EXAMPLE_MODELS) as server:
+            assert len(picked) == 2
+            assert port not in (server.http_port, server.grpc_port, server.metrics_port)
+            with urllib.request.urlopen(server.metrics_url, timeout=10) as answer:
+                assert b"nv_inference_request_success" in answer.read()
+            assert _infers(server, "http")
+            assert _infers(server, "grpc")
+            assert server.running
+
+
+class _AlwaysReady(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_another_server_answering_ready_on_the_port_is_not_taken_for_this_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AlwaysReady)
+    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread.start()
+    try:
+        picked = _taking_port(monkeypatch, 0, other.server_address[1])
+        with LocalServer(EXAMPLE_MODELS) as server:
+            assert len(picked) == 2
+            assert server.http_port != other.server_address[1]
+            assert server.running
+            assert _infers(server, "http")
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_a_python_env_that_is_no_environment_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "no-env"
+    with pytest.raises(ServerStartError, match=r"no-env.*no bin/python"):
+        LocalServer(EXAMPLE_MODELS, python_env=missing).start()
+    monkeypatch.setenv("TRITON_SDK_PYTHON_ENV", str(tmp_path))
+    with pytest.raises(ServerStartError, match="TRITON_SDK_PYTHON_ENV"):
+        LocalServer(EXAMPLE_MODELS).start()
+
+
+def test_starting_a_crashed_server_starts_it_again() -> None:
+    server = LocalServer(EXAMPLE_MODELS).start()
+    try:
+        pid = server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not server.running, "the server is dead")
+        with server as again:
+            assert again.running
+            assert again.pid != pid
+            assert not _process_group_alive(pid)
+            assert _infers(again)
+    finally:
+        server.stop()
+
+
+def test_an_interrupted_start_leaves_no_server_and_no_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = LocalServer(EXAMPLE_MODELS)
+    seen: dict[str, Any] = {}
+
+    def interrupted(host: str, port: int) -> bool:
+        seen.update(pid=server.pid, workdir=server._workdir)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("triton_sdk.local._ready", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert seen["pid"] is not None
+    assert server.pid is None
+    assert not _process_group_alive(seen["pid"])
+    assert not seen["workdir"].exists()
+
+
+def test_a_log_path_that_cannot_be_written_is_a_start_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temporary = tmp_path / "tmp"  # where the work folder goes
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    server = LocalServer(EXAMPLE_MODELS, log_path=tmp_path / "nodir" / "x.log")
+    with pytest.raises(ServerStartError, match=r"cannot write the server log .*nodir"):
+        server.start()
+    assert server.pid is None
+    assert not any(temporary.iterdir())
+
+
+def test_extra_args_must_be_a_sequence_and_keep_http() -> None:
+    with pytest.raises(TypeError, match="not a str"):
+        LocalServer(EXAMPLE_MODELS, extra_args="--log-info=false")
+    for args in (["--allow-http=false"], ["--allow-http", "0"]):
+        with pytest.raises(ServerStartError, match="--allow-http=false is not supported"):
+            LocalServer(EXAMPLE_MODELS, extra_args=args)

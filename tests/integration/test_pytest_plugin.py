@@ -62,3 +62,20 @@ def test_without_a_repository_the_server_fixture_says_what_to_set(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*set triton_repository in the pytest configuration*"])
     assert result.ret != 0
+
+
+def test_a_repository_on_the_command_line_is_found_from_where_pytest_runs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\n")  # the rootdir, with no models of its own
+    service = pytester.mkdir("service")
+    (service / "models").mkdir()
+    (service / "models" / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub")
+    (service / "test_service.py").write_text(
+        "def test_it(triton_client):\n    assert triton_client.is_ready()\n"
+    )
+    monkeypatch.chdir(service)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--triton-repository", "models"
+    )
+    result.assert_outcomes(passed=1)
