@@ -319,18 +319,22 @@ def _openai_url(instance: object, attribute: attrs.Attribute[Any], url: object) 
 
 
 @attrs.frozen
-class OpenAIPost(Op[JSON]):
-    """A POST of ``body`` to ``url`` of an OpenAI-compatible frontend, answered by one
-    JSON object. Never retried: a generation is not idempotent."""
-
+class _OpenAIFields:
     url: str = attrs.field(validator=_openai_url)
     body: Mapping[str, Any] = attrs.field(repr=False)
     model_name: str | None = None
-    call = "openai"
 
     @property
     def model(self) -> str | None:
         return self.model_name
+
+
+@attrs.frozen
+class OpenAIPost(_OpenAIFields, Op[JSON]):
+    """A POST of ``body`` to ``url`` of an OpenAI-compatible frontend, answered by one
+    JSON object. Never retried: a generation is not idempotent."""
+
+    call = "openai"
 
     @property
     def idempotent(self) -> bool:
@@ -338,18 +342,11 @@ class OpenAIPost(Op[JSON]):
 
 
 @attrs.frozen
-class OpenAIEvents(StreamOp[JSON]):
+class OpenAIEvents(_OpenAIFields, StreamOp[JSON]):
     """Like :class:`OpenAIPost`, answered by the JSON events of a server-sent-event
     stream, up to ``data: [DONE]``."""
 
-    url: str = attrs.field(validator=_openai_url)
-    body: Mapping[str, Any] = attrs.field(repr=False)
-    model_name: str | None = None
     call = "openai_stream"
-
-    @property
-    def model(self) -> str | None:
-        return self.model_name
 
 
 OWN_URL_OPS: tuple[type[_Call], ...] = (FetchMetrics, OpenAIPost, OpenAIEvents)

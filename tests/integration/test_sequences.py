@@ -601,7 +601,7 @@ def test_a_request_waiting_for_start_when_the_block_is_left_is_not_sent(url: str
     # meanwhile. Once START is out, the second request must not follow it: a new handle
     # of the same id may be running a new sequence by then.
     release = threading.Event()
-    hook = HeldThenSent(release)
+    hook = HeldThenFailed(release, fail=False)
     with ts.Client(url, hooks=[hook]) as client, ThreadPoolExecutor(2) as pool:
         model = client.model("accumulate")
         seq = model.sequence()
@@ -620,30 +620,14 @@ def test_a_request_waiting_for_start_when_the_block_is_left_is_not_sent(url: str
         assert hook.flags == [(True, False)]
 
 
-class HeldThenSent(ts.CallHook):
-    """Holds the first inference request in ``before_send`` until ``release`` is set;
-    records the flags of every request that goes on."""
-
-    def __init__(self, release: threading.Event) -> None:
-        self.release = release
-        self.holding = threading.Event()
-        self.flags: list[tuple[bool, bool]] = []
-
-    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
-        if op.call != "infer":
-            return
-        if not self.holding.is_set():
-            self.holding.set()
-            self.release.wait(10)
-        self.flags.append((op.sequence_start, op.sequence_end))
-
-
 class HeldThenFailed(ts.CallHook):
     """Holds the first inference request in ``before_send`` until ``release`` is set,
-    then fails it; records the flags of the others."""
+    then fails it (or, with ``fail=False``, lets it go); records the flags of the
+    requests that go on."""
 
-    def __init__(self, release: threading.Event) -> None:
+    def __init__(self, release: threading.Event, *, fail: bool = True) -> None:
         self.release = release
+        self.fail = fail
         self.holding = threading.Event()
         self.flags: list[tuple[bool, bool]] = []
 
@@ -653,7 +637,8 @@ class HeldThenFailed(ts.CallHook):
         if not self.holding.is_set():
             self.holding.set()
             self.release.wait(10)
-            raise RuntimeError("the token service is down")
+            if self.fail:
+                raise RuntimeError("the token service is down")
         self.flags.append((op.sequence_start, op.sequence_end))
 
 
