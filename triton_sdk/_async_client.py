@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal, TypeVar, overload
 
@@ -1551,7 +1551,7 @@ class AsyncModel(ModelCore):
         the server refuses is then retried sample by sample to find the culprits.
         ``progress=True`` shows a tqdm progress bar.
         """
-        check_samples(samples)
+        check_samples(samples, AsyncIterable)
         plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
         runner = _AsyncMapRunner(self, plan, timeout, retry, headers, shared_memory)
         return runner.run(samples, progress)

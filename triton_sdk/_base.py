@@ -476,10 +476,14 @@ class ModelCore:
         """Refuse to classify what no input fed: Triton's HTTP endpoint dies classifying an
         empty output (gRPC answers no classes)."""
         tensors = requests[0].inputs
-        if tensors and all(tensor.array.size == 0 for tensor in tensors):
+        empty = [tensor.name for tensor in tensors if tensor.array.size == 0]
+        if empty:
+            # (An output is empty when an input it comes from is; which one, the model
+            # knows: any empty input is refused.)
             raise InvalidInputError(
-                f"every input of {self.name!r} is empty: output {name!r} has nothing to "
-                "classify (and Triton's HTTP endpoint crashes classifying an empty output)",
+                f"input {empty[0]!r} of {self.name!r} is empty: output {name!r} may have "
+                "nothing to classify (and Triton's HTTP endpoint crashes classifying an "
+                "empty output)",
                 model=self.name,
             )
 

@@ -1542,7 +1542,7 @@ class Model(ModelCore):
         the server refuses is then retried sample by sample to find the culprits.
         ``progress=True`` shows a tqdm progress bar.
         """
-        check_samples(samples)
+        check_samples(samples, Iterable)
         plan = MapPlan(self.spec, self.version, batch_size, concurrency, errors, outputs)
         runner = _MapRunner(self, plan, timeout, retry, headers, shared_memory)
         return runner.run(samples, progress)

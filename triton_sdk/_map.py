@@ -52,8 +52,14 @@ def default_batch_size(spec: ModelSpec) -> int:
     return max(preferred) if preferred else spec.max_batch_size
 
 
-def check_samples(samples: object) -> None:
-    """``map`` takes an iterable (or, on AsyncModel, an async iterable) of samples."""
+def check_samples(samples: object, takes: type = Iterable) -> None:
+    """``map`` takes an iterable (or, on AsyncModel, ``takes=AsyncIterable``, an async
+    iterable too) of samples."""
+    if takes is not AsyncIterable and isinstance(samples, AsyncIterable):
+        raise InvalidInputError(
+            "Model.map takes an iterable of samples; an async iterable goes to "
+            "AsyncModel.map (an AsyncClient's model)"
+        )
     if (
         not isinstance(samples, Iterable | AsyncIterable)
         or isinstance(samples, str | bytes)

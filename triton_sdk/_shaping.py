@@ -163,6 +163,14 @@ def _names(specs: Mapping[str, TensorSpec]) -> str:
 
 def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any]:
     """Convert a value to an array of the input's dtype, refusing lossy or senseless casts."""
+    if isinstance(value, np.ma.MaskedArray):
+        # Its masked elements have no value: gRPC sent the fill value, HTTP and shared
+        # memory the data underneath.
+        raise InvalidInputError(
+            f"input {spec.name!r} is a masked array: its masked elements have no value to "
+            "send; fill them first (array.filled(value))",
+            model=model,
+        )
     if spec.datatype == "BYTES":
         if isinstance(value, np.ndarray):
             _check_size(value, np.dtype(np.object_), spec, model)

@@ -222,10 +222,13 @@ def test_classifying_what_no_input_fed_is_refused_and_nothing_sent(
     model = client.model("all_dtypes")
     before = inference_count(server, "all_dtypes")
     empty = np.zeros((2, 0), np.int32)
-    with pytest.raises(ts.InvalidInputError, match="every input of 'all_dtypes' is empty"):
+    with pytest.raises(ts.InvalidInputError, match="input 'IN_INT32' of 'all_dtypes' is empty"):
         model.classify(IN_INT32=empty, output="OUT_INT32", top_k=2)
+    # An empty input beside one with values: which output it feeds, the model knows (here
+    # OUT_INT8, which HTTP crashed classifying): refused too.
+    with pytest.raises(ts.InvalidInputError, match="input 'IN_INT8' of 'all_dtypes' is empty"):
+        model.classify(IN_INT8=np.zeros((1, 0), np.int8), IN_FP32=[[1.0]], output="OUT_INT8")
     assert inference_count(server, "all_dtypes") == before
     assert client.is_ready()
-    # An empty input beside one with values is a classification like any other.
-    ranked = model.classify(IN_INT32=[[1, 5, 3]], IN_FP32=np.zeros((1, 0)), output="OUT_INT32")
+    ranked = model.classify(IN_INT32=[[1, 5, 3]], output="OUT_INT32")
     assert ranked[0][0].index == 1

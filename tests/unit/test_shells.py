@@ -862,6 +862,26 @@ async def test_an_unknown_model_raises_model_not_found(shell: Shell) -> None:
     assert "did you mean 'double'?" in str(info.value)
 
 
+async def test_a_masked_array_is_refused_and_nothing_sent(shell: Shell) -> None:
+    # gRPC sent the fill value where HTTP and shared memory sent the data underneath.
+    masked = np.ma.masked_array(np.array([[1.0], [2.0]], np.float32), mask=[[0], [1]])
+    with pytest.raises(ts.InvalidInputError, match="'X' is a masked array"):
+        await resolve(shell.double.infer(X=masked))
+    assert shell.mock.calls == []
+
+
+def test_the_blocking_map_refuses_an_async_iterable_at_the_call() -> None:
+    # A raw TypeError came from the first next() instead.
+    async def samples() -> AsyncIterator[dict[str, list[float]]]:
+        yield {"X": [1.0]}
+
+    with ts.Client("grpc://test", transport=MockTransport(answer, models=MODELS)) as client:
+        unread = samples()
+        with pytest.raises(ts.InvalidInputError, match=r"async iterable goes to AsyncModel\.map"):
+            client.model("double").map(unread)
+        asyncio.run(unread.aclose())
+
+
 async def test_a_mock_server_that_is_not_ready(connect: Connect) -> None:
     # Health was always answered True: a test could not see its code wait, or time out.
     client, mock = connect()
