@@ -131,6 +131,16 @@ def load_chat_template(value: str | os.PathLike[str], origin: str | None = None)
             f"chat_template {str(value)[:80]!r} is neither a Jinja template (no '{{{{' or '{{%') "
             "nor a path to a tokenizer_config.json or .jinja file"
         )
+    try:
+        return _from_file(path)
+    except ChatTemplateError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        # (Unreadable, not UTF-8, not JSON, or JSON of another shape.)
+        raise ChatTemplateError(f"cannot read a chat template from {path}: {error!r}") from None
+
+
+def _from_file(path: Path) -> ChatTemplate:
     text = path.read_text(encoding="utf-8")
     if path.suffix != ".json":
         return ChatTemplate({"default": text}, PLAIN_TOKENS, str(path))

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
+import numpy as np
 
 from ._errors import InvalidInputError, UnsupportedError
 from ._llm_types import (
@@ -190,6 +191,23 @@ class LLMAdapter(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec.name!r}>"
+
+
+def _plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str, SamplingValue]:
+    """The options with numpy scalars as the Python values they hold (``max_tokens``
+    read from an array), and ``stop`` checked: a str or a sequence of them."""
+    plain: dict[str, SamplingValue] = {}
+    for name, value in options.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        if name == "stop" and value is not None and not isinstance(value, str):
+            if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+                raise InvalidInputError(
+                    f"stop is a str or a list of str, got {value!r}", model=model
+                )
+            value = list(value)
+        plain[name] = value
+    return plain
 
 
 def _stop_list(value: SamplingValue | None) -> list[str]:
@@ -594,11 +612,12 @@ class LLMCall:
         stream: bool,
         prefix: str,
     ) -> LLMCall:
+        options = _plain_options(options, adapter.spec.name)
         adapter.check(options)
         return cls(
             adapter,
             prompt,
-            dict(options),
+            options,
             stream,
             adapter.fields(prompt, options, stream),
             f"{prefix}-{uuid.uuid4().hex}",

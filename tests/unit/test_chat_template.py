@@ -196,3 +196,21 @@ def test_a_chat_template_jinja_beside_the_config_wins(tmp_path: Path) -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
     expected = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert load_chat_template(directory).render(messages) == expected == "NEW hi"
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("tokenizer_config.json", b'{"chat_template": "{{ messages }}",}'),  # not JSON
+        ("latin1.jinja", b"\xab{{ messages }}"),  # not UTF-8
+        ("tokenizer_config.json", b'{"chat_template": [{"template": "x"}]}'),  # no name
+        ("tokenizer_config.json", b'["a list"]'),  # not an object
+    ],
+)
+def test_a_template_file_that_cannot_be_read_is_a_chat_template_error(
+    tmp_path: Path, name: str, content: bytes
+) -> None:
+    # JSONDecodeError, UnicodeDecodeError, KeyError or AttributeError escaped before.
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ChatTemplateError, match="cannot read a chat template from"):
+        load_chat_template(tmp_path / name)

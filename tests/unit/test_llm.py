@@ -8,6 +8,7 @@ import json
 import threading
 from typing import Any, cast
 
+import numpy as np
 import pytest
 
 import triton_sdk as ts
@@ -129,6 +130,31 @@ def test_older_tensorrt_llm_names_and_log_prob_counting() -> None:
     assert answer.text == " a b c"  # no exclude_input_in_output: the echo is cut off
     assert answer.finish_reason == "length"
     assert answer.usage == ts.Usage(0, 3)
+
+
+def test_numpy_option_values_are_their_python_values() -> None:
+    # vLLM's sampling parameters failed to serialize an np.int64 (a raw TypeError), and
+    # TensorRT-LLM's finish reason read max_tokens=np.int64(3) as no limit ("stop").
+    call = LLMCall.plan(
+        VLLM(VLLM_SPEC),
+        "hi",
+        {"max_tokens": np.int64(4), "temperature": np.float32(0.5)},  # type: ignore[dict-item]
+        stream=False,
+        prefix="cmpl",
+    )
+    sampling = json.loads(str(call.fields["sampling_parameters"]))
+    assert sampling == {"max_tokens": 4, "temperature": 0.5}
+    adapter = TensorRTLLM(OLD_TRTLLM)
+    call = LLMCall.plan(adapter, "hi", {"max_tokens": np.int64(3)}, stream=False, prefix="c")  # type: ignore[dict-item]
+    answer = call.completion([{"text_output": "hi a b c", "output_log_probs": [-0.5] * 3}])
+    assert answer.finish_reason == "length"
+
+
+@pytest.mark.parametrize("stop", [5, [1, 2], 3.5])
+def test_a_stop_that_is_no_str_nor_list_of_str_is_refused(stop: object) -> None:
+    # stop=5 raised a raw TypeError ("'int' object is not iterable").
+    with pytest.raises(ts.InvalidInputError, match="stop is a str or a list of str"):
+        LLMCall.plan(VLLM(VLLM_SPEC), "hi", {"stop": stop}, stream=False, prefix="c")  # type: ignore[dict-item]
 
 
 def test_an_old_vllm_echo_is_cut_off() -> None:
