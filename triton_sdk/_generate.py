@@ -141,9 +141,14 @@ def single_response(results: list[InferResult], model: str) -> InferResult:
 
 
 def response_fields(
-    document: Any, model: str, request_id: str | None = None
+    document: Any,
+    model: str,
+    request_id: str | None = None,
+    outputs: Collection[str] = (),
 ) -> dict[str, JSONValue]:
-    """The outputs of one generate answer or event; an ``error`` field raises."""
+    """The outputs of one generate answer or event; an ``error`` field raises. Given the
+    model's ``outputs``, the other fields are left out (an ensemble's answer carries its
+    sequence fields too, which the gRPC path, reading outputs, never shows)."""
     if not isinstance(document, dict):
         raise InferenceError(
             f"generate answered with a non-object: {document!r}", model=model, request_id=request_id
@@ -153,7 +158,9 @@ def response_fields(
             str(document["error"]), status=200, model=model, request_id=request_id
         )
     return {
-        name: _plain(value) for name, value in document.items() if name not in _RESPONSE_METADATA
+        name: _plain(value)
+        for name, value in document.items()
+        if name not in _RESPONSE_METADATA and (not outputs or name in outputs)
     }
 
 

@@ -572,9 +572,10 @@ def _stream_refusal_reader(model: str, request_id: str | None) -> Reader[None]:
     return read
 
 
-def _generate_fields(model: str) -> Callable[[str], dict[str, JSONValue]]:
+def _generate_fields(spec: ModelSpec) -> Callable[[str], dict[str, JSONValue]]:
     def convert(data: str) -> dict[str, JSONValue]:
-        return response_fields(decode_json(data.encode(), "generate_stream"), model)
+        event = decode_json(data.encode(), "generate_stream")
+        return response_fields(event, spec.name, outputs=spec.outputs)
 
     return convert
 
@@ -641,7 +642,7 @@ class HttpCodec:
                     op.version,
                     body,
                     _status_reader(spec.name),
-                    _generate_fields(spec.name),
+                    _generate_fields(spec),
                 ),
             )
         if isinstance(op, StreamInfer):
@@ -812,7 +813,7 @@ class HttpCodec:
         path = model_path(self.base, spec.name, op.version, "/generate")
 
         def generated(header_length: int | None, data: Body) -> dict[str, JSONValue]:
-            return response_fields(decode_json(data, "generate"), spec.name)
+            return response_fields(decode_json(data, "generate"), spec.name, outputs=spec.outputs)
 
         return HttpCall("POST", path, [body], _JSON_HEADERS, _reader(generated, spec.name))
 

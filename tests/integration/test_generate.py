@@ -221,3 +221,13 @@ def test_a_large_event_is_read_whole(client: Any) -> None:
     chunks = list(client.model("zeros").generate_stream(COUNT=300_000))
     assert len(chunks) == 1
     assert chunks[0]["OUT"] == [0.0] * 300_000
+
+
+def test_generate_on_an_ensemble_gives_its_outputs_only(client: Any) -> None:
+    # Over HTTP the ensemble's answer also carried its sequence fields (sequence_id,
+    # sequence_start, sequence_end), which gRPC, reading outputs, never showed.
+    model = client.model("llm_trtllm")
+    assert set(model.generate(text_input="a b", max_tokens=1)) <= set(model.spec.outputs)
+    events = list(model.generate_stream(text_input="a b", max_tokens=1, stream=True))
+    assert events
+    assert all(set(event) <= set(model.spec.outputs) for event in events)
