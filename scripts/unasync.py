@@ -47,6 +47,8 @@ RULES: list[tuple[str, str]] = [
     (r"\bawait ", ""),
     (r"__aenter__", "__enter__"),
     (r"__aexit__", "__exit__"),
+    (r"__aiter__", "__iter__"),
+    (r"__anext__", "__next__"),
     # Names: the twins of _concurrency and of the library's own classes.
     (r"\baclose", "close"),
     (r"\bacall\b", "call"),

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Final, Literal, TypeVar, overload
+from typing import Final, Generic, Literal, TypeVar, overload
 
 import attrs
 from tenacity import AsyncRetrying
@@ -32,7 +32,7 @@ from ._base import (
     merge_fields,
     with_suggestions,
 )
-from ._call import CallContext, CallHook, CallOptions, StreamStop, run_before_send
+from ._call import CallContext, CallHook, CallOptions, StreamStop, end_attempt, run_before_send
 from ._chat_template import Message
 from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
@@ -69,7 +69,7 @@ from ._errors import (
     unsupported_operation,
 )
 from ._generate import JSONValue, check_generate
-from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler
+from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler, plain_options
 from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
 from ._openai_route import Route, chat_body, check_route, completion_body
@@ -423,7 +423,7 @@ class AsyncClient:
         """One attempt, seen by the hooks."""
         hooks = self._settings.hooks
         if hooks:
-            ctx.url = self._url
+            ctx.url = str(getattr(op, "url", "")) or self._url  # (metrics, OpenAI: their own)
         try:
             if hooks:
                 run_before_send(hooks, op, ctx)
@@ -449,8 +449,7 @@ class AsyncClient:
                 hook.after_receive(op, ctx, result)
             return result
         finally:
-            for hook in hooks:
-                hook.on_end(op, ctx)
+            end_attempt(hooks, op, ctx)
 
     async def _run(self, op: Op[T], options: CallOptions) -> T:
         """Send ``op``, retried under the call's policy when it is idempotent.
@@ -530,7 +529,7 @@ class AsyncClient:
 
     async def _responses(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         hooks = self._settings.hooks
-        ctx.url = self._url
+        ctx.url = op.url if isinstance(op, OpenAIEvents) else self._url
         try:
             run_before_send(hooks, op, ctx)
             responses = self._transport.astream(op, ctx)
@@ -560,8 +559,7 @@ class AsyncClient:
                 # Closing the transport's stream cancels the request on the server.
                 await aclose_iterator(responses)
         finally:
-            for hook in hooks:
-                hook.on_end(op, ctx)
+            end_attempt(hooks, op, ctx)
 
     # Health and server
 
@@ -1893,7 +1891,8 @@ class AsyncChatCompletions:
                     "tokenizer it serves: chat_template applies to the native route"
                 )
             url, options_ = target
-            body = chat_body(model, messages, options, stream=stream, tools=tools)
+            plain = plain_options(options, model)
+            body = chat_body(model, messages, plain, stream=stream, tools=tools)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
                 return await _opened(events, ChatCompletionChunk.from_openai_dict)
@@ -1959,7 +1958,7 @@ class AsyncCompletions:
         target = client._openai_target(route, None, timeout, headers, "completions")
         if target is not None:
             url, options_ = target
-            body = completion_body(model, prompt, options, stream=stream)
+            body = completion_body(model, prompt, plain_options(options, model), stream=stream)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
                 return await _opened(events, CompletionChunk.from_openai_dict)
@@ -1985,18 +1984,30 @@ async def _opened(
     except BaseException:
         await events.aclose()
         raise
-    return AsyncResponseStream(_parsed(first, events, parse), events._stop)
+    return AsyncResponseStream(_AsyncChunks(first, events, parse), events._stop)
 
 
-async def _parsed(
-    first: JSON | None, events: AsyncResponseStream[JSON], parse: Callable[[JSON], Chunk]
-) -> AsyncIterator[Chunk]:
-    """``first`` and the events after it as chunks; closing them closes the request."""
-    try:
-        if first is None:
-            return
-        yield parse(first)
-        async for event in events:
-            yield parse(event)
-    finally:
-        await events.aclose()
+class _AsyncChunks(Generic[Chunk]):
+    """``first`` and the events after it, as chunks. Closing them closes the request,
+    read or not (a generator never started would run no ``finally``)."""
+
+    def __init__(
+        self, first: JSON | None, events: AsyncResponseStream[JSON], parse: Callable[[JSON], Chunk]
+    ) -> None:
+        self._first = first
+        self._started = first is None  # (an empty stream has nothing before its end)
+        self._events = events
+        self._parse: Callable[[JSON], Chunk] = parse
+
+    def __aiter__(self) -> _AsyncChunks[Chunk]:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        if not self._started:
+            self._started = True
+            assert self._first is not None
+            return self._parse(self._first)
+        return self._parse(await anext(self._events))
+
+    async def aclose(self) -> None:
+        await self._events.aclose()

@@ -20,7 +20,15 @@ from ._errors import TritonError
 from ._ops import Op, StreamOp
 from ._retry import attempt_timeout
 
-__all__ = ["AnyOp", "CallContext", "CallHook", "CallOptions", "StreamStop", "run_before_send"]
+__all__ = [
+    "AnyOp",
+    "CallContext",
+    "CallHook",
+    "CallOptions",
+    "StreamStop",
+    "end_attempt",
+    "run_before_send",
+]
 
 AnyOp = Op[Any] | StreamOp[Any]
 
@@ -41,8 +49,10 @@ class CallContext:
             the wait for each response.
         deadline_at: ``time.monotonic()`` value the whole call must end by, or None.
         attempt: 1 for the first attempt, 2 for the first retry, ...
-        url: the client's URL (the first endpoint of a client over many), for hooks
-            that name the server (set for hooks only; ``""`` in a transport's own use).
+        url: the URL the attempt goes to, for hooks that name the server: the client's
+            (the first endpoint of a client over many), the probed endpoint's for a
+            readiness probe, the op's own for metrics and the OpenAI frontend (set for
+            hooks only; ``""`` in a transport's own use).
     """
 
     call: str
@@ -110,6 +120,19 @@ class CallHook:
         ``after_receive`` or ``on_error``, and also when neither came (a stream that ended
         without a response, or was stopped or left before one; a call cancelled; another
         hook's ``before_send`` raised). The place to release what ``before_send`` took."""
+
+
+def end_attempt(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) -> None:
+    """Run every hook's ``on_end``, each even when one before it raised (the first
+    exception is raised after the last hook: a span left open is what on_end prevents)."""
+    failure: Exception | None = None
+    for hook in hooks:
+        try:
+            hook.on_end(op, ctx)
+        except Exception as error:
+            failure = failure or error
+    if failure is not None:
+        raise failure
 
 
 def run_before_send(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) -> None:

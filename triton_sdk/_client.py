@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Final, Literal, TypeVar, overload
+from typing import Final, Generic, Literal, TypeVar, overload
 
 import attrs
 from tenacity import Retrying
@@ -33,7 +33,7 @@ from ._base import (
     merge_fields,
     with_suggestions,
 )
-from ._call import CallContext, CallHook, CallOptions, StreamStop, run_before_send
+from ._call import CallContext, CallHook, CallOptions, StreamStop, end_attempt, run_before_send
 from ._chat_template import Message
 from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
@@ -70,7 +70,7 @@ from ._errors import (
     unsupported_operation,
 )
 from ._generate import JSONValue, check_generate
-from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler
+from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler, plain_options
 from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
 from ._openai_route import Route, chat_body, check_route, completion_body
@@ -422,7 +422,7 @@ class Client:
         """One attempt, seen by the hooks."""
         hooks = self._settings.hooks
         if hooks:
-            ctx.url = self._url
+            ctx.url = str(getattr(op, "url", "")) or self._url  # (metrics, OpenAI: their own)
         try:
             if hooks:
                 run_before_send(hooks, op, ctx)
@@ -448,8 +448,7 @@ class Client:
                 hook.after_receive(op, ctx, result)
             return result
         finally:
-            for hook in hooks:
-                hook.on_end(op, ctx)
+            end_attempt(hooks, op, ctx)
 
     def _run(self, op: Op[T], options: CallOptions) -> T:
         """Send ``op``, retried under the call's policy when it is idempotent.
@@ -529,7 +528,7 @@ class Client:
 
     def _responses(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         hooks = self._settings.hooks
-        ctx.url = self._url
+        ctx.url = op.url if isinstance(op, OpenAIEvents) else self._url
         try:
             run_before_send(hooks, op, ctx)
             responses = self._transport.stream(op, ctx)
@@ -559,8 +558,7 @@ class Client:
                 # Closing the transport's stream cancels the request on the server.
                 close_iterator(responses)
         finally:
-            for hook in hooks:
-                hook.on_end(op, ctx)
+            end_attempt(hooks, op, ctx)
 
     # Health and server
 
@@ -1878,7 +1876,8 @@ class ChatCompletions:
                     "tokenizer it serves: chat_template applies to the native route"
                 )
             url, options_ = target
-            body = chat_body(model, messages, options, stream=stream, tools=tools)
+            plain = plain_options(options, model)
+            body = chat_body(model, messages, plain, stream=stream, tools=tools)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
                 return _opened(events, ChatCompletionChunk.from_openai_dict)
@@ -1944,7 +1943,7 @@ class Completions:
         target = client._openai_target(route, None, timeout, headers, "completions")
         if target is not None:
             url, options_ = target
-            body = completion_body(model, prompt, options, stream=stream)
+            body = completion_body(model, prompt, plain_options(options, model), stream=stream)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
                 return _opened(events, CompletionChunk.from_openai_dict)
@@ -1968,18 +1967,30 @@ def _opened(events: ResponseStream[JSON], parse: Callable[[JSON], Chunk]) -> Res
     except BaseException:
         events.close()
         raise
-    return ResponseStream(_parsed(first, events, parse), events._stop)
+    return ResponseStream(_Chunks(first, events, parse), events._stop)
 
 
-def _parsed(
-    first: JSON | None, events: ResponseStream[JSON], parse: Callable[[JSON], Chunk]
-) -> Iterator[Chunk]:
-    """``first`` and the events after it as chunks; closing them closes the request."""
-    try:
-        if first is None:
-            return
-        yield parse(first)
-        for event in events:
-            yield parse(event)
-    finally:
-        events.close()
+class _Chunks(Generic[Chunk]):
+    """``first`` and the events after it, as chunks. Closing them closes the request,
+    read or not (a generator never started would run no ``finally``)."""
+
+    def __init__(
+        self, first: JSON | None, events: ResponseStream[JSON], parse: Callable[[JSON], Chunk]
+    ) -> None:
+        self._first = first
+        self._started = first is None  # (an empty stream has nothing before its end)
+        self._events = events
+        self._parse: Callable[[JSON], Chunk] = parse
+
+    def __iter__(self) -> _Chunks[Chunk]:
+        return self
+
+    def __next__(self) -> Chunk:
+        if not self._started:
+            self._started = True
+            assert self._first is not None
+            return self._parse(self._first)
+        return self._parse(next(self._events))
+
+    def close(self) -> None:
+        self._events.close()

@@ -45,6 +45,7 @@ __all__ = [
     "TensorRTLLMAPI",
     "adapter_for",
     "custom",
+    "plain_options",
 ]
 
 SamplingValue = bool | int | float | str | Sequence[str]
@@ -193,7 +194,7 @@ class LLMAdapter(ABC):
         return f"<{type(self).__name__} {self.spec.name!r}>"
 
 
-def _plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str, SamplingValue]:
+def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str, SamplingValue]:
     """The options with numpy scalars as the Python values they hold (``max_tokens``
     read from an array), and ``stop`` checked: a str or a sequence of them."""
     plain: dict[str, SamplingValue] = {}
@@ -612,7 +613,7 @@ class LLMCall:
         stream: bool,
         prefix: str,
     ) -> LLMCall:
-        options = _plain_options(options, adapter.spec.name)
+        options = plain_options(options, adapter.spec.name)
         adapter.check(options)
         return cls(
             adapter,

@@ -311,15 +311,19 @@ def _ready(host: str, port: int) -> bool:
         connection.close()
 
 
-def _listening_ports(pid: int) -> set[int]:
-    """The TCP ports the process ``pid`` listens on (Linux ``/proc``)."""
+def _listening_ports(pid: int) -> set[int] | None:
+    """The TCP ports the process ``pid`` listens on (Linux ``/proc``); None when its
+    descriptors cannot be read (a sandbox), so that readiness is judged without them."""
     inodes = set()
-    with contextlib.suppress(OSError):
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            with contextlib.suppress(OSError):
-                link = os.readlink(fd)
-                if link.startswith("socket:["):
-                    inodes.add(link[8:-1])
+    try:
+        descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return None
+    for fd in descriptors:
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as lines:
@@ -663,9 +667,8 @@ class LocalServer:
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             if _ready(self.host, self.http_port):
-                if (not can_check or ports <= _listening_ports(self._process.pid)) and (
-                    self._process.poll() is None
-                ):
+                listening = _listening_ports(self._process.pid) if can_check else None
+                if (listening is None or ports <= listening) and self._process.poll() is None:
                     return
                 if _PORT_CLASH in _tail(self.log_path, 200).lower():
                     # (Some versions log a taken metrics port and run on without it.)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import openai.types
 import openai.types.chat
 import pytest
@@ -459,6 +460,17 @@ def test_hooks_see_the_openai_route(make_client: Any, standin: OpenAIStandIn) ->
     with pytest.raises(ts.ModelNotFoundError):
         client.chat.completions.create(model="nope", messages=MESSAGES)
     assert seen.events == [("before_send", "openai"), ("on_error", "openai"), ("on_end", "openai")]
+
+
+def test_numpy_options_on_the_openai_route(make_client: Any, standin: OpenAIStandIn) -> None:
+    # The body failed to serialize (a TypeError reported as the server's bad answer).
+    client = make_client(openai_url=standin.url, route="openai")
+    answer = client.chat.completions.create(
+        model="llm_vllm", messages=MESSAGES, max_tokens=np.int64(2)
+    )
+    assert answer.usage is not None
+    assert answer.usage.completion_tokens == 2
+    assert standin.received[-1][1]["max_tokens"] == 2
 
 
 @pytest.mark.parametrize(

@@ -132,3 +132,42 @@ def test_aclosing_a_stream_another_task_reads_ends_its_loop(
 
     asyncio.run(main())
     assert hung_up.wait(3)
+
+
+class Ends(ts.CallHook):
+    def __init__(self) -> None:
+        self.ends = 0
+
+    def on_end(self, op: Any, ctx: ts.CallContext) -> None:
+        self.ends += 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_closing_an_unread_stream_ends_its_attempt_at_once(
+    frontend: tuple[str, threading.Event], mode: str
+) -> None:
+    # The chunks were a generator not yet started: closing it ran nothing, and the
+    # request stayed open (with its span) until the collector came.
+    url, hung_up = frontend
+    ends = Ends()
+    if mode == "sync":
+        with ts.Client("http://127.0.0.1:9", openai_url=url, route="openai", hooks=[ends]) as c:
+            stream = c.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            stream.close()
+            assert ends.ends == 1
+            assert stream is not None
+    else:
+
+        async def main() -> None:
+            async with ts.AsyncClient(
+                "http://127.0.0.1:9", openai_url=url, route="openai", hooks=[ends]
+            ) as client:
+                stream = await client.chat.completions.create(
+                    model="m", messages=MESSAGES, stream=True
+                )
+                await stream.aclose()
+                assert ends.ends == 1
+                assert stream is not None
+
+        asyncio.run(main())
+    assert hung_up.wait(3)

@@ -577,6 +577,18 @@ async def test_hooks_see_the_end_of_a_stream_without_responses(connect: Connect)
     assert [event[0] for event in recorder.events] == ["before_send", "on_end"]
 
 
+async def test_every_hook_sees_the_end_when_an_on_end_raises(connect: Connect) -> None:
+    class Failing(ts.CallHook):
+        def on_end(self, op: Any, ctx: ts.CallContext) -> None:
+            raise RuntimeError("the exporter is down")
+
+    last = Recorder()
+    client, _ = connect(hooks=[Failing(), last])
+    with pytest.raises(RuntimeError, match="exporter"):
+        await resolve(client.server_metadata())
+    assert [event[0] for event in last.events] == ["before_send", "after_receive", "on_end"]
+
+
 async def test_every_hook_sees_the_end_when_a_before_send_raises(connect: Connect) -> None:
     class Failing(ts.CallHook):
         def before_send(self, op: Any, ctx: ts.CallContext) -> None:
