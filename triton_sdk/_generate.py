@@ -8,6 +8,7 @@ are turned into the same dicts here. Conversely, ``model.stream`` over HTTP trav
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, cast
@@ -24,10 +25,12 @@ from ._spec import ModelSpec
 __all__ = [
     "JSONValue",
     "ServerSentEvents",
+    "TextOutputs",
     "check_generate",
     "event_to_result",
     "generate_body",
     "generate_request",
+    "loads_event",
     "response_fields",
     "result_fields",
     "single_response",
@@ -145,34 +148,120 @@ def response_fields(
     model: str,
     request_id: str | None = None,
     outputs: Collection[str] = (),
+    text: TextOutputs | None = None,
 ) -> dict[str, JSONValue]:
     """The outputs of one generate answer or event; an ``error`` field raises. Given the
     model's ``outputs``, the other fields are left out (an ensemble's answer carries its
-    sequence fields too, which the gRPC path, reading outputs, never shows)."""
+    sequence fields too, which the gRPC path, reading outputs, never shows). ``text``:
+    the stream's text decoder (see :class:`TextOutputs`), else the answer is whole."""
     if not isinstance(document, dict):
         raise InferenceError(
             f"generate answered with a non-object: {document!r}", model=model, request_id=request_id
         )
     if "error" in document:
         raise classify_message(
-            str(document["error"]), status=200, model=model, request_id=request_id
+            _whole_text(str(document["error"])), status=200, model=model, request_id=request_id
         )
-    return {
-        name: _plain(value)
-        for name, value in document.items()
-        if name not in _RESPONSE_METADATA and (not outputs or name in outputs)
-    }
+    return (text or TextOutputs(streamed=False)).fields(
+        {
+            name: value
+            for name, value in document.items()
+            if name not in _RESPONSE_METADATA and (not outputs or name in outputs)
+        }
+    )
 
 
-def result_fields(result: InferResult, *, batched: bool) -> dict[str, JSONValue]:
-    """A generate-style dict from an inference result (gRPC path)."""
+def result_fields(
+    result: InferResult, *, batched: bool, text: TextOutputs | None = None
+) -> dict[str, JSONValue]:
+    """A generate-style dict from an inference result (gRPC path); ``text`` as for
+    :func:`response_fields`."""
     # Flat, as the HTTP extension writes them.
     # array[0, ...] keeps the sample an array when it is a scalar: array[0] would be
     # a bare bytes or str for BYTES.
-    return {
-        name: _plain((array[0, ...] if batched and array.ndim else array).reshape(-1))
-        for name, array in result.items()
-    }
+    return (text or TextOutputs(streamed=False)).fields(
+        {
+            name: (array[0, ...] if batched and array.ndim else array).reshape(-1)
+            for name, array in result.items()
+        }
+    )
+
+
+def loads_event(data: str | bytes | bytearray, what: str) -> Any:
+    """The JSON of a generate answer or event, whose strings may hold bytes that are not
+    UTF-8: Triton writes a text output's bytes as they are (a byte-level tokenizer's
+    token may be part of a character). Such bytes stay in the strings as surrogate
+    escapes, for :class:`TextOutputs` and BYTES outputs to turn back into the bytes."""
+    if not isinstance(data, str):
+        data = data.decode("utf-8", "surrogateescape")
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
+
+
+def _whole_text(value: str) -> str:
+    """``value`` with the bytes that :func:`loads_event` kept as escapes read as U+FFFD."""
+    if value.isascii():
+        return value
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+class TextOutputs:
+    """The text of a generate stream's outputs, decoded across its responses.
+
+    A byte-level tokenizer streams bytes: a character may begin in one response and end
+    in the next. Its first bytes are held back until its last one comes, so the text
+    arrives whole instead of as U+FFFD in both responses. Values come as bytes (gRPC)
+    or as strings from :func:`loads_event` (HTTP). ``streamed=False``: one whole answer,
+    where a cut character is U+FFFD at once.
+    """
+
+    def __init__(self, *, streamed: bool = True) -> None:
+        self._streamed = streamed
+        self._decoders: dict[tuple[str, int], codecs.IncrementalDecoder] = {}
+
+    def fields(self, outputs: Mapping[str, object]) -> dict[str, JSONValue]:
+        """A response's outputs as JSON values, their text decoded."""
+        return {name: _plain(self._value(name, value)) for name, value in outputs.items()}
+
+    def finish(self) -> dict[str, JSONValue] | None:
+        """At the stream's end: U+FFFD for each text output that ended inside a character
+        (its held bytes never became one), or None when none did."""
+        cut = {name for (name, _), decoder in self._decoders.items() if decoder.getstate()[0]}
+        if not cut:
+            return None
+        left: dict[str, list[str]] = {}
+        for (name, _), decoder in sorted(self._decoders.items()):
+            if name in cut:
+                left.setdefault(name, []).append(decoder.decode(b"", final=True))
+        return {name: _plain(items) for name, items in left.items()}
+
+    def _value(self, name: str, value: object) -> object:
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        if isinstance(value, list):
+            return [self._item(name, index, item) for index, item in enumerate(value)]
+        return self._item(name, 0, value)
+
+    def _item(self, name: str, index: int, item: object) -> object:
+        if isinstance(item, list):  # (a nested list: its text is whole)
+            return [_whole_text(x) if isinstance(x, str) else x for x in item]
+        if isinstance(item, str):
+            if item.isascii() and (name, index) not in self._decoders:
+                return item
+            item = item.encode("utf-8", "surrogateescape")
+        if not isinstance(item, bytes):
+            return item
+        if not self._streamed:
+            return item.decode("utf-8", "replace")
+        decoder = self._decoders.get((name, index))
+        if decoder is None:
+            decoder = self._decoders[name, index] = _utf8_decoder(errors="replace")
+        return decoder.decode(item)
+
+
+_utf8_decoder = codecs.getincrementaldecoder("utf-8")
 
 
 def tensors_to_fields(tensors: list[Tensor], spec: ModelSpec) -> dict[str, JSONValue]:
@@ -260,7 +349,8 @@ class ServerSentEvents:
         yield from self.finish()
 
     def _line(self, line: bytes) -> str | None:
-        text = line.decode("utf-8").rstrip("\r")
+        # (bytes that are not UTF-8 stay as surrogate escapes: see loads_event)
+        text = line.decode("utf-8", "surrogateescape").rstrip("\r")
         if not text:
             if not self._data:
                 return None

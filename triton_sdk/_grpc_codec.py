@@ -18,7 +18,13 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ._dtypes import encoded_payload, wire_dtype
 from ._errors import InferenceError, InvalidInputError, classify_message
-from ._generate import JSONValue, generate_request, result_fields, single_response
+from ._generate import (
+    JSONValue,
+    TextOutputs,
+    generate_request,
+    result_fields,
+    single_response,
+)
 from ._ops import (
     JSON,
     Generate,
@@ -110,12 +116,18 @@ class GrpcStream(Generic[T]):
 
     ``bare=True``: the server answers with bare ``ModelInferResponse`` messages, as
     MLServer does, instead of Triton's ``ModelStreamInferResponse``; none of them says
-    it is the last, so the stream ends when the server closes it.
+    it is the last, so the stream ends when the server closes it. ``end``: the item
+    after the last message, made when the stream ends without an error (None: none).
     """
 
     message: pb.ModelInferRequest
     read: Callable[[Any], T | None]
     bare: bool = False
+    end: Callable[[], T | None] | None = None
+
+    def last_item(self) -> T | None:
+        """The item after the last message (see ``end``)."""
+        return None if self.end is None else self.end()
 
     def is_last(self, message: Any) -> bool:
         """Whether ``message`` is its request's last (an error's included)."""
@@ -827,10 +839,13 @@ def encode_stream(op: StreamOp[T]) -> GrpcStream[T] | GrpcCall[T]:
                 ),
             )
         stream = _stream_of(request, spec)
+        text = TextOutputs()
 
         def read(response: Any) -> Any:
             result = stream.read(response)
-            return None if result is None else result_fields(result, batched=spec.batched)
+            return (
+                None if result is None else result_fields(result, batched=spec.batched, text=text)
+            )
 
-        return cast("GrpcStream[T]", GrpcStream(stream.message, read, stream.bare))
+        return cast("GrpcStream[T]", GrpcStream(stream.message, read, stream.bare, text.finish))
     raise TypeError(f"no gRPC stream encoding for {type(op).__name__}")

@@ -27,9 +27,11 @@ from ._errors import (
 from ._generate import (
     JSONValue,
     ServerSentEvents,
+    TextOutputs,
     event_to_result,
     generate_body,
     generate_request,
+    loads_event,
     response_fields,
     result_fields,
     tensors_to_fields,
@@ -465,11 +467,16 @@ class HttpStream(Generic[T]):
 
 
 class EventDecoder(Generic[T]):
-    """Feed the bytes of an event stream as they arrive; get one item per event."""
+    """Feed the bytes of an event stream as they arrive; get one item per event.
 
-    def __init__(self, convert: Callable[[str], T]) -> None:
+    ``end``: the last item, made when the stream ends (None: no item)."""
+
+    def __init__(
+        self, convert: Callable[[str], T], end: Callable[[], T | None] | None = None
+    ) -> None:
         self._events = ServerSentEvents()
         self._convert = convert
+        self._end = end
 
     def feed(self, chunk: bytes) -> Iterator[T]:
         """The items of the events ``chunk`` ends, one by one: an event that fails to
@@ -478,9 +485,13 @@ class EventDecoder(Generic[T]):
             yield self._convert(data)
 
     def finish(self) -> Iterator[T]:
-        """The items of an event the stream ended without a blank line after."""
+        """The items of an event the stream ended without a blank line after, and the
+        stream's last item (see ``end``)."""
         for data in self._events.finish():
             yield self._convert(data)
+        last = None if self._end is None else self._end()
+        if last is not None:
+            yield last
 
 
 _NO_HEADERS: Final[Mapping[str, str]] = {}
@@ -572,12 +583,16 @@ def _stream_refusal_reader(model: str, request_id: str | None) -> Reader[None]:
     return read
 
 
-def _generate_fields(spec: ModelSpec) -> Callable[[str], dict[str, JSONValue]]:
-    def convert(data: str) -> dict[str, JSONValue]:
-        event = decode_json(data.encode(), "generate_stream")
-        return response_fields(event, spec.name, outputs=spec.outputs)
+def _generate_events(spec: ModelSpec) -> EventDecoder[dict[str, JSONValue]]:
+    """The decoder of one generate stream's events; its text outputs are decoded across
+    them (see TextOutputs)."""
+    text = TextOutputs()
 
-    return convert
+    def convert(data: str) -> dict[str, JSONValue]:
+        event = loads_event(data, "generate_stream")
+        return response_fields(event, spec.name, outputs=spec.outputs, text=text)
+
+    return EventDecoder(convert, text.finish)
 
 
 def _stream_results(spec: ModelSpec, request: InferRequest) -> Callable[[str], InferResult]:
@@ -585,7 +600,7 @@ def _stream_results(spec: ModelSpec, request: InferRequest) -> Callable[[str], I
     request_id = request.request_id or None
 
     def convert(data: str) -> InferResult:
-        event = decode_json(data.encode(), "generate_stream")
+        event = loads_event(data, "generate_stream")
         response_fields(event, spec.name, request_id)  # raises the error an event carries
         return event_to_result(event, spec, wanted)
 
@@ -642,7 +657,7 @@ class HttpCodec:
                     op.version,
                     body,
                     _status_reader(spec.name),
-                    _generate_fields(spec),
+                    lambda: _generate_events(spec),
                 ),
             )
         if isinstance(op, StreamInfer):
@@ -656,7 +671,7 @@ class HttpCodec:
                     request.version,
                     body,
                     _stream_refusal_reader(spec.name, request.request_id or None),
-                    _stream_results(spec, request),
+                    lambda: EventDecoder(_stream_results(spec, request)),
                 ),
             )
         raise TypeError(f"no HTTP stream encoding for {type(op).__name__}")
@@ -676,19 +691,27 @@ class HttpCodec:
         request_id = request.request_id or None
 
         def result(data: str) -> InferResult:
-            return decode_infer(data.encode(), None, spec.name, request_id)
+            return decode_infer(
+                data.encode("utf-8", "surrogateescape"), None, spec.name, request_id
+            )
 
-        def fields(data: str) -> dict[str, JSONValue]:
-            return result_fields(result(data), batched=spec.batched)
+        def decoder() -> EventDecoder[Any]:
+            if isinstance(op, StreamInfer):
+                return EventDecoder(result)
+            text = TextOutputs()
 
-        convert: Callable[[str], Any] = result if isinstance(op, StreamInfer) else fields
+            def fields(data: str) -> dict[str, JSONValue]:
+                return result_fields(result(data), batched=spec.batched, text=text)
+
+            return EventDecoder(fields, text.finish)
+
         return HttpStream(
             "POST",
             model_path(self.base, spec.name, request.version, "/infer_stream"),
             [encode_infer_json(request)],
             _STREAM_HEADERS,
             _status_reader(spec.name, request_id),
-            lambda: EventDecoder(convert),
+            decoder,
             spec.name,
             cut_off=_CUT_OFF,
         )
@@ -699,12 +722,10 @@ class HttpCodec:
         version: str | None,
         body: bytes,
         check: Reader[None],
-        convert: Callable[[str], T],
+        decoder: Callable[[], EventDecoder[T]],
     ) -> HttpStream[T]:
         path = model_path(self.base, name, version, "/generate_stream")
-        return HttpStream(
-            "POST", path, [body], _STREAM_HEADERS, check, lambda: EventDecoder(convert), name
-        )
+        return HttpStream("POST", path, [body], _STREAM_HEADERS, check, decoder, name)
 
     def _routed(self, op: Op[Any]) -> HttpCall[Any]:
         """A plain op: a GET of its route's path."""
@@ -813,7 +834,7 @@ class HttpCodec:
         path = model_path(self.base, spec.name, op.version, "/generate")
 
         def generated(header_length: int | None, data: Body) -> dict[str, JSONValue]:
-            return response_fields(decode_json(data, "generate"), spec.name, outputs=spec.outputs)
+            return response_fields(loads_event(data, "generate"), spec.name, outputs=spec.outputs)
 
         return HttpCall("POST", path, [body], _JSON_HEADERS, _reader(generated, spec.name))
 

@@ -401,7 +401,8 @@ def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: obj
         array = np.empty(len(items), dtype=np.object_)
         for index, item in enumerate(items):
             if isinstance(item, str):
-                array[index] = item.encode("utf-8")
+                # (bytes that are not UTF-8 may come as surrogate escapes: see loads_event)
+                array[index] = item.encode("utf-8", "surrogateescape")
             elif isinstance(item, bytes):
                 array[index] = item
             else:

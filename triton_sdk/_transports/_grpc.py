@@ -348,7 +348,7 @@ class GrpcTransport:
                 except queue.Empty:
                     raise _response_timeout(timeout, op) from None
                 if entry is _END:
-                    return
+                    break
                 if isinstance(entry, grpc.RpcError):
                     raise self._failed(entry, op, ctx) from entry
                 message, answered = entry
@@ -358,7 +358,10 @@ class GrpcTransport:
                 if item is not None:
                     yield item
                 if answered:
-                    return
+                    break
+            last = stream.last_item()
+            if last is not None:
+                yield last
         finally:
             if not answered:
                 call.cancel()  # (an answered one is left to close: see _disarm_stop)
@@ -490,7 +493,7 @@ class AsyncGrpcTransport:
                     except asyncio.TimeoutError:
                         raise _response_timeout(timeout, op) from None
                     if message is grpc.aio.EOF:
-                        return
+                        break
                     answered = stream.is_last(message)
                     if answered:
                         _disarm_stop(ctx)
@@ -498,7 +501,10 @@ class AsyncGrpcTransport:
                     if item is not None:
                         yield item
                     if answered:
-                        return
+                        break
+                last = stream.last_item()
+                if last is not None:
+                    yield last
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
             except asyncio.CancelledError as exc:
