@@ -185,6 +185,19 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
         )
     else:
         array = _foreign_array(value, spec, model)
+        if (
+            isinstance(value, list | tuple)
+            and array.dtype.kind in "iuf"
+            and target.kind != "b"
+            and _holds_bools(value)
+        ):
+            # numpy reads True as 1: the mistake would reach the model unseen.
+            among = "integers" if target.kind in _INTEGER_KINDS else "numbers"
+            raise InvalidInputError(
+                f"input {spec.name!r} is {spec.datatype}: got booleans among {among}; "
+                f"cast them explicitly (e.g. array.astype(np.{target.name}))",
+                model=model,
+            )
     _check_size(array, target, spec, model)
     if array.dtype == target:
         return array
@@ -260,6 +273,27 @@ def _cast_python_integers(
     except OverflowError:  # past float64 itself
         _refuse_overflow(low if -low > high else high, spec, model)
     return _cast_floats(floats, target, spec, model, given=exact)
+
+
+_BOOL_TYPES: Final = frozenset({bool, np.bool_})
+_NESTED_TYPES: Final = frozenset({list, tuple, np.ndarray})
+_PLAIN_NUMBER_TYPES: Final = frozenset({int, float})
+
+
+def _holds_bools(value: object) -> bool:
+    """Whether a (nested) Python sequence holds a bool, or a bool array, anywhere."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind == "b"
+    if not isinstance(value, list | tuple):
+        return False
+    kinds = set(map(type, value))  # (one pass at C speed: lists can be long)
+    if kinds <= _PLAIN_NUMBER_TYPES:
+        return False
+    if kinds & _BOOL_TYPES:
+        return True
+    if kinds & _NESTED_TYPES or any(issubclass(kind, list | tuple) for kind in kinds):
+        return any(_holds_bools(item) for item in value)
+    return False
 
 
 def _refuse_overflow(bad: object, spec: TensorSpec, model: str) -> NoReturn:

@@ -249,9 +249,7 @@ def test_characters_split_across_a_stream_arrive_whole(client: Any, piece_bytes:
     assert not any("\ufffd" in text for text in texts)
 
 
-def test_a_stream_that_ends_inside_a_character_ends_with_u_fffd(
-    client: Any, protocol: str
-) -> None:
+def test_a_stream_that_ends_inside_a_character_ends_with_u_fffd(client: Any, protocol: str) -> None:
     if protocol == "http":
         pytest.skip("the generate extension carries text only: the input cannot be cut")
     model = client.model("utf8_pieces")

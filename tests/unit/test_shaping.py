@@ -819,3 +819,33 @@ def test_lists_that_are_not_all_ints_keep_the_dtype_refusal(
 ) -> None:
     with pytest.raises(InvalidInputError, match=f"values of dtype {dtype} cannot be cast"):
         converted(value, datatype)
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype", "among"),
+    [
+        ([1, True], "INT32", "integers"),
+        ((0, 1, False), "INT64", "integers"),
+        ([[1, 2], [3, np.True_]], "UINT8", "integers"),
+        ([1.5, True], "FP32", "numbers"),
+        ([0.5, False], "FP64", "numbers"),
+        ([1.5, True], "INT32", "integers"),
+        ([np.array([1, 2]), np.array([True, False])], "INT32", "integers"),
+    ],
+)
+def test_booleans_among_numbers_in_a_list_are_refused(
+    value: Any, datatype: str, among: str
+) -> None:
+    """numpy reads True as 1 in a list of numbers; the mistake must not reach the model."""
+    with pytest.raises(InvalidInputError, match=f"'X' is {datatype}: got booleans among {among}"):
+        converted(value, datatype)
+
+
+@pytest.mark.parametrize(
+    ("value", "datatype"),
+    [([1, 2], "INT32"), ([1.5, 2], "FP32"), ((3,), "INT8"), ([True, np.False_], "BOOL")],
+)
+def test_lists_without_booleans_or_of_booleans_only_where_they_belong_are_taken(
+    value: Any, datatype: str
+) -> None:
+    assert converted(value, datatype).tolist() == np.asarray(value).tolist()
