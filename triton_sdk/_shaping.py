@@ -283,7 +283,7 @@ _PLAIN_NUMBER_TYPES: Final = frozenset({int, float})
 def _holds_bools(value: object) -> bool:
     """Whether a (nested) Python sequence holds a bool, or a bool array, anywhere."""
     if isinstance(value, np.ndarray):
-        return value.dtype.kind == "b"
+        return bool(value.dtype.kind == "b")
     if not isinstance(value, list | tuple):
         return False
     kinds = set(map(type, value))  # (one pass at C speed: lists can be long)

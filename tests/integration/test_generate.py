@@ -253,7 +253,7 @@ def test_a_stream_that_ends_inside_a_character_ends_with_u_fffd(client: Any, pro
     if protocol == "http":
         pytest.skip("the generate extension carries text only: the input cannot be cut")
     model = client.model("utf8_pieces")
-    events = list(model.generate_stream(text_input="ab".encode() + "中".encode()[:2]))
+    events = list(model.generate_stream(text_input=b"ab" + "中".encode()[:2]))
     assert [event["text_output"] for event in events] == ["a", "b", "", "", "\ufffd"]
 
 
