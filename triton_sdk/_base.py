@@ -414,7 +414,10 @@ class ModelCore:
         if self.spec.sequence and sequence is None:
             raise InvalidInputError(stateful_message(self.spec), model=self.name)
         prepared = prepare_inputs(
-            self.spec, named if inputs is None else merge_inputs(inputs, named), sample=sample
+            self.spec,
+            named if inputs is None else merge_inputs(inputs, named),
+            sample=sample,
+            keywords=True if inputs is None else named.keys(),
         )
         # The checks of options left at their defaults are skipped: this runs on every call.
         if type(request_id) is not str or request_id:

@@ -7,6 +7,7 @@ client always declares the shape and datatype of the data it carries.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Final, NamedTuple, NoReturn, TypeAlias
 
 import numpy as np
@@ -54,13 +55,18 @@ _OPTIONS_OF_OTHER_CALLS: Final = frozenset(
 
 
 def prepare_inputs(
-    spec: ModelSpec, values: Mapping[str, object], *, sample: bool = False, keywords: bool = True
+    spec: ModelSpec,
+    values: Mapping[str, object],
+    *,
+    sample: bool = False,
+    keywords: bool | AbstractSet[str] = True,
 ) -> PreparedInputs:
     """Check, cast and shape every input of a call, following the rules of the docs.
 
     ``sample=True`` reads each value as one sample (``infer_sample``): the batch axis is
-    added here for batched models. ``keywords``: the values came as a call's keywords,
-    where an unknown name may be an option of another call.
+    added here for batched models. ``keywords``: whether the values came as a call's
+    keywords (or the names that did), where an unknown name may be an option of another
+    call; one in a mapping is an option put among the inputs.
     """
     specs = spec.inputs
     if not isinstance(values, Mapping):
@@ -69,21 +75,7 @@ def prepare_inputs(
             model=spec.name,
         )
     if not values.keys() <= specs.keys():
-        unknown = sorted(set(values) - set(specs), key=repr)
-        options = [repr(name) for name in unknown if name in _OPTIONS_OF_OTHER_CALLS]
-        if options and len(options) == len(unknown) and keywords:
-            # e.g. retry= on a stream, which is never retried
-            raise InvalidInputError(
-                f"this call takes no {', '.join(options)} option (other calls do), and "
-                f"model {spec.name!r} has no input of that name; its inputs are "
-                f"{_names(specs)}",
-                model=spec.name,
-            )
-        raise InvalidInputError(
-            f"model {spec.name!r} has no input named {', '.join(map(repr, unknown))}; "
-            f"its inputs are {_names(specs)}",
-            model=spec.name,
-        )
+        _refuse_unknown(spec, sorted(set(values) - set(specs), key=repr), keywords)
     batched = spec.max_batch_size > 0
     tensors: list[Tensor] = []
     missing: list[str] = []
@@ -153,6 +145,36 @@ def split_batch(tensors: Sequence[Tensor], max_batch_size: int) -> list[list[Ten
         ]
         for start in range(0, total, max_batch_size)
     ]
+
+
+def _refuse_unknown(
+    spec: ModelSpec, unknown: list[str], keywords: bool | AbstractSet[str]
+) -> NoReturn:
+    options = [name for name in unknown if name in _OPTIONS_OF_OTHER_CALLS]
+    given = [name for name in options if keywords is True or (keywords and name in keywords)]
+    if given and len(given) == len(unknown):
+        # e.g. retry= on a stream, which is never retried
+        raise InvalidInputError(
+            f"this call takes no {', '.join(map(repr, given))} option (other calls do), and "
+            f"model {spec.name!r} has no input of that name; its inputs are "
+            f"{_names(spec.inputs)}",
+            model=spec.name,
+        )
+    among = [name for name in options if name not in given]
+    hints = []
+    if among:
+        hints.append(
+            f"{', '.join(map(repr, among))}: an option, not an input; give it to the call "
+            "as a keyword argument, not among the inputs"
+        )
+    if given:
+        hints.append(f"this call takes no {', '.join(map(repr, given))} option")
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    raise InvalidInputError(
+        f"model {spec.name!r} has no input named {', '.join(map(repr, unknown))}; "
+        f"its inputs are {_names(spec.inputs)}{hint}",
+        model=spec.name,
+    )
 
 
 def _names(specs: Mapping[str, TensorSpec]) -> str:

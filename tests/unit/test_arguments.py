@@ -238,6 +238,20 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
         lambda e: e.probe.classify(**BATCH, shared_memory="off"),
         "this call takes no 'shared_memory' option",
     ),
+    # An option of the call put among its inputs: not "this call takes no ... option".
+    "timeout in the inputs mapping": (
+        lambda e: e.probe.infer({**BATCH, "timeout": 5}),
+        "'timeout': an option, not an input; give it to the call as a keyword argument",
+    ),
+    "retry in a stream's inputs mapping, shared_memory by keyword": (
+        lambda e: e.probe.stream({**BATCH, "retry": None}, shared_memory="off"),
+        "its inputs are 'F', 'S', 'I' ('retry': an option, not an input; give it to the call "
+        "as a keyword argument, not among the inputs; this call takes no 'shared_memory' option)",
+    ),
+    "timeout in a sample of map": (
+        lambda e: e.probe.map([{**SAMPLE, "timeout": 5}]),
+        "'timeout': an option, not an input",
+    ),
     "a list of stride-0 views into BYTES": (
         lambda e: e.probe.infer(**{**BATCH, "S": [broadcast(np.uint8, (1, 2**58))]}),
         "'S'",
