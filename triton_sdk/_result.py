@@ -113,6 +113,22 @@ class InferResult(Displayable, Mapping[str, Array]):
     def __len__(self) -> int:
         return len(self._outputs)
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to a result of the same model, version, id and parameters whose outputs
+        have the same names, datatypes, shapes and values (``numpy.array_equal``: NaN is
+        not equal to NaN); to another mapping of the same names to equal arrays."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        if self.keys() != other.keys():
+            return False
+        if isinstance(other, InferResult):
+            mine = (self.model_name, self.model_version, self.id, self.parameters)
+            if mine != (other.model_name, other.model_version, other.id, other.parameters):
+                return False
+            if any(self.datatype(name) != other.datatype(name) for name in self._outputs):
+                return False
+        return all(np.array_equal(self[name], np.asarray(other[name])) for name in self._outputs)
+
     def __repr__(self) -> str:
         shown = ", ".join(
             f"{name}: {self._datatypes.get(name, '?')}{list(array.shape)}"

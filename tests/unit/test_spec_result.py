@@ -333,6 +333,37 @@ def test_result_is_a_mapping() -> None:
     assert result.parameters == {"sequence_end": True}
 
 
+def test_results_compare_by_their_metadata_and_outputs() -> None:
+    result = make_result(SCORES=SCORES, NAMES=NAMES)
+    assert result == make_result(SCORES=SCORES.copy(), NAMES=NAMES.copy())
+    assert result == {"SCORES": SCORES.tolist(), "NAMES": NAMES}  # any mapping of arrays
+    assert result != make_result(SCORES=SCORES + 1, NAMES=NAMES)
+    assert result != make_result(SCORES=SCORES.reshape(3, 2), NAMES=NAMES)
+    assert result != make_result(SCORES=SCORES)
+    assert result != {"SCORES": SCORES}
+    other_id = InferResult(
+        {"SCORES": SCORES, "NAMES": NAMES},
+        datatypes={"SCORES": "FP32", "NAMES": "BYTES"},
+        model_name="m",
+        model_version="1",
+        id="r2",
+        parameters={"sequence_end": True},
+    )
+    assert result != other_id
+    as_fp64 = InferResult(
+        {"SCORES": SCORES.astype(np.float64), "NAMES": NAMES},
+        datatypes={"SCORES": "FP64", "NAMES": "BYTES"},
+        model_name="m",
+        model_version="1",
+        id="r1",
+        parameters={"sequence_end": True},
+    )
+    assert result != as_fp64
+    assert result != "m"
+    with pytest.raises(TypeError):
+        hash(result)
+
+
 def test_as_numpy_is_item_access() -> None:
     result = make_result(SCORES=SCORES)
     assert result.as_numpy("SCORES") is result["SCORES"]
