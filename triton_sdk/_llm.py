@@ -14,7 +14,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 import attrs
 import numpy as np
@@ -445,6 +445,44 @@ class CustomSchema:
     echoes_prompt: bool = False
 
 
+_TEXT: Final[tuple[str, ...]] = ("BYTES",)
+_BOOL: Final[tuple[str, ...]] = ("BOOL",)
+_COUNTS: Final[tuple[str, ...]] = (
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+)
+
+
+def _check_role(
+    spec: ModelSpec, kind: str, role: str, name: str | None, datatypes: tuple[str, ...]
+) -> None:
+    """Refuse a :func:`custom` schema naming a tensor the model lacks, or one whose
+    datatype cannot play its role."""
+    if name is None:
+        return
+    tensors = spec.inputs if kind == "input" else spec.outputs
+    if name not in tensors:
+        raise InvalidInputError(
+            f"model {spec.name!r} has no {kind} {name!r} for the {role}; its {kind}s are "
+            f"{', '.join(tensors)}",
+            model=spec.name,
+        )
+    datatype = tensors[name].datatype
+    if datatype not in datatypes:
+        wanted = "an integer" if datatypes is _COUNTS else " or ".join(datatypes)
+        raise InvalidInputError(
+            f"model {spec.name!r}: {kind} {name!r} is {datatype}, so it cannot be the "
+            f"{role} ({wanted} {kind} is needed)",
+            model=spec.name,
+        )
+
+
 class Custom(LLMAdapter):
     """A model of the user's own: a text input, a text output, options as inputs of the
     same name or as request parameters."""
@@ -454,19 +492,18 @@ class Custom(LLMAdapter):
     def __init__(self, spec: ModelSpec, schema: CustomSchema) -> None:
         super().__init__(spec)
         self.schema = schema
-        for role, name in (("prompt", schema.prompt), ("stream", schema.stream)):
-            if name is not None and name not in spec.inputs:
-                raise InvalidInputError(
-                    f"model {spec.name!r} has no input {name!r} for the {role}; its inputs are "
-                    f"{', '.join(spec.inputs)}",
-                    model=spec.name,
-                )
-        if schema.text not in spec.outputs:
-            raise InvalidInputError(
-                f"model {spec.name!r} has no output {schema.text!r} for the text; its outputs "
-                f"are {', '.join(spec.outputs)}",
-                model=spec.name,
-            )
+        for role, name, datatypes in (
+            ("prompt", schema.prompt, _TEXT),
+            ("stream", schema.stream, _BOOL),
+        ):
+            _check_role(spec, "input", role, name, datatypes)
+        for role, name, datatypes in (
+            ("text", schema.text, _TEXT),
+            ("finish_reason", schema.finish_reason, _TEXT),
+            ("prompt_tokens", schema.prompt_tokens, _COUNTS),
+            ("completion_tokens", schema.completion_tokens, _COUNTS),
+        ):
+            _check_role(spec, "output", role, name, datatypes)
 
     @property
     def options(self) -> frozenset[str]:

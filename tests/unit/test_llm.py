@@ -252,6 +252,52 @@ def test_custom_names_what_the_model_lacks() -> None:
         adapter_for(WORDS, custom(prompt="PROMPT", text="text_output"))
 
 
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        (
+            {"prompt": "max_tokens", "text": "text_output"},
+            "input 'max_tokens' is INT32, so it cannot be the prompt (BYTES input is needed)",
+        ),
+        (
+            {"prompt": "text_input", "text": "count"},
+            "output 'count' is INT32, so it cannot be the text (BYTES output is needed)",
+        ),
+        (
+            {"prompt": "text_input", "text": "text_output", "stream": "max_tokens"},
+            "input 'max_tokens' is INT32, so it cannot be the stream (BOOL input is needed)",
+        ),
+        (
+            {"prompt": "text_input", "text": "text_output", "finish_reason": "count"},
+            "output 'count' is INT32, so it cannot be the finish_reason",
+        ),
+        (
+            {"prompt": "text_input", "text": "text_output", "finish_reason": "why"},
+            "no output 'why' for the finish_reason; its outputs are text_output, count, reason",
+        ),
+        (
+            {"prompt": "text_input", "text": "text_output", "completion_tokens": "reason"},
+            "output 'reason' is BYTES, so it cannot be the completion_tokens (an integer output",
+        ),
+        (
+            {"prompt": "text_input", "text": "text_output", "prompt_tokens": "tokens"},
+            "no output 'tokens' for the prompt_tokens",
+        ),
+    ],
+)
+def test_custom_refuses_tensors_that_cannot_play_their_role(
+    schema: dict[str, str], message: str
+) -> None:
+    spec = model(
+        "mine",
+        {"text_input": "BYTES", "max_tokens": "INT32"},
+        {"text_output": "BYTES", "count": "INT32", "reason": "BYTES"},
+    )
+    with pytest.raises(ts.InvalidInputError) as caught:
+        adapter_for(spec, custom(**schema))
+    assert message in str(caught.value)
+
+
 def test_results_round_trip_through_openai_json() -> None:
     call = LLMCall.plan(VLLM(VLLM_SPEC), "p", {"n": 2}, stream=False, prefix="chatcmpl")
     answer = call.chat_completion(
