@@ -1358,7 +1358,9 @@ class AsyncModel(ModelCore):
         value, BYTES as text). Works on gRPC too, through an inference or a stream, and
         on servers without model configs (MLServer, KServe), through an inference.
         """
-        op = Generate(self.spec, self.version, merge_fields(fields, named_fields), parameters)
+        op = Generate(
+            self.spec, self.version, merge_fields(self.spec, fields, named_fields), parameters
+        )
         return await self._client._run(op, self._client._options(timeout, headers, retry))
 
     def generate_stream(
@@ -1374,7 +1376,7 @@ class AsyncModel(ModelCore):
         """Like :meth:`generate`, yielding the fields of each response as it arrives.
 
         The fields are checked when it is called, as :meth:`stream`'s inputs are."""
-        merged = merge_fields(fields, named_fields)
+        merged = merge_fields(self.spec, fields, named_fields)
         check_generate(self.spec, merged, parameters)
         op = GenerateStream(self.spec, self.version, merged, parameters)
         return self._client._stream(op, self._client._options(timeout, headers))

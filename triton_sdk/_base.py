@@ -40,7 +40,7 @@ from ._request import (
     check_priority,
     output_names,
 )
-from ._shaping import InputValue, prepare_inputs, split_batch
+from ._shaping import OPTIONS_OF_OTHER_CALLS, InputValue, prepare_inputs, split_batch
 from ._shm import PlacementPlan
 from ._spec import ModelSpec, stateful_message
 
@@ -269,11 +269,34 @@ def config_json(config: Mapping[str, object] | str | None) -> str | None:
 
 
 def merge_fields(
-    fields: Mapping[str, object] | None, named: Mapping[str, object]
+    spec: ModelSpec, fields: Mapping[str, object] | None, named: Mapping[str, object]
 ) -> dict[str, object]:
-    """generate's fields, given as one mapping and by keyword."""
+    """generate's fields, given as one mapping and by keyword.
+
+    A keyword named like an option of another call (``retry=`` on generate_stream, which
+    is never retried) that is no input of the model is refused: it would otherwise go to
+    the model as a request parameter of that name, unnoticed.
+    """
     if fields is not None and not isinstance(fields, Mapping):
         raise InvalidInputError(f"fields are given by name, got {type(fields).__name__}")
+    options = sorted(name for name in named if name in OPTIONS_OF_OTHER_CALLS)
+    options = [name for name in options if name not in spec.inputs]
+    if options:
+        shown = ", ".join(map(repr, options))
+        raise InvalidInputError(
+            f"this call takes no {shown} option (other calls do), and model {spec.name!r} "
+            f"has no input of that name; to send a request parameter of that name, give it "
+            f"in parameters={{...}}",
+            model=spec.name,
+        )
+    if fields:
+        both = fields.keys() & named.keys()
+        if both:
+            raise InvalidInputError(
+                f"field {', '.join(map(repr, sorted(both)))} given both in the mapping and by "
+                "keyword",
+                model=spec.name,
+            )
     return {**(fields or {}), **named}
 
 

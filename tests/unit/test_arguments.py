@@ -238,6 +238,21 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
         lambda e: e.probe.classify(**BATCH, shared_memory="off"),
         "this call takes no 'shared_memory' option",
     ),
+    # generate's fields that are no input are request parameters: an option of other calls
+    # would go as one, unnoticed.
+    "retry= on generate_stream (never retried)": (
+        lambda e: e.probe.generate_stream(**SAMPLE, retry=3),
+        "this call takes no 'retry' option (other calls do), and model 'probe' has no input of "
+        "that name; to send a request parameter of that name, give it in parameters=",
+    ),
+    "shared_memory= on generate": (
+        lambda e: e.probe.generate(**SAMPLE, shared_memory="off"),
+        "this call takes no 'shared_memory' option",
+    ),
+    "a field both in the mapping and by keyword": (
+        lambda e: e.probe.generate({"F": [1.0, 2.0], "S": "a"}, F=[1.0, 2.0], I=1),
+        "field 'F' given both in the mapping and by keyword",
+    ),
     # An option of the call put among its inputs: not "this call takes no ... option".
     "timeout in the inputs mapping": (
         lambda e: e.probe.infer({**BATCH, "timeout": 5}),
