@@ -85,7 +85,8 @@ def check_timeout(timeout: object, what: str = "timeout") -> float | None:
                 f"{what} must be a number of seconds or None, got {_type_name(timeout)}"
             )
         timeout = float(timeout)  # np.float32(2.5), np.int64(3)
-    if math.isnan(timeout) or not timeout > 0:
+    # (compared before any float(): an int past float's range is "no limit" too)
+    if not timeout > 0 or (isinstance(timeout, float) and math.isnan(timeout)):
         raise InvalidInputError(f"{what} must be > 0 or None, got {timeout!r}")
     return None if timeout >= NO_LIMIT_FROM else float(timeout)
 
