@@ -133,11 +133,12 @@ def _scalar(value: object) -> bool:
 
 
 def single_response(results: list[InferResult], model: str) -> InferResult:
-    """The one response generate needs (as the HTTP extension requires)."""
+    """The one response generate needs (as the HTTP extension requires); ``results``
+    may stop at the second."""
     if len(results) != 1:
         raise InferenceError(
             f"generate expects the model to answer with exactly one response, it sent "
-            f"{len(results)}; use generate_stream",
+            f"{'none' if not results else 'more than one'}; use generate_stream",
             model=model,
         )
     return results[0]

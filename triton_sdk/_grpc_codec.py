@@ -136,11 +136,14 @@ class GrpcStream(Generic[T]):
 
 @attrs.define
 class GrpcCollect(Generic[U, T]):
-    """A unary op that travels as a stream (generate on a decoupled model): every item
-    of ``stream`` is read, then ``collect`` makes the answer."""
+    """A unary op that travels as a stream (generate on a decoupled model): the items of
+    ``stream`` are read, then ``collect`` makes the answer. As for any unary call, the
+    timeout bounds the whole call, not each response; once ``most`` items are exceeded,
+    the stream is left (the answer cannot be right) and ``collect`` gets them."""
 
     stream: GrpcStream[U]
     collect: Callable[[list[U]], T]
+    most: int | None = None
 
 
 # Inference
@@ -696,6 +699,7 @@ def _generate(op: Generate) -> GrpcCall[dict[str, JSONValue]] | GrpcCollect[Any,
         return GrpcCollect(
             _stream_of(request),
             lambda results: fields(single_response(results, spec.name)),
+            most=1,
         )
     return GrpcCall(
         "ModelInfer",

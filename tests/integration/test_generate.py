@@ -267,3 +267,20 @@ def test_a_stream_of_bytes_gives_each_response_s_own_bytes(client: Any) -> None:
     ]
     data = SPLIT_TEXT.encode()
     assert pieces == [data[start : start + 3] for start in range(0, len(data), 3)]
+
+
+def test_generate_on_a_decoupled_model_fails_at_its_second_response(
+    client: Any, protocol: str
+) -> None:
+    """Over gRPC generate on a decoupled model reads a stream: it leaves it as soon as a
+    second response shows the answer cannot be one, not after the whole stream. (Over
+    HTTP the server answers once the model is done.)"""
+    if protocol == "http":
+        pytest.skip("the server's own generate endpoint")
+    model = client.model("repeat")
+    started = time.monotonic()
+    with pytest.raises(ts.InferenceError, match="exactly (one|1) response") as caught:
+        model.generate(IN=list(range(40)), DELAY_MS=100, timeout=30)
+    assert caught.value.model == "repeat"
+    # 40 responses 0.1 s apart would take 4 s.
+    assert time.monotonic() - started < 3.0

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -23,7 +24,7 @@ from .._call import CallContext
 from .._compression import Compression
 from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
-from .._errors import InvalidInputError, TritonError, TritonTimeoutError
+from .._errors import InvalidInputError, TritonError, TritonTimeoutError, timeout_message
 from .._grpc_codec import (
     SERVICE,
     GrpcCall,
@@ -191,13 +192,25 @@ def _stream_method(channel: Any, methods: dict[tuple[str, str], Any], bare: bool
     return method
 
 
-def _response_timeout(timeout: float | None, op: StreamOp[Any] | Op[Any]) -> TritonTimeoutError:
-    return TritonTimeoutError(
-        f"no response from {op.model!r} within {timeout}s",
-        model=op.model,
-        request_id=op.request_id,
-        may_have_run=True,
+def _response_timeout(
+    timeout: float | None, op: StreamOp[Any] | Op[Any], whole: bool = False
+) -> TritonTimeoutError:
+    message = (
+        timeout_message(op.model, timeout, "the whole call's timeout")
+        if whole
+        else f"no response from {op.model!r} within {timeout}s"
     )
+    return TritonTimeoutError(message, model=op.model, request_id=op.request_id, may_have_run=True)
+
+
+def _wait(timeout: float | None, deadline: float | None) -> float | None:
+    """How long to wait for the next response: ``timeout``, or what is left before
+    ``deadline`` when the timeout bounds the whole call."""
+    return timeout if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _deadline(timeout: float | None, whole: bool) -> float | None:
+    return time.monotonic() + timeout if whole and timeout is not None else None
 
 
 _END: Final = object()
@@ -246,7 +259,16 @@ class GrpcTransport:
             return own_url_call(op, ctx, self._tls)  # type: ignore[no-any-return]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
-            return encoded.collect(list(self._stream(encoded.stream, op, ctx)))
+            items: list[Any] = []
+            stream = self._stream(encoded.stream, op, ctx, whole=True)
+            try:
+                for item in stream:
+                    items.append(item)
+                    if encoded.most is not None and len(items) > encoded.most:
+                        break
+            finally:
+                stream.close()  # (left early: cancels the call)
+            return encoded.collect(items)
         return encoded.read(self._unary(encoded, op, ctx))
 
     def _unary(self, call: GrpcCall[Any], op: Op[Any] | StreamOp[Any], ctx: CallContext) -> Any:
@@ -303,14 +325,18 @@ class GrpcTransport:
             raise self._failed(exc, op, ctx) from exc
 
     def _stream(
-        self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
-    ) -> Iterator[T]:
+        self,
+        stream: GrpcStream[T],
+        op: Op[Any] | StreamOp[Any],
+        ctx: CallContext,
+        whole: bool = False,
+    ) -> Generator[T, None, None]:
         """The responses of one request on a ModelStreamInfer call of its own.
 
         gRPC's blocking stream iterator has no timeout, so a reader thread moves the
-        messages to a queue that is read with the timeout per response. Closing the
-        generator (a ``break`` in the caller's loop) cancels the call, which stops the
-        request on the server.
+        messages to a queue that is read with the timeout per response (``whole``: for
+        the whole stream). Closing the generator (a ``break`` in the caller's loop)
+        cancels the call, which stops the request on the server.
         """
         try:
             method = _stream_method(self._channel, self._methods, stream.bare)
@@ -340,13 +366,14 @@ class GrpcTransport:
 
         threading.Thread(target=read, name="triton_sdk-stream", daemon=True).start()
         timeout = ctx.timeout
+        deadline = _deadline(timeout, whole)
         answered = False
         try:
             while True:
                 try:
-                    entry = messages.get(timeout=timeout)
+                    entry = messages.get(timeout=_wait(timeout, deadline))
                 except queue.Empty:
-                    raise _response_timeout(timeout, op) from None
+                    raise _response_timeout(timeout, op, whole) from None
                 if entry is _END:
                     break
                 if isinstance(entry, grpc.RpcError):
@@ -417,7 +444,15 @@ class AsyncGrpcTransport:
             return await own_url_acall(op, ctx, self._tls)  # type: ignore[no-any-return]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
-            items = [item async for item in self._stream(encoded.stream, op, ctx)]
+            items: list[Any] = []
+            stream = self._stream(encoded.stream, op, ctx, whole=True)
+            try:
+                async for item in stream:
+                    items.append(item)
+                    if encoded.most is not None and len(items) > encoded.most:
+                        break
+            finally:
+                await stream.aclose()  # (left early: cancels the call)
             return encoded.collect(items)
         try:
             reply = await self._unary(encoded, ctx)
@@ -473,9 +508,14 @@ class AsyncGrpcTransport:
             await aclose_iterator(responses)  # cancels the call now, not when collected
 
     async def _stream(
-        self, stream: GrpcStream[T], op: Op[Any] | StreamOp[Any], ctx: CallContext
-    ) -> AsyncIterator[T]:
-        """The responses of one request on a ModelStreamInfer call of its own."""
+        self,
+        stream: GrpcStream[T],
+        op: Op[Any] | StreamOp[Any],
+        ctx: CallContext,
+        whole: bool = False,
+    ) -> AsyncGenerator[T, None]:
+        """The responses of one request on a ModelStreamInfer call of its own; the
+        timeout bounds each response's wait (``whole``: the whole stream's)."""
         self._open()
         method = _stream_method(self._channel, self._methods, stream.bare)
         call = method(
@@ -484,14 +524,15 @@ class AsyncGrpcTransport:
         if ctx._stop is not None:
             ctx._stop.arm(call.cancel)
         timeout = ctx.timeout
+        deadline = _deadline(timeout, whole)
         answered = False
         try:
             try:
                 while True:
                     try:
-                        message = await within(call.read(), timeout)
+                        message = await within(call.read(), _wait(timeout, deadline))
                     except asyncio.TimeoutError:
-                        raise _response_timeout(timeout, op) from None
+                        raise _response_timeout(timeout, op, whole) from None
                     if message is grpc.aio.EOF:
                         break
                     answered = stream.is_last(message)
