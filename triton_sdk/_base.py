@@ -40,7 +40,7 @@ from ._request import (
     check_priority,
     output_names,
 )
-from ._shaping import OPTIONS_OF_OTHER_CALLS, InputValue, prepare_inputs, split_batch
+from ._shaping import InputValue, prepare_inputs, split_batch
 from ._shm import PlacementPlan
 from ._spec import ModelSpec, stateful_message
 
@@ -268,6 +268,11 @@ def config_json(config: Mapping[str, object] | str | None) -> str | None:
         raise InvalidInputError(f"config cannot be written as JSON: {exc}") from None
 
 
+_NOT_FIELDS: Final = frozenset({"retry", "shared_memory", "outputs", "request_id"})
+"""Options of other calls that no generate request means as a parameter (unlike
+``top_k`` or ``priority``, which LLM backends take as fields)."""
+
+
 def merge_fields(
     spec: ModelSpec, fields: Mapping[str, object] | None, named: Mapping[str, object]
 ) -> dict[str, object]:
@@ -279,7 +284,7 @@ def merge_fields(
     """
     if fields is not None and not isinstance(fields, Mapping):
         raise InvalidInputError(f"fields are given by name, got {type(fields).__name__}")
-    options = sorted(name for name in named if name in OPTIONS_OF_OTHER_CALLS)
+    options = sorted(name for name in named if name in _NOT_FIELDS)
     options = [name for name in options if name not in spec.inputs]
     if options:
         shown = ", ".join(map(repr, options))

@@ -18,14 +18,7 @@ from ._dtypes import BF16, DATATYPES, remember_encoding, serialize_bytes
 from ._errors import InvalidInputError
 from ._spec import ModelSpec, TensorSpec
 
-__all__ = [
-    "OPTIONS_OF_OTHER_CALLS",
-    "InputValue",
-    "PreparedInputs",
-    "Tensor",
-    "prepare_inputs",
-    "split_batch",
-]
+__all__ = ["InputValue", "PreparedInputs", "Tensor", "prepare_inputs", "split_batch"]
 
 InputValue: TypeAlias = npt.ArrayLike
 """What an input accepts: numpy arrays, Python scalars, ``str``/``bytes``, nested lists."""
@@ -53,7 +46,7 @@ _INTEGER_KINDS: Final = frozenset("iu")
 _MISSING: Final = object()
 # The keyword options of the calls that take inputs by keyword: one that a call lacks
 # lands among its inputs.
-OPTIONS_OF_OTHER_CALLS: Final = frozenset(
+_OPTIONS_OF_OTHER_CALLS: Final = frozenset(
     {
         "outputs", "output", "top_k", "timeout", "parameters", "priority", "request_id",
         "retry", "headers", "shared_memory", "end",
@@ -157,7 +150,7 @@ def split_batch(tensors: Sequence[Tensor], max_batch_size: int) -> list[list[Ten
 def _refuse_unknown(
     spec: ModelSpec, unknown: list[str], keywords: bool | AbstractSet[str]
 ) -> NoReturn:
-    options = [name for name in unknown if name in OPTIONS_OF_OTHER_CALLS]
+    options = [name for name in unknown if name in _OPTIONS_OF_OTHER_CALLS]
     given = [name for name in options if keywords is True or (keywords and name in keywords)]
     if given and len(given) == len(unknown):
         # e.g. retry= on a stream, which is never retried

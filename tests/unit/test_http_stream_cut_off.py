@@ -1,7 +1,8 @@
 """How a stream from a server without model configs (MLServer's ``infer_stream``) ends
 when the server breaks it off, seen from a stdlib server on loopback that stands in for
 MLServer: dropping the connection mid-stream (what MLServer does when the model fails) is
-the model's failure, not a lost connection; a stream that stalls still times out."""
+the model's failure, not a lost connection; a stream that stalls still times out, also
+while bytes that end no event (keep-alive comments) keep arriving."""
 
 from __future__ import annotations
 
@@ -55,6 +56,15 @@ class MLServerLike(BaseHTTPRequestHandler):
         send_event(self, json.dumps(EVENT).encode())
         if self.headers["x-end"] == "stall":
             time.sleep(2)
+        if self.headers["x-end"] == "keep-alive":  # bytes that end no event, for 2 s
+            comment = b": keep-alive\n\n"
+            try:
+                for _ in range(10):
+                    time.sleep(0.2)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(comment), comment))
+                    self.wfile.flush()
+            except OSError:  # the client left
+                return
         self.close_connection = True  # no closing chunk: the stream breaks off
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -106,4 +116,13 @@ def test_a_stream_that_stalls_still_times_out(url: str, mode: str) -> None:
     received: list[object] = []
     with pytest.raises(ts.TritonTimeoutError):
         read(url, mode, "stall", received)
+    assert received == [["AB"]]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_bytes_that_end_no_event_do_not_hold_off_the_timeout(url: str, mode: str) -> None:
+    """The timeout bounds the wait for each response, not each read of the socket."""
+    received: list[object] = []
+    with pytest.raises(ts.TritonTimeoutError):
+        read(url, mode, "keep-alive", received)
     assert received == [["AB"]]

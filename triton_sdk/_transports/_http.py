@@ -21,7 +21,7 @@ import aiohttp
 
 from .._call import CallContext
 from .._compression import Compression, compress, decompress
-from .._concurrency import aclose_iterator
+from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
 from .._errors import TritonError
 from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, is_triton
@@ -83,6 +83,27 @@ def _compressed(body: Any, compression: str, headers: dict[str, str]) -> tuple[A
     data = compress(body if isinstance(body, bytes) else b"".join(body), compression)
     headers["Content-Encoding"] = compression
     return data, len(data)
+
+
+class EventWait:
+    """The wait for a stream's next event, bounded by ``timeout`` (None: no limit)."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self._timeout = timeout
+        self._since = time.monotonic()
+
+    def restart(self) -> None:
+        """An event came: the wait for the next one starts now."""
+        self._since = time.monotonic()
+
+    def left(self) -> float | None:
+        """The time left to wait; raises TimeoutError, as a socket does, when none is."""
+        if self._timeout is None:
+            return None
+        left = self._timeout - (time.monotonic() - self._since)
+        if left <= 0:
+            raise TimeoutError("timed out")
+        return left
 
 
 class HttpTransport:
@@ -164,10 +185,15 @@ class HttpTransport:
                     raise self._failed(exc, op, ctx) from exc
                 call.refuse(response.status, content_type, refusal)
             decoder = call.decoder()
+            # The timeout bounds the wait for each event, not each read: bytes that end no
+            # event (keep-alive comments, an event in pieces) do not restart it.
+            waiting = EventWait(ctx.timeout)
             while True:
                 # read1 rather than readline: readline reports a stream that broke off as
                 # a clean end, read1 raises IncompleteRead.
                 try:
+                    if connection.sock is not None:
+                        connection.sock.settimeout(waiting.left())
                     data = response.read1(65536)
                     if not data and self._pool.closed:  # close() cut the stream
                         raise closed_in_flight()
@@ -178,7 +204,9 @@ class HttpTransport:
                     raise cut_off or self._failed(exc, op, ctx) from exc
                 # Read outside the try: an answer that cannot be read is the server's
                 # fault, not the connection's (the client reports it as unreadable).
-                yield from decoder.feed(data) if data else decoder.finish()
+                for item in decoder.feed(data) if data else decoder.finish():
+                    yield item
+                    waiting.restart()
                 if not data:
                     break
         finally:
@@ -384,7 +412,8 @@ class AsyncHttpTransport:
                 await aclose_iterator(events)  # cancels the request now, not when collected
             return
         call = self._codec.encode_stream(op)
-        # The timeout bounds the wait for each piece of the stream, not the whole of it.
+        # The timeout bounds the wait for each event, not the whole stream (nor each
+        # read: see EventWait).
         each = aiohttp.ClientTimeout(total=None, sock_read=ctx.timeout)
         decoder = call.decoder()
         opened = False
@@ -412,9 +441,11 @@ class AsyncHttpTransport:
                     if not call.opens(response.status, content_type):
                         call.refuse(response.status, content_type, await response.read())
                     opened = True
-                    async for data in response.content.iter_any():
+                    waiting = EventWait(ctx.timeout)
+                    while data := await within(response.content.readany(), waiting.left()):
                         for item in decoder.feed(data):
                             yield item
+                            waiting.restart()
                 finally:
                     self._reading.discard(response)
         except _Stopped:
