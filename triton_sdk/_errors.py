@@ -51,7 +51,7 @@ class TritonError(Displayable, Exception):
         status: the gRPC code name (``"INTERNAL"``) or HTTP status (``500``) the server
             answered with; ``None`` when the failure happened on the client or the network.
         model: the model the call was about, when there was one.
-        request_id: the request id of the failed inference, when one was set.
+        request_id: the request id of the failed inference, when one was set (else None).
         retryable: whether the retry policy may repeat the call (for idempotent calls).
         may_have_run: the request had gone out when the failure happened, so the server
             may have run it; a retry after such a failure can run it twice (logged as a
@@ -72,7 +72,7 @@ class TritonError(Displayable, Exception):
         self.message = message
         self.status = status
         self.model = model
-        self.request_id = request_id
+        self.request_id = request_id or None  # ("" is a request without one)
         self.retryable = retryable
         self.may_have_run = may_have_run
 

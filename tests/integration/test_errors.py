@@ -378,3 +378,17 @@ def test_decoupled_model_with_plain_infer(client: Any) -> None:
     assert not isinstance(caught.value, ts.TritonTimeoutError)
     assert "decoupled" in str(caught.value)
     assert time.monotonic() - started < 10.0
+
+
+def test_an_error_of_a_request_without_an_id_has_request_id_none(client: Any) -> None:
+    """The same on every transport: gRPC and timeouts gave "", HTTP None."""
+    model = client.model("sleep")
+    with pytest.raises(ts.InferenceError) as failed:
+        model.infer(SECONDS=[-0.01])  # the model refuses a negative time
+    with pytest.raises(ts.TritonTimeoutError) as timed_out:
+        model.infer(SECONDS=[1.0], timeout=0.2)
+    assert failed.value.request_id is None
+    assert timed_out.value.request_id is None
+    with pytest.raises(ts.InferenceError) as named:
+        model.infer(SECONDS=[-0.01], request_id="r-7")
+    assert named.value.request_id == "r-7"
