@@ -331,7 +331,7 @@ class ModelCore:
 
     def __init__(self, spec: ModelSpec, version: str | None) -> None:
         self.name: str = spec.name
-        self.version: str | None = version
+        self.version: str | None = version or None  # ("": the server's policy picks)
         self.spec: ModelSpec = spec
         self._checked_outputs: dict[tuple[tuple[str, ...], int], tuple[RequestedOutput, ...]] = {}
         self._placement = PlacementPlan(spec)

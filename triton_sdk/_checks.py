@@ -140,9 +140,16 @@ def check_version(version: object) -> str | None:
     if version is None or version == "":
         return None
     text = check_text(version, "version")
-    if not text.isdigit():
-        raise InvalidInputError(f"version must be a str of digits such as '1', got {text!r}")
+    # (isdigit alone takes "²" and "١"; the server reads versions as 64-bit ints)
+    if not (text.isascii() and text.isdigit()) or int(text) > _LARGEST_VERSION:
+        raise InvalidInputError(
+            f"version must be a str of digits such as '1' (at most {_LARGEST_VERSION}), "
+            f"got {text!r}"
+        )
     return text
+
+
+_LARGEST_VERSION: Final = 2**63 - 1
 
 
 def check_headers(headers: object) -> dict[str, str]:

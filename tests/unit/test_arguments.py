@@ -253,6 +253,10 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
         lambda e: e.probe.generate({"F": [1.0, 2.0], "S": "a"}, F=[1.0, 2.0], I=1),
         "field 'F' given both in the mapping and by keyword",
     ),
+    # Digits that are no ASCII digits, and versions past the server's 64-bit ints.
+    "version '²'": (lambda e: e.client.model("probe", "\u00b2"), "version must be a str of digits"),
+    "version '١'": (lambda e: e.client.model("probe", "\u0661"), "version must be a str of digits"),
+    "version 2**63": (lambda e: e.client.model("probe", str(2**63)), "at most 9223372036854775807"),
     # An option of the call put among its inputs: not "this call takes no ... option".
     "timeout in the inputs mapping": (
         lambda e: e.probe.infer({**BATCH, "timeout": 5}),
@@ -320,6 +324,13 @@ async def test_credentials_in_the_url_are_refused_and_never_shown(env: Env, case
         assert secret not in text
     assert "headers" in str(error), str(error)
     assert env.mock.calls == []
+
+
+@pytest.mark.parametrize("version", ["", None])
+async def test_a_handle_without_a_version_has_version_none(env: Env, version: str | None) -> None:
+    model = await resolve(env.client.model("probe", version))
+    assert model.version is None
+    assert repr(model).endswith(" 'probe'>")
 
 
 # 1b. An endless timeout means no limit
