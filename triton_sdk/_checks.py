@@ -140,7 +140,7 @@ def check_version(version: object) -> str | None:
     if version is None or version == "":
         return None
     text = check_text(version, "version")
-    # (isdigit alone takes "²" and "١"; the server reads versions as 64-bit ints)
+    # (isdigit alone takes "²" and other scripts' digits; the server reads 64-bit ints)
     if not (text.isascii() and text.isdigit()) or int(text) > _LARGEST_VERSION:
         raise InvalidInputError(
             f"version must be a str of digits such as '1' (at most {_LARGEST_VERSION}), "

@@ -279,7 +279,7 @@ def test_generate_on_a_decoupled_model_fails_at_its_second_response(
         pytest.skip("the server's own generate endpoint")
     model = client.model("repeat")
     started = time.monotonic()
-    with pytest.raises(ts.InferenceError, match="exactly (one|1) response") as caught:
+    with pytest.raises(ts.InferenceError, match=r"exactly (one|1) response") as caught:
         model.generate(IN=list(range(40)), DELAY_MS=100, timeout=30)
     assert caught.value.model == "repeat"
     # 40 responses 0.1 s apart would take 4 s.

@@ -254,8 +254,14 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
         "field 'F' given both in the mapping and by keyword",
     ),
     # Digits that are no ASCII digits, and versions past the server's 64-bit ints.
-    "version '²'": (lambda e: e.client.model("probe", "\u00b2"), "version must be a str of digits"),
-    "version '١'": (lambda e: e.client.model("probe", "\u0661"), "version must be a str of digits"),
+    "version U+00B2 (superscript two)": (
+        lambda e: e.client.model("probe", "\u00b2"),
+        "version must be a str of digits",
+    ),
+    "version U+0661 (Arabic-Indic one)": (
+        lambda e: e.client.model("probe", "\u0661"),
+        "version must be a str of digits",
+    ),
     "version 2**63": (lambda e: e.client.model("probe", str(2**63)), "at most 9223372036854775807"),
     # An option of the call put among its inputs: not "this call takes no ... option".
     "timeout in the inputs mapping": (
