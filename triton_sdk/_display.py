@@ -56,6 +56,13 @@ class Displayable:
 
     __slots__ = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # IPython takes the first class along the MRO that defines _repr_pretty_ or
+        # __repr__: a subclass's own __repr__ would hide the inherited _repr_pretty_.
+        if "_repr_pretty_" not in cls.__dict__:
+            cls._repr_pretty_ = Displayable._repr_pretty_  # type: ignore[method-assign]
+
     def _table(self) -> Table:
         raise NotImplementedError
 

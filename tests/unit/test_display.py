@@ -6,25 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from IPython.lib.pretty import pretty as ipython_pretty
 
 import triton_sdk as ts
 from triton_sdk._display import preview
 
 
-class Printer:
-    """What IPython hands ``_repr_pretty_``: it only needs ``text``."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def text(self, text: str) -> None:
-        self.parts.append(text)
-
-
 def pretty(thing: Any) -> str:
-    printer = Printer()
-    thing._repr_pretty_(printer, False)
-    return "".join(printer.parts)
+    """What IPython shows (its pretty printer picks the method along the MRO)."""
+    return ipython_pretty(thing)  # type: ignore[no-any-return]
 
 
 SPEC = ts.ModelSpec(
@@ -121,3 +111,20 @@ def test_an_error_shows_its_fields() -> None:
     assert text.splitlines()[0] == "ServerOverloadedError"
     assert "retryable     True" in text
     assert "<code>503</code>" in error._repr_html_()
+
+
+def test_ipython_shows_the_table_of_every_displayable_type() -> None:
+    """A class's own __repr__ (attrs makes one) must not hide the table from IPython."""
+    result = ts.InferResult(
+        {"Y": np.arange(3.0)}, datatypes={"Y": "FP64"}, model_name="m", model_version="1"
+    )
+    things = [
+        SPEC,
+        result,
+        ts.InferenceError("boom", status=500),
+        ts.ModelStatistics(name="m", version="1"),
+        ts.ServerMetrics(),
+    ]
+    for thing in things:
+        assert pretty(thing) == thing._table().text(), type(thing).__name__
+        assert pretty(thing) != repr(thing)
