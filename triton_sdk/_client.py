@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Final, Generic, Literal, TypeVar, overload
+from typing import Final, Generic, Literal, NoReturn, TypeVar, overload
 
 import attrs
 from tenacity import Retrying
@@ -358,6 +358,14 @@ class Client:
 
     def __repr__(self) -> str:
         return client_repr("Client", self._settings)
+
+    def __reduce__(self) -> NoReturn:
+        # (copy.copy and deepcopy come here too: a copy would share the connections, and
+        # closing it would close them under the original)
+        raise TypeError(
+            f"a {type(self).__name__} cannot be pickled or copied: it holds open "
+            "connections; make one in each process (from the same URL and settings)"
+        )
 
     @property
     def url(self) -> str:

@@ -194,7 +194,7 @@ class ServerMetrics(Displayable):
     """
 
     models: tuple[ModelMetrics, ...] = ()
-    server: Mapping[str, float] = attrs.field(factory=dict)
+    server: Mapping[str, float] = attrs.field(factory=dict, hash=False)  # (a dict)
 
     def _table(self) -> Table:
         rows = [

@@ -133,6 +133,15 @@ class ModelSpec(Displayable):
         """A few lines showing what the model takes and returns."""
         return self._table().text()
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        # (pickle and deepcopy refuse the read-only mappings: they travel as dicts)
+        fields = {field.name: getattr(self, field.name) for field in attrs.fields(type(self))}
+        plain = {
+            name: dict(value) if isinstance(value, MappingProxyType) else value
+            for name, value in fields.items()
+        }
+        return (_spec_from_fields, (plain,))
+
     def _table(self) -> Table:
         kind = self.backend or self.platform or "model"
         if not self.batched:
@@ -298,3 +307,8 @@ def stateful_message(spec: ModelSpec) -> str:
         f"model {spec.name!r} is stateful (sequence batching): the server takes its "
         "requests only within a sequence; use model.sequence(...)"
     )
+
+
+def _spec_from_fields(fields: dict[str, Any]) -> ModelSpec:
+    """A ModelSpec again, from :meth:`ModelSpec.__reduce__`."""
+    return ModelSpec(**fields)

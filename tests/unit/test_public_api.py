@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
+import pickle
 import re
 import subprocess
 import sys
@@ -251,6 +253,18 @@ FROZEN = [
     (ts.ServerMetadata, {"name": "triton", "version": "2.50.0"}, "version"),
     (ts.ModelStatus, {"name": "m"}, "state"),
     (ts.TLSConfig, {}, "ca_file"),
+    (ts.ServerMetrics, {"server": {"nv_cpu_utilization": 0.5}}, "models"),
+    (
+        ts.ModelSpec,
+        {
+            "name": "m",
+            "max_batch_size": 8,
+            "inputs": {"X": ts.TensorSpec("X", datatype="FP32", shape=(4,))},
+            "outputs": {"Y": ts.TensorSpec("Y", datatype="BYTES", shape=(-1,))},
+            "parameters": {"chat_template": "{{ x }}"},
+        },
+        "inputs",
+    ),
 ]
 
 
@@ -266,6 +280,31 @@ def test_value_types_are_frozen_attrs_classes(
         setattr(instance, field, "changed")
     assert instance == cls(**kwargs)
     hash(instance)  # usable as a dict key / in sets
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "field"), FROZEN, ids=[cls.__name__ for cls, _, _ in FROZEN]
+)
+def test_value_types_pickle_and_copy(cls: type, kwargs: dict[str, Any], field: str) -> None:
+    """Values cross processes (Ray, multiprocessing) and are copied whole."""
+    instance = cls(**kwargs)
+    for copied in (
+        pickle.loads(pickle.dumps(instance)),
+        copy.deepcopy(instance),
+        copy.copy(instance),
+    ):
+        assert copied == instance
+        assert type(copied) is cls
+        assert hash(copied) == hash(instance)
+
+
+@pytest.mark.parametrize("make", [ts.Client, ts.AsyncClient])
+def test_a_client_refuses_to_be_pickled_or_copied(make: Any) -> None:
+    """A copy would share the connections: closing it would close the original's."""
+    client = make("grpc://127.0.0.1:1")
+    for copier in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="cannot be pickled or copied: it holds open"):
+            copier(client)
 
 
 def test_importing_the_package_imports_no_network_library() -> None:
