@@ -130,7 +130,9 @@ def _column(batch: Batch, name: str) -> Any:
 
 
 def _stacked(values: Any) -> Array:
+    """A column as one array: rows that are arrays (of arrays, for list<list<...>>
+    columns read from parquet) are stacked, a batch axis in front."""
     array = np.asarray(values)
     if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
-        return np.stack(list(array))  # one array per row: a batch axis in front
+        return np.stack([_stacked(row) for row in array])
     return array

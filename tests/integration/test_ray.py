@@ -73,3 +73,14 @@ def test_a_missing_column_is_named(fleet: list[LocalServer]) -> None:
     answer = predictor({"X": np.ones((3, 2, 2), dtype=np.float32)})
     assert list(answer) == ["Y"]
     assert np.array_equal(answer["Y"], np.full((3, 2, 2), 2, dtype=np.float32))
+
+
+def test_a_pyarrow_column_of_nested_lists_is_stacked(fleet: list[LocalServer]) -> None:
+    """2-D samples read from parquet are list<list<...>> columns, not tensor columns."""
+    import pyarrow as pa
+
+    predictor = TritonPredictor(fleet[0].grpc_url, "double")
+    table = pa.table({"X": [[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]]})
+    answer = predictor(table)
+    expected = np.arange(1, 9, dtype=np.float32).reshape(2, 2, 2) * 2
+    assert np.array_equal(answer["Y"], expected)
