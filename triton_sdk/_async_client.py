@@ -194,13 +194,13 @@ def _open_transport(settings: ClientSettings, budget: TokenBucket | None) -> Asy
     if dns is not None:
         discovery = Discovery(dns, settings.resolver, settings.resolve_interval)
         return AsyncBalancedTransport(
-            [], open_endpoint, settings.headers, discovery, budget, settings.hooks
+            [], open_endpoint, settings.headers, discovery, budget, settings.hooks, settings.tls
         )
     if len(settings.endpoints) == 1:
         return _open_endpoint(settings.endpoint, settings)
     endpoints = list(settings.endpoints)
     return AsyncBalancedTransport(
-        endpoints, open_endpoint, settings.headers, None, budget, settings.hooks
+        endpoints, open_endpoint, settings.headers, None, budget, settings.hooks, settings.tls
     )
 
 

@@ -195,13 +195,13 @@ def _open_transport(settings: ClientSettings, budget: TokenBucket | None) -> Tra
     if dns is not None:
         discovery = Discovery(dns, settings.resolver, settings.resolve_interval)
         return BalancedTransport(
-            [], open_endpoint, settings.headers, discovery, budget, settings.hooks
+            [], open_endpoint, settings.headers, discovery, budget, settings.hooks, settings.tls
         )
     if len(settings.endpoints) == 1:
         return _open_endpoint(settings.endpoint, settings)
     endpoints = list(settings.endpoints)
     return BalancedTransport(
-        endpoints, open_endpoint, settings.headers, None, budget, settings.hooks
+        endpoints, open_endpoint, settings.headers, None, budget, settings.hooks, settings.tls
     )
 
 

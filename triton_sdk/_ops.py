@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JSON",
-    "OWN_URL_OPS",
     "FetchMetrics",
     "Generate",
     "GenerateStream",
@@ -347,11 +346,6 @@ class OpenAIEvents(_OpenAIFields, StreamOp[JSON]):
     stream, up to ``data: [DONE]``."""
 
     call = "openai_stream"
-
-
-OWN_URL_OPS: tuple[type[_Call], ...] = (FetchMetrics, OpenAIPost, OpenAIEvents)
-"""Ops sent to a URL of their own, not to the client's endpoint (a client over many
-endpoints sends them without picking one: their failures say nothing of an endpoint)."""
 
 
 # System shared memory

@@ -431,3 +431,19 @@ def test_http_connections_are_renewed_after_their_maximum_age(
         assert relay.connections == 1
     else:
         assert relay.connections >= 2
+
+
+def test_a_dns_client_with_no_address_yet_still_reads_metrics(
+    server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    """Calls to URLs of their own pick no endpoint: they need none to be resolved."""
+    url = f"{'dns' if protocol == 'grpc' else 'dns+http'}:///fleet.test:8001"
+    client = open_client(
+        url, mode, loop_thread, resolver=lambda name: [], metrics_url=server.metrics_url
+    )
+    try:
+        assert client.endpoints() == []
+        metrics = client.metrics()
+        assert any(entry.model == "double" for entry in metrics.models)
+    finally:
+        close_client(client, loop_thread)

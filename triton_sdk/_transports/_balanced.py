@@ -20,11 +20,13 @@ from typing import Any, Final, TypeVar
 from .._balance import Balancer, Discovery, EndpointState, Member
 from .._call import CallContext, CallHook, run_before_send
 from .._concurrency import aclose_iterator, within
-from .._config import Endpoint
+from .._config import Endpoint, TLSConfig
 from .._errors import TritonError
 from .._fork import on_fork
-from .._ops import OWN_URL_OPS, IsModelReady, IsServerLive, IsServerReady, Op, StreamOp
+from .._ops import IsModelReady, IsServerLive, IsServerReady, Op, OpenAIEvents, StreamOp
 from .._retry import TokenBucket
+from ._openai import openai_events, openai_events_async
+from ._own_url import OWN_URL_CALLS, own_url_acall, own_url_call
 from ._protocol import AsyncTransport, Transport
 
 __all__ = ["AsyncBalancedTransport", "BalancedTransport"]
@@ -70,10 +72,12 @@ class BalancedTransport:
         discovery: Discovery | None = None,
         budget: TokenBucket | None = None,
         hooks: tuple[CallHook, ...] = (),
+        tls: TLSConfig | None = None,
     ) -> None:
         self._open = open_endpoint
         self._headers = headers
         self._hooks = hooks
+        self._tls = tls  # (for calls to URLs of their own: see own_url_call)
         self._discovery = discovery
         self._allowed = _always if budget is None else budget.withdraw
         if discovery is not None:
@@ -111,9 +115,9 @@ class BalancedTransport:
     def call(self, op: Op[T], ctx: CallContext) -> T:
         if self._restart_upkeep:
             self._resume_upkeep()
+        if isinstance(op, OWN_URL_CALLS):  # (no endpoint is picked: see own_url_call)
+            return own_url_call(op, ctx, self._tls)  # type: ignore[no-any-return]
         balancer = self.balancer
-        if isinstance(op, OWN_URL_OPS) and balancer.members:
-            return balancer.members[0].transport.call(op, ctx)  # (see OWN_URL_OPS)
         try:
             route = balancer.route(op)
         except TritonError:
@@ -140,8 +144,8 @@ class BalancedTransport:
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         if self._restart_upkeep:
             self._resume_upkeep()
-        if isinstance(op, OWN_URL_OPS) and self.balancer.members:
-            yield from self.balancer.members[0].transport.stream(op, ctx)
+        if isinstance(op, OpenAIEvents):
+            yield from openai_events(op, ctx, self._tls)  # type: ignore[misc]
             return
         try:
             route = self.balancer.route(op)
@@ -246,10 +250,12 @@ class AsyncBalancedTransport:
         discovery: Discovery | None = None,
         budget: TokenBucket | None = None,
         hooks: tuple[CallHook, ...] = (),
+        tls: TLSConfig | None = None,
     ) -> None:
         self._open = open_endpoint
         self._headers = headers
         self._hooks = hooks
+        self._tls = tls  # (for calls to URLs of their own: see own_url_call)
         self._discovery = discovery
         self._allowed = _always if budget is None else budget.withdraw
         if discovery is not None:
@@ -266,8 +272,8 @@ class AsyncBalancedTransport:
         balancer = self.balancer
         if self._upkeep is None and self._discovery is not None:
             self._start_upkeep()
-        if isinstance(op, OWN_URL_OPS) and balancer.members:
-            return await balancer.members[0].transport.acall(op, ctx)  # (see OWN_URL_OPS)
+        if isinstance(op, OWN_URL_CALLS):  # (no endpoint is picked: see own_url_call)
+            return await own_url_acall(op, ctx, self._tls)  # type: ignore[no-any-return]
         try:
             route = balancer.route(op)
         except TritonError:
@@ -292,11 +298,11 @@ class AsyncBalancedTransport:
             return result
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
-        if isinstance(op, OWN_URL_OPS) and self.balancer.members:
-            own = self.balancer.members[0].transport.astream(op, ctx)
+        if isinstance(op, OpenAIEvents):
+            own = openai_events_async(op, ctx, self._tls)
             try:
-                async for item in own:
-                    yield item
+                async for event in own:
+                    yield event  # type: ignore[misc]
             finally:
                 await aclose_iterator(own)
             return
