@@ -524,10 +524,21 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if isinstance(sys.stdout, io.TextIOWrapper):
-        # A value the terminal's encoding lacks (PYTHONIOENCODING=ascii) prints escaped,
-        # rather than ending the command with a traceback after the server answered.
-        sys.stdout.reconfigure(errors="backslashreplace")
+    stdout = sys.stdout
+    if not isinstance(stdout, io.TextIOWrapper):
+        return _run(args)
+    # A value the terminal's encoding lacks (PYTHONIOENCODING=ascii) prints escaped,
+    # rather than ending the command with a traceback after the server answered; for the
+    # command only (main may run inside a program of its own).
+    errors = stdout.errors
+    stdout.reconfigure(errors="backslashreplace")
+    try:
+        return _run(args)
+    finally:
+        stdout.reconfigure(errors=errors)
+
+
+def _run(args: argparse.Namespace) -> int:
     runs: dict[str, Callable[[], int]] = {
         "models": lambda: models(args.url),
         "describe": lambda: describe_command(args.url, args.model),

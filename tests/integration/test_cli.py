@@ -4,6 +4,7 @@ failure prints."""
 from __future__ import annotations
 
 import json
+import io
 import os
 import signal
 import subprocess
@@ -178,6 +179,20 @@ def test_text_the_terminal_cannot_encode_prints_escaped(url: str) -> None:
     )
     assert finished.returncode == 0, finished.stderr
     assert "['H\\xc9']" in finished.stdout
+
+
+def test_main_in_a_program_of_its_own_leaves_its_stdout_as_it_was(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Escaping is for the command's own output: the program's stdout keeps its errors."""
+    data = io.BytesIO()
+    stdout = io.TextIOWrapper(data, encoding="ascii", errors="strict", write_through=True)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert main(["infer", url, "upper", "-i", 'TEXT=["h\u00e9"]']) == 0
+    assert "['H\\xc9']" in data.getvalue().decode()
+    assert stdout.errors == "strict"
+    with pytest.raises(UnicodeEncodeError):
+        print("\u00e9", file=stdout)
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
