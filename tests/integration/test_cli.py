@@ -3,8 +3,8 @@ failure prints."""
 
 from __future__ import annotations
 
-import json
 import io
+import json
 import os
 import signal
 import subprocess
