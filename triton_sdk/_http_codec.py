@@ -417,6 +417,9 @@ class HttpCall(Generic[T]):
     body: Sequence[bytes | memoryview] | None
     headers: Mapping[str, str]
     read: Reader[T]
+    compressible: bool = False
+    """Whether the server reads this body compressed: Triton decompresses inference
+    requests only (any other body, compressed, is refused as JSON it cannot parse)."""
 
 
 @attrs.define
@@ -829,7 +832,9 @@ class HttpCodec:
             def read(status: int, header_length: int | None, data: Body) -> dict[str, JSONValue]:
                 return result_fields(infer(status, header_length, data), batched=spec.batched)
 
-            return HttpCall(call.method, call.path, call.body, call.headers, read)
+            return HttpCall(
+                call.method, call.path, call.body, call.headers, read, call.compressible
+            )
         body = generate_body(op.fields, op.parameters, spec=spec)
         path = model_path(self.base, spec.name, op.version, "/generate")
 
@@ -854,4 +859,4 @@ class HttpCodec:
             path = model_path(self.base, request.model, request.version, "/infer")
             if len(self._infer_paths) < _MAX_HEADERS:
                 self._infer_paths[key] = path
-        return HttpCall("POST", path, parts, headers, _infer_reader(request))
+        return HttpCall("POST", path, parts, headers, _infer_reader(request), compressible=True)

@@ -66,3 +66,27 @@ def test_without_compression_the_bytes_are_the_tensors(through_relay: Any) -> No
 def test_an_unknown_compression_is_refused(make_client: Any) -> None:
     with pytest.raises(ts.InvalidInputError, match="compression"):
         make_client(compression="brotli")
+
+
+@pytest.mark.parametrize("compression", ["gzip", "deflate"])
+def test_every_call_works_on_a_compressing_client(
+    server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread, compression: str
+) -> None:
+    """Triton reads only inference requests compressed: the other bodies (settings,
+    generate, shared memory registration) travel as they are."""
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    client = open_client(url, mode, loop_thread, compression=compression)
+    try:
+        assert any(entry.name == "double" for entry in client.models())
+        level = client.log_settings().verbose_level
+        assert client.update_log_settings(verbose_level=level).verbose_level == level
+        assert client.model("generator").generate(text_input="hi", max_tokens=1) == {
+            "text_output": "hi ",
+            "index": 0,
+        }
+        model = client.model("double")
+        x = np.ones((1, 2, 2), dtype=np.float32)
+        result = model.infer(X=x, shared_memory="system")  # registers a region first
+        assert np.array_equal(result["Y"], 2 * x)
+    finally:
+        close_client(client, loop_thread)

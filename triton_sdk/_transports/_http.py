@@ -75,11 +75,14 @@ _AIOHTTP_FAILURES: Final = (
 )
 
 
-def _compressed(body: Any, compression: str, headers: dict[str, str]) -> tuple[Any, int]:
-    """The body compressed (headers say so), and the answer asked for compressed."""
+def _compressed(
+    call: HttpCall[Any], body: Any, size: int, compression: str, headers: dict[str, str]
+) -> tuple[Any, int]:
+    """The answer asked for compressed, and the body compressed (headers say so) when
+    the server reads it so (see HttpCall.compressible)."""
     headers["Accept-Encoding"] = compression
-    if body is None:
-        return None, 0
+    if body is None or not call.compressible:
+        return body, size
     data = compress(body if isinstance(body, bytes) else b"".join(body), compression)
     headers["Content-Encoding"] = compression
     return data, len(data)
@@ -137,7 +140,7 @@ class HttpTransport:
         body, size = body_of(call.body)
         headers = {**ctx.headers, **call.headers}
         if self._compression is not None:
-            body, size = _compressed(body, self._compression, headers)
+            body, size = _compressed(call, body, size, self._compression, headers)
         if body is not None:
             headers["Content-Length"] = str(size)
         try:
@@ -355,7 +358,7 @@ class AsyncHttpTransport:
             body = b"".join(body)
         headers = {**ctx.headers, **call.headers}
         if self._compression is not None and isinstance(call, HttpCall):
-            body, _ = _compressed(body, self._compression, headers)
+            body, _ = _compressed(call, body, 0, self._compression, headers)
         if body is not None and len(body) >= _LARGE_BODY:
             # aiohttp sends a large body in pieces from a file-like object, and warns
             # (an error in strict test runs) when it is given raw bytes.
