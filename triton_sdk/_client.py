@@ -701,9 +701,10 @@ class Client:
         try:
             text = self._run(op, self._options(timeout, headers))
         except UnsupportedError as error:  # (the error names the client's URL, not this one)
+            answer = "an empty page" if error.status == 200 else error.status
             raise UnsupportedError(
-                f"no metrics at {redact_url(op.url)} ({error.status}); Triton serves them "
-                "on its metrics port (8002 by default)",
+                f"no metrics at {redact_url(op.url)} ({answer}); Triton serves them "
+                "on its metrics port (8002 by default), path /metrics",
                 status=error.status,
             ) from error
         return ServerMetrics.from_text(text)

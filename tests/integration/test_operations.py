@@ -257,6 +257,24 @@ def test_metrics_from_a_wrong_url(server: LocalServer, make_client: Any) -> None
     assert caught.value.status == 404
 
 
+def test_a_metrics_url_without_a_path_reads_slash_metrics(
+    server: LocalServer, make_client: Any
+) -> None:
+    base = server.metrics_url.removesuffix("/metrics")
+    for url in (base, f"{base}/"):
+        metrics = make_client(metrics_url=url).metrics()
+        assert "scale" in {entry.model for entry in metrics.models}
+
+
+def test_a_metrics_path_that_answers_an_empty_page_is_no_metrics(
+    server: LocalServer, make_client: Any
+) -> None:
+    """Triton's metrics port answers any other path with an empty 200."""
+    wrong = server.metrics_url.removesuffix("/metrics") + "/metrcs"
+    with pytest.raises(ts.UnsupportedError, match=f"no metrics at {wrong} \\(an empty page\\)"):
+        make_client(metrics_url=wrong).metrics()
+
+
 # Trace settings (the session server runs without a trace file)
 
 

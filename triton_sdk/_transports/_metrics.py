@@ -12,7 +12,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from .._call import CallContext
 from .._config import TLSConfig, check_metrics_url, redact_url
-from .._errors import TritonError
+from .._errors import TritonError, UnsupportedError
 from .._http_codec import error_from_response
 from ._errors import http_error
 from ._http_pool import ssl_context
@@ -21,7 +21,11 @@ __all__ = ["fetch_metrics", "fetch_metrics_async"]
 
 
 def _checked_url(url: str) -> tuple[SplitResult, int | None]:
+    """The URL's parts, the path ``/metrics`` when it gives none (as Triton's port
+    answers any other path with an empty page)."""
     parts = urlsplit(check_metrics_url(url))
+    if parts.path in ("", "/"):
+        parts = parts._replace(path="/metrics")
     return parts, parts.port
 
 
@@ -31,9 +35,12 @@ def _failure(exc: BaseException, url: str, timeout: float | None) -> TritonError
     return type(error)(f"cannot read metrics from {shown}: {error}", retryable=error.retryable)
 
 
-def _text(status: int, body: bytes) -> str:
+def _text(status: int, body: bytes, url: str) -> str:
     if status != 200:
         raise error_from_response(status, body)
+    if not body.strip():
+        # Triton's metrics port answers any path but /metrics so: metrics of nothing.
+        raise UnsupportedError(f"no metrics at {redact_url(url)} (an empty page)", status=status)
     return body.decode("utf-8")
 
 
@@ -48,14 +55,14 @@ def fetch_metrics(url: str, ctx: CallContext, tls: TLSConfig | None) -> str:
     else:
         connection = http.client.HTTPConnection(host, port, timeout=ctx.timeout)
     try:
-        connection.request("GET", parts.path or "/metrics", headers=dict(ctx.headers))
+        connection.request("GET", parts.path, headers=dict(ctx.headers))
         response = connection.getresponse()
         body = response.read()
     except (OSError, http.client.HTTPException) as exc:
         raise _failure(exc, url, ctx.timeout) from exc
     finally:
         connection.close()
-    return _text(response.status, body)
+    return _text(response.status, body, url)
 
 
 async def fetch_metrics_async(url: str, ctx: CallContext, tls: TLSConfig | None) -> str:
@@ -64,15 +71,15 @@ async def fetch_metrics_async(url: str, ctx: CallContext, tls: TLSConfig | None)
 
     import aiohttp
 
-    _checked_url(url)
+    target = _checked_url(url)[0].geturl()
     context: ssl.SSLContext | bool = ssl_context(tls) if url.startswith("https:") else True
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ctx.timeout)) as session,
-            session.get(url, headers=dict(ctx.headers), ssl=context) as response,
+            session.get(target, headers=dict(ctx.headers), ssl=context) as response,
         ):
             body = await response.read()
             status = response.status
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         raise _failure(exc, url, ctx.timeout) from exc
-    return _text(status, body)
+    return _text(status, body, url)
