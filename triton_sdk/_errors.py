@@ -160,7 +160,9 @@ _TLS_HINTS = (
     "verification check failed",
     "unauthenticated",
 )
-_REFUSED_HINTS = ("restricted", "not allowed")
+# 503s that are refusals, not a busy server: an endpoint turned off, a bad log setting
+# ("invalid argument for --log_format").
+_REFUSED_HINTS = ("restricted", "not allowed", "invalid argument")
 _RETRYABLE_HTTP = frozenset({502, 503, 504})
 
 

@@ -322,19 +322,41 @@ def trace_updates(
     updates: dict[str, list[str]] = {}
     if level is not None:
         levels = [level] if isinstance(level, str) else list(level)
-        if not all(isinstance(item, str) for item in levels):
+        # (the server ignores a level it does not know, and lower case, silently)
+        if not levels or not all(isinstance(item, str) for item in levels):
             raise InvalidInputError(f"trace levels are str such as 'TIMESTAMPS', got {level!r}")
-        updates["trace_level"] = levels
-    for key, value in (
-        ("trace_rate", rate),
-        ("trace_count", count),
-        ("log_frequency", log_frequency),
+        unknown = [item for item in levels if item.upper() not in _TRACE_LEVELS]
+        if unknown:
+            raise InvalidInputError(
+                f"unknown trace level {', '.join(map(repr, unknown))}: the levels are "
+                f"{', '.join(map(repr, _TRACE_LEVELS))}"
+            )
+        updates["trace_level"] = [item.upper() for item in levels]
+    # The server reads these as unsigned (rate -5 became 4294967291) or int32 numbers.
+    for key, name, value, low, high in (
+        ("trace_rate", "rate", rate, 0, 2**32 - 1),
+        ("trace_count", "count", count, -1, 2**31 - 1),
+        ("log_frequency", "log_frequency", log_frequency, 0, 2**32 - 1),
     ):
         if value is not None:
-            updates[key] = [str(value)]
+            updates[key] = [str(_setting_int(name, value, low, high))]
     if not updates:
         raise InvalidInputError("give at least one trace setting to update")
     return updates
+
+
+_TRACE_LEVELS: Final = ("OFF", "TIMESTAMPS", "TENSORS")
+
+
+def _setting_int(name: str, value: object, low: int, high: int) -> int:
+    # bool is an int to Python: a rate given as True is refused.
+    if type(value) is not int:
+        raise InvalidInputError(
+            f"{name} must be of type int, got the {type(value).__name__} {value!r}"
+        )
+    if not low <= value <= high:
+        raise InvalidInputError(f"{name} must be in [{low}, {high}], got {value}")
+    return value
 
 
 @attrs.frozen(kw_only=True)
@@ -397,6 +419,6 @@ def log_updates(
             raise InvalidInputError(
                 f"{name} must be of type {kind.__name__}, got the {type(value).__name__} {value!r}"
             )
-    if verbose_level is not None and not 0 <= verbose_level < 2**32:
-        raise InvalidInputError(f"verbose_level must be in [0, 2**32), got {verbose_level}")
+    if verbose_level is not None:  # (the server makes one past int32 0, silently)
+        _setting_int("verbose_level", verbose_level, 0, 2**31 - 1)
     return updates

@@ -86,6 +86,8 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
             ts.InferenceError,
             False,
         ),
+        # a bad log setting: HTTP says 503, but waiting does not mend it
+        (503, "invalid argument for --log_format, got: bogus", ts.InferenceError, False),
         # timeouts
         ("DEADLINE_EXCEEDED", "Deadline Exceeded", ts.TritonTimeoutError, False),
         # request and model failures

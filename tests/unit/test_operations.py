@@ -408,6 +408,37 @@ def test_trace_updates_take_one_level_as_a_string() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        # The server read these as unsigned: -5 became a rate of 4294967291.
+        ("rate", -5, "rate must be in [0, 4294967295], got -5"),
+        ("rate", 2**32, "rate must be in [0, 4294967295], got 4294967296"),
+        ("rate", 1.5, "rate must be of type int, got the float 1.5"),
+        ("rate", True, "rate must be of type int, got the bool True"),
+        ("count", -2, "count must be in [-1, 2147483647], got -2"),
+        ("log_frequency", -1, "log_frequency must be in [0, 4294967295], got -1"),
+        # The server ignored a level it did not know.
+        ("level", "BOGUS", "unknown trace level 'BOGUS': the levels are 'OFF', 'TIMESTAMPS'"),
+        ("level", [], "trace levels are str such as 'TIMESTAMPS', got []"),
+    ],
+)
+def test_a_trace_setting_the_server_would_misread_is_refused(
+    setting: str, value: object, message: str
+) -> None:
+    given: dict[str, Any] = dict.fromkeys(("level", "rate", "count", "log_frequency"))
+    given[setting] = value
+    with pytest.raises(ts.InvalidInputError, match=re.escape(message)):
+        trace_updates(**given)
+
+
+def test_trace_levels_are_sent_in_upper_case() -> None:
+    # The server ignores "timestamps" silently.
+    assert trace_updates(
+        level=["timestamps", "Tensors"], rate=None, count=None, log_frequency=None
+    ) == {"trace_level": ["TIMESTAMPS", "TENSORS"]}
+
+
 def test_trace_updates_keep_zero_values() -> None:
     # 0 is a setting (e.g. log_frequency 0: one file), not "not given".
     assert trace_updates(level=None, rate=None, count=None, log_frequency=0) == {
@@ -478,6 +509,9 @@ def test_empty_log_update_is_refused() -> None:
     [
         ("verbose_level", "x", "verbose_level must be of type int, got the str 'x'"),
         ("verbose_level", True, "verbose_level must be of type int, got the bool True"),
+        # The server made a level past int32 0.
+        ("verbose_level", 2**31, "verbose_level must be in [0, 2147483647], got 2147483648"),
+        ("verbose_level", -1, "verbose_level must be in [0, 2147483647], got -1"),
         ("info", 1, "info must be of type bool, got the int 1"),
         ("file", 0, "file must be of type str"),
     ],
