@@ -11,6 +11,7 @@ method. Calls with bodies, streams or protocol differences have an encoder in ea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeAlias, TypeVar
 
@@ -150,6 +151,25 @@ def _files(instance: object, attribute: attrs.Attribute[Any], files: object) -> 
         isinstance(path, str) and isinstance(content, bytes) for path, content in files.items()
     ):
         raise InvalidInputError('files maps "file:<path>" (str) to its content (bytes)')
+    bare = [path for path in files if not path.startswith("file:")]
+    if bare:
+        raise InvalidInputError(
+            f'files maps "file:<path>" to content: {", ".join(map(repr, bare))} lacks the '
+            f'"file:" prefix (e.g. "file:1/model.py")'
+        )
+    if files and getattr(instance, "config", None) is None:
+        # (the server looks for the model in its repository, and says only that it failed)
+        raise InvalidInputError("files= needs a config= too: the server loads files with one")
+
+
+def _config_text(instance: object, attribute: attrs.Attribute[Any], config: object) -> None:
+    if config is None:
+        return
+    try:
+        json.loads(config)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        # (the server says only "failed to poll from model repository")
+        raise InvalidInputError(f"config is not JSON text: {exc}") from None
 
 
 def _flag(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -237,7 +257,7 @@ class LoadModel(_ModelOp, Op[None]):
     ``files`` maps ``"file:<path>"`` to content. Never retried: it really reloads."""
 
     name: str = _name_field()
-    config: str | None = None
+    config: str | None = attrs.field(default=None, validator=_config_text)
     files: Mapping[str, bytes] | None = attrs.field(default=None, validator=_files)
     call = "load_model"
 
@@ -263,6 +283,11 @@ class GetModelStatistics(_ModelOp, Op[list[JSON]]):
     name: str | None = attrs.field(default=None, validator=_optional_model_name)
     version: str | None = _version_field()
     call = "model_statistics"
+
+    def __attrs_post_init__(self) -> None:
+        if self.name is None and self.version:
+            # (the server answers with every model's, the version ignored)
+            raise InvalidInputError("a version of the statistics needs the model's name too")
 
 
 @attrs.frozen

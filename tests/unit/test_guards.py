@@ -156,6 +156,11 @@ def test_tls_files_may_be_paths() -> None:
         lambda c, m: c.load_model("double", config={"a": object()}),
         lambda c, m: c.load_model("double", config=[1]),
         lambda c, m: c.load_model("double", files={"file:a": "text, not bytes"}),
+        # The server's answers to these said only that the load failed:
+        lambda c, m: c.load_model("double", config="{not json"),
+        lambda c, m: c.load_model("double", config="{}", files={"1/model.py": b"x"}),
+        lambda c, m: c.load_model("double", files={"file:1/model.py": b"x"}),
+        lambda c, m: c.model_statistics(None, "1"),  # (the server ignored the version)
         lambda c, m: c.unload_model("double", unload_dependents="yes"),
         lambda c, m: c.update_trace_settings(level=[1]),
         lambda c, m: m.generate([1, 2]),
@@ -165,6 +170,10 @@ def test_tls_files_may_be_paths() -> None:
         "config-object",
         "config-list",
         "files-str",
+        "config-not-json",
+        "files-without-prefix",
+        "files-without-config",
+        "statistics-version-without-name",
         "dependents-str",
         "level-int",
         "fields",
