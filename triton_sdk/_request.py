@@ -111,7 +111,7 @@ def check_outputs(
             model=spec.name,
         )
     unknown = [output.name for output in requested if output.name not in spec.outputs]
-    if unknown:
+    if unknown and (spec.outputs or spec.has_config):  # (else the server declared none)
         raise InvalidInputError(
             f"model {spec.name!r} has no output named {', '.join(map(repr, unknown))}; "
             f"its outputs are {', '.join(map(repr, spec.outputs))}",

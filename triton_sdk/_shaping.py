@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._checks import numpy_number
-from ._dtypes import BF16, DATATYPES, remember_encoding, serialize_bytes
+from ._dtypes import BF16, DATATYPES, datatype_of, remember_encoding, serialize_bytes
 from ._errors import InvalidInputError
 from ._spec import ModelSpec, TensorSpec
 
@@ -74,6 +74,8 @@ def prepare_inputs(
             f"inputs are given by name (a mapping or keywords), got {type(values).__name__}",
             model=spec.name,
         )
+    if not specs and not spec.has_config and values:
+        specs, values = _undeclared(spec, values, sample)
     if not values.keys() <= specs.keys():
         _refuse_unknown(spec, sorted(set(values) - set(specs), key=repr), keywords)
     batched = spec.max_batch_size > 0
@@ -133,6 +135,30 @@ def prepare_inputs(
     if batch_size == 0:
         raise InvalidInputError(f"an empty batch cannot be sent to {spec.name!r}", model=spec.name)
     return PreparedInputs(tensors, batch_size)
+
+
+def _undeclared(
+    spec: ModelSpec, values: Mapping[str, object], sample: bool
+) -> tuple[dict[str, TensorSpec], dict[str, object]]:
+    """Specs read off the values given, for a model whose server declares no tensors
+    (MLServer's runtimes without inputs in model-settings.json, a KServe model without
+    input types): each value's own datatype, any shape. The server checks them."""
+    batch_axis = 1 if spec.max_batch_size > 0 and not sample else 0
+    specs: dict[str, TensorSpec] = {}
+    arrays: dict[str, object] = {}
+    for name, value in values.items():
+        any_type = TensorSpec(name, datatype="BYTES", shape=())  # (names it in errors)
+        array = (
+            value if isinstance(value, np.ndarray) else _foreign_array(value, any_type, spec.name)
+        )
+        try:
+            datatype = datatype_of(array)
+        except ValueError as exc:
+            raise InvalidInputError(f"input {name!r}: {exc}", model=spec.name) from None
+        rank = max(array.ndim - batch_axis, 0)
+        specs[name] = TensorSpec(name, datatype=datatype, shape=(-1,) * rank)
+        arrays[name] = array
+    return specs, arrays
 
 
 def split_batch(tensors: Sequence[Tensor], max_batch_size: int) -> list[list[Tensor]]:

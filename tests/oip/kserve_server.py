@@ -102,11 +102,22 @@ class Vector(Tensors):
         return self.answer(payload, [_output("Y", 2 * x, "FP32")])
 
 
+class Bare(Tensors):
+    """Vector's model, declaring no tensors (as a model without input types does)."""
+
+    def __init__(self) -> None:
+        super().__init__("bare", [], [])
+
+    async def predict(self, payload: InferRequest, *args: Any, **kwargs: Any) -> InferResponse:
+        x = payload.inputs[0].as_numpy().astype(np.float32)
+        return self.answer(payload, [_output("Y", 2 * x, "FP32")])
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--http_port", type=int, required=True)
     parser.add_argument("--grpc_port", type=int, required=True)
     ports = parser.parse_args()
     ModelServer(http_port=ports.http_port, grpc_port=ports.grpc_port).start(
-        [AddSub(), Upper(), Vector()]
+        [AddSub(), Upper(), Vector(), Bare()]
     )

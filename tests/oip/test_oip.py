@@ -2,8 +2,9 @@
 and KServe servers, gRPC and HTTP, blocking and asyncio (see conftest.py).
 
 The models (mlserver_models/oip_models.py, kserve_server.py): add_sub (FP32 rows of 4,
-two inputs, two outputs), upper (BYTES), vector (a fixed [3]: no batch axis); on MLServer
-also repeat, which streams one response per element of its input.
+two inputs, two outputs), upper (BYTES), vector (a fixed [3]: no batch axis), bare
+(vector, its metadata declaring no tensors); on MLServer also repeat, which streams one
+response per element of its input.
 """
 
 from __future__ import annotations
@@ -193,3 +194,17 @@ def test_sequences_need_a_sequence_batcher(client: Any) -> None:
     # Without a config nothing says the model keeps state: refused before anything is sent.
     with pytest.raises(ts.InvalidInputError, match="not stateful"):
         client.model("add_sub").sequence()
+
+
+def test_a_model_that_declares_no_tensors_takes_the_inputs_as_given(client: Any) -> None:
+    """MLServer's runtimes (sklearn, xgboost...) declare no tensors unless their settings
+    list them: the values given are sent with their own datatypes, for the server to check."""
+    model = client.model("bare")
+    assert model.spec.inputs == {}
+    assert model.spec.outputs == {}
+    assert not model.spec.batched
+    result = model.infer(X=np.array([1.0, 2.0, 3.0], dtype=np.float32))
+    assert result["Y"].tolist() == [2.0, 4.0, 6.0]
+    assert model.infer(X=[1.0, 2.0, 3.0], outputs=["Y"])["Y"].tolist() == [2.0, 4.0, 6.0]
+    with pytest.raises(ts.InvalidInputError, match="input 'X'"):
+        model.infer(X=np.array([1 + 2j]))  # no datatype carries it: nothing is sent
