@@ -419,7 +419,8 @@ class HttpCall(Generic[T]):
     read: Reader[T]
     compressible: bool = False
     """Whether the server reads this body compressed: Triton decompresses inference
-    requests only (any other body, compressed, is refused as JSON it cannot parse)."""
+    requests only (any other body, compressed, is refused as JSON it cannot parse), and
+    other servers may read none."""
 
 
 @attrs.define
@@ -791,11 +792,20 @@ class HttpCodec:
         return HttpCall("POST", path, body, _JSON_HEADERS, _status_reader(op.name))
 
     def _statistics(self, op: GetModelStatistics) -> HttpCall[Any]:
-        if op.name is None:
-            path = f"{self.base}/v2/models/stats"
-        else:
+        reader = _field_reader("model_stats", op.name)
+        if op.name is not None:
             path = model_path(self.base, op.name, op.version, "/stats")
-        return HttpCall("GET", path, None, _NO_HEADERS, _field_reader("model_stats", op.name))
+            return HttpCall("GET", path, None, _NO_HEADERS, reader)
+
+        def every_model(status: int, header_length: int | None, body: Body) -> Any:
+            # A server without the statistics extension reads /v2/models/stats as the
+            # metadata of a model named "stats", which it does not have.
+            if status == 404:
+                error = error_from_response(status, body)
+                raise UnsupportedError(error.message, status=404) from error
+            return reader(status, header_length, body)
+
+        return HttpCall("GET", f"{self.base}/v2/models/stats", None, _NO_HEADERS, every_model)
 
     def _trace(self, model: str | None, updates: Mapping[str, list[str]] | None) -> HttpCall[Any]:
         if model is None:
@@ -859,4 +869,7 @@ class HttpCodec:
             path = model_path(self.base, request.model, request.version, "/infer")
             if len(self._infer_paths) < _MAX_HEADERS:
                 self._infer_paths[key] = path
-        return HttpCall("POST", path, parts, headers, _infer_reader(request), compressible=True)
+        # Compressed where it is Triton that reads it (binary tensors): of the others,
+        # KServe reads no compressed body, MLServer no deflate.
+        compressible = self.binary is True and not json_body
+        return HttpCall("POST", path, parts, headers, _infer_reader(request), compressible)

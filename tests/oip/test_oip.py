@@ -96,6 +96,9 @@ def test_what_the_server_lacks_is_unsupported(client: Any, server: OIPServer) ->
     with pytest.raises(ts.UnsupportedError, match="does not support model_statistics") as caught:
         client.model_statistics("add_sub")
     assert client.url in str(caught.value)  # the server is named
+    # Every model's: over HTTP its path reads as the metadata of a model named "stats".
+    with pytest.raises(ts.UnsupportedError, match="does not support model_statistics"):
+        client.model_statistics()
     with pytest.raises(ts.UnsupportedError, match="does not support trace_settings"):
         client.trace_settings()
     with pytest.raises(ts.UnsupportedError, match="does not support log_settings"):
@@ -208,3 +211,13 @@ def test_a_model_that_declares_no_tensors_takes_the_inputs_as_given(client: Any)
     assert model.infer(X=[1.0, 2.0, 3.0], outputs=["Y"])["Y"].tolist() == [2.0, 4.0, 6.0]
     with pytest.raises(ts.InvalidInputError, match="input 'X'"):
         model.infer(X=np.array([1 + 2j]))  # no datatype carries it: nothing is sent
+
+
+@pytest.mark.parametrize("compression", ["gzip", "deflate"])
+def test_a_compressing_client_works_on_these_servers(make_client: Any, compression: str) -> None:
+    """Over HTTP their requests go uncompressed (KServe reads none compressed, MLServer no
+    deflate); the answers are still asked for compressed."""
+    model = make_client(compression=compression).model("add_sub")
+    result = model.infer_sample(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 1])
+    assert result["OUTPUT0"].tolist() == [1, 2, 3, 5]
+    assert model.generate(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 1])["OUTPUT0"] == [1, 2, 3, 5]
