@@ -494,7 +494,7 @@ def test_a_call_to_a_url_of_its_own_says_nothing_of_the_endpoints() -> None:
     with pytest.raises(ts.TritonConnectionError):
         transport.call(op, CallContext("metrics", None, {}, None))
     assert [state.healthy for state in transport.endpoints()] == [True, True]
-    assert sum(transport.calls for transport in made) == 1
+    assert sum(transport.calls for transport in made) == 0  # sent by the client itself
     transport.close()
 
 
