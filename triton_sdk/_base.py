@@ -28,7 +28,7 @@ from ._config import (
     parse_url,
     resolve_addresses,
 )
-from ._errors import InvalidInputError, TritonError
+from ._errors import InvalidInputError, TritonError, UnsupportedError
 from ._llm import Adapter, LLMAdapter, LLMCall, SamplingValue, adapter_for
 from ._logging import LogCalls, wanted
 from ._request import (
@@ -483,6 +483,14 @@ class ModelCore:
     def _classification_output(self, output: str | None, top_k: int) -> tuple[str, int]:
         """The output to classify and the number of classes, checked."""
         top_k = check_int(top_k, "top_k", 1, 2**31 - 1)
+        if not self.spec.has_config:
+            # (MLServer and KServe ignore the request's class count, or fail on it)
+            raise UnsupportedError(
+                f"classify needs Triton's classification extension, which the server of "
+                f"{self.name!r} (a server without model configs) lacks: call infer() and "
+                "take the top classes of its output with numpy",
+                model=self.name,
+            )
         if output is not None:
             name = check_text(output, "output")
         elif len(self.spec.outputs) == 1:

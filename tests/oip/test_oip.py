@@ -103,9 +103,13 @@ def test_what_the_server_lacks_is_unsupported(client: Any, server: OIPServer) ->
         client.trace_settings()
     with pytest.raises(ts.UnsupportedError, match="does not support log_settings"):
         client.log_settings()
+    with pytest.raises(ts.UnsupportedError, match="classification extension"):
+        client.model("vector").classify(X=[0.1, 0.9, 0.3])  # (refused before sending)
     if server.name == "kserve":
         with pytest.raises(ts.UnsupportedError, match="does not support models"):
             client.models()
+        with pytest.raises(ts.ModelNotFoundError):  # (over gRPC KServe names no model)
+            client.unload_model("nope")
     else:  # MLServer has the repository index
         assert "add_sub" in {status.name for status in client.models()}
 

@@ -14,6 +14,7 @@ from tritonclient.grpc import service_pb2 as pb
 import triton_sdk as ts
 from triton_sdk import ops
 from triton_sdk._grpc_codec import GrpcStream, encode_stream
+from triton_sdk._errors import classify_status
 from triton_sdk._http_codec import HttpCodec, encode_infer_json, error_from_response, is_triton
 from triton_sdk._shaping import Tensor
 from triton_sdk._spec import NO_KNOWN_LIMIT
@@ -98,6 +99,13 @@ def test_a_path_the_server_has_no_route_for_is_unsupported(body: bytes) -> None:
     assert error.status == 404
     assert "not found" in str(error).lower()
     assert "<" not in str(error)
+
+
+@pytest.mark.parametrize("status", ["NOT_FOUND", 404])
+def test_kserve_naming_no_model_is_still_a_missing_model(status: ts.Status) -> None:
+    # KServe's gRPC unload of an unknown model leaves its name out of the message.
+    error = classify_status(status, "Model with name  does not exist.")
+    assert type(error) is ts.ModelNotFoundError
 
 
 @pytest.mark.parametrize(
