@@ -13,8 +13,8 @@ from tritonclient.grpc import service_pb2 as pb
 
 import triton_sdk as ts
 from triton_sdk import ops
-from triton_sdk._grpc_codec import GrpcStream, encode_stream
 from triton_sdk._errors import classify_status
+from triton_sdk._grpc_codec import GrpcStream, encode_stream
 from triton_sdk._http_codec import HttpCodec, encode_infer_json, error_from_response, is_triton
 from triton_sdk._shaping import Tensor
 from triton_sdk._spec import NO_KNOWN_LIMIT
