@@ -1745,6 +1745,8 @@ class _MapRunner:
         self.headers = headers
         self.shared_memory = shared_memory
         model._client._options(timeout, headers, retry)  # refuses bad options at once
+        # (else each batch would refuse it: one error per sample in collect mode)
+        model._client._shared_memory_mode(shared_memory)
 
     def _run_batch(self, samples: list[PreparedSample]) -> list[Outcome]:
         if samples[0].error is not None:
@@ -1757,11 +1759,12 @@ class _MapRunner:
         try:
             request = plan.request(samples)
             result = client._infer([request], self.model._placement, options, self.shared_memory)
+            # (inside: an answer that cannot be split into rows fails this batch only)
+            return plan.outcomes(samples, result)
         except TritonError as error:
             if plan.isolate(samples, error):
                 return [outcome for sample in samples for outcome in self._run_batch([sample])]
             return [error] * len(samples)
-        return plan.outcomes(samples, result)
 
     def run(self, samples: Samples[Mapping[str, InputValue]], progress: bool) -> Iterator[Outcome]:
         plan = self.plan
@@ -1798,6 +1801,11 @@ class _MapRunner:
                         while len(window) >= plan.concurrency:
                             for outcome in finish_oldest():
                                 yield plan.emit(outcome)
+                    # Finished batches come out at once (in order), not only when the
+                    # window is full: a slow source must not hold back their results.
+                    while window.oldest_done():
+                        for outcome in finish_oldest():
+                            yield plan.emit(outcome)
                 if refused is None:
                     for batch in plan.builder.flush():
                         window.submit(self._run_batch, batch)

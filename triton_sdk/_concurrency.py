@@ -242,6 +242,10 @@ class Window:
         """Wait for the oldest batch and return its answer."""
         return self._pending.popleft().result()
 
+    def oldest_done(self) -> bool:
+        """Whether the oldest batch has its answer (``oldest`` would not wait)."""
+        return bool(self._pending) and self._pending[0].done()
+
     def __enter__(self) -> Window:
         return self
 
@@ -267,6 +271,10 @@ class AsyncWindow:
 
     async def oldest(self) -> Any:
         return await self._pending.popleft()
+
+    def oldest_done(self) -> bool:
+        """Whether the oldest batch has its answer (``oldest`` would not wait)."""
+        return bool(self._pending) and self._pending[0].done()
 
     async def __aenter__(self) -> AsyncWindow:
         return self

@@ -3,6 +3,7 @@ errors, progress, and models without a batch axis."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import re
@@ -199,6 +200,41 @@ def test_endless_generator_is_read_lazily(
     # Only a bounded window is read ahead of what was consumed.
     read_ahead = samples.pulled - taken
     assert 0 <= read_ahead <= (concurrency + 1) * batch_size + 2, samples.pulled
+
+
+class Slow(Counted):
+    """Counted, each sample 0.3 s after the one before (a slow source); iterated
+    asynchronously, it waits without blocking the event loop."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for sample in super().__iter__():
+            time.sleep(0.3)
+            yield sample
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        for sample in super().__iter__():
+            await asyncio.sleep(0.3)
+            yield sample
+
+
+def test_a_finished_batch_comes_out_before_the_window_fills(
+    client: Any, loop_thread: LoopThread
+) -> None:
+    """Results are not held back until `concurrency` batches are in flight: with a slow
+    source, the first batch's results come long before the eighth sample is read."""
+    samples = Slow()
+    model = client.model("scale")
+    source = aiter(samples) if isinstance(model, Blocking) else iter(samples)
+    (first,) = take(model, loop_thread, source, 1, batch_size=2, concurrency=4)
+    check_scaled(first, 0)
+    assert samples.pulled < 8, samples.pulled
+
+
+def test_a_bad_shared_memory_mode_ends_map_at_once(client: Any, loop_thread: LoopThread) -> None:
+    """Not one InvalidInputError per sample, for ever, in collect mode."""
+    model = client.model("scale")
+    with pytest.raises(ts.InvalidInputError, match="shared_memory"):
+        take(model, loop_thread, iter(Counted()), 3, errors="collect", shared_memory="bogus")
 
 
 # Errors

@@ -589,3 +589,23 @@ def test_any_arguments_give_a_result_or_a_triton_error_async(
     case: tuple[str, dict[str, Any], dict[str, Any], Any],
 ) -> None:
     async_case(*case)
+
+
+async def test_map_collects_an_answer_that_cannot_be_split_into_rows(mode: str) -> None:
+    """errors="collect" carries on past a batch whose answer has the wrong number of rows
+    (it raised, ending the map): its samples are sent again one by one."""
+
+    def one_row(op: Any, ctx: ts.CallContext) -> object:
+        if isinstance(op, ops.InferRequest):
+            return {"Y": np.zeros((1, 1), np.float32)}  # whatever the batch
+        raise NotImplementedError(op)
+
+    mock = MockTransport(one_row, models=MODELS)
+    client = client_kind(mode)("grpc://test", transport=mock)
+    try:
+        probe = await resolve(client.model("probe"))
+        outcomes = await resolve(probe.map([SAMPLE] * 4, batch_size=4, errors="collect"))
+    finally:
+        await close(client)
+    assert [type(outcome) for outcome in outcomes] == [ts.InferResult] * 4
+    assert [call.op.inputs[0].array.shape[0] for call in mock.calls[-5:]] == [4, 1, 1, 1, 1]
