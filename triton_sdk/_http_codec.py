@@ -216,9 +216,12 @@ def is_triton(server_metadata: Any) -> bool:
     return isinstance(server_metadata, dict) and server_metadata.get("name") == "triton"
 
 
-def encode_infer_json(request: InferRequest) -> bytes:
+def encode_infer_json(request: InferRequest, binary_possible: bool = True) -> bytes:
     """An infer request with its tensors as JSON ``data`` lists, as every Open Inference
-    Protocol server reads them (no binary extension)."""
+    Protocol server reads them (no binary extension). ``binary_possible``: whether this
+    request could travel with binary tensors instead (not a stream, nor generate on a
+    server without configs), which a refusal then suggests."""
+    remedy = "use a gRPC client or http_binary=True" if binary_possible else "use a gRPC client"
     if request.shared_memory is not None:
         raise InvalidInputError("shared memory needs Triton's binary HTTP (http_binary=True)")
     body: dict[str, Any] = {
@@ -227,7 +230,7 @@ def encode_infer_json(request: InferRequest) -> bytes:
                 "name": tensor.name,
                 "shape": list(tensor.array.shape),
                 "datatype": tensor.datatype,
-                "data": _json_data(tensor.name, tensor.datatype, tensor.array),
+                "data": _json_data(tensor.name, tensor.datatype, tensor.array, remedy),
             }
             for tensor in request.inputs
         ]
@@ -247,12 +250,10 @@ def encode_infer_json(request: InferRequest) -> bytes:
     try:
         return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
     except ValueError as exc:
-        raise InvalidInputError(
-            "NaN and infinite values cannot travel as JSON: use a gRPC client or http_binary=True"
-        ) from exc
+        raise InvalidInputError(f"NaN and infinite values cannot travel as JSON: {remedy}") from exc
 
 
-def _json_data(name: str, datatype: str, array: Any) -> list[Any]:
+def _json_data(name: str, datatype: str, array: Any, remedy: str) -> list[Any]:
     flat = array.reshape(-1)
     if datatype != "BYTES":
         return flat.astype(float).tolist() if datatype == "BF16" else flat.tolist()  # type: ignore[no-any-return]
@@ -260,8 +261,7 @@ def _json_data(name: str, datatype: str, array: Any) -> list[Any]:
         return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in flat]
     except UnicodeDecodeError as exc:
         raise InvalidInputError(
-            f"input {name!r}: bytes that are not UTF-8 cannot travel as JSON; use a gRPC "
-            "client or http_binary=True"
+            f"input {name!r}: bytes that are not UTF-8 cannot travel as JSON; {remedy}"
         ) from exc
 
 
@@ -712,7 +712,7 @@ class HttpCodec:
         return HttpStream(
             "POST",
             model_path(self.base, spec.name, request.version, "/infer_stream"),
-            [encode_infer_json(request)],
+            [encode_infer_json(request, binary_possible=False)],
             _STREAM_HEADERS,
             _status_reader(spec.name, request_id),
             decoder,
@@ -855,7 +855,7 @@ class HttpCodec:
 
     def _infer(self, request: InferRequest, json_body: bool = False) -> HttpCall[InferResult]:
         if json_body or self.binary is False:
-            parts: list[bytes | memoryview] = [encode_infer_json(request)]
+            parts: list[bytes | memoryview] = [encode_infer_json(request, not json_body)]
             headers = _JSON_HEADERS
         else:
             parts, json_length = encode_infer(request)

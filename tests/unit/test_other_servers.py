@@ -181,6 +181,18 @@ def test_bytes_that_are_not_utf8_cannot_travel_as_json() -> None:
         encode_infer_json(request(Tensor("T", "BYTES", np.array([b"\xff"], dtype=object))))
 
 
+def test_a_stream_s_json_refusal_does_not_suggest_binary_tensors() -> None:
+    """Streams and generate on these servers are JSON whatever http_binary says."""
+    bad = request(Tensor("T", "BYTES", np.array([b"\xff"], dtype=object)))
+    with pytest.raises(ts.InvalidInputError) as caught:
+        encode_infer_json(bad, binary_possible=False)
+    assert str(caught.value).endswith("cannot travel as JSON; use a gRPC client")
+    nan = request(Tensor("X", "FP32", np.array([np.nan], dtype=np.float32)))
+    with pytest.raises(ts.InvalidInputError) as caught:
+        encode_infer_json(nan, binary_possible=False)
+    assert "http_binary" not in str(caught.value)
+
+
 def test_only_triton_is_sent_binary_tensors() -> None:
     assert is_triton({"name": "triton", "version": "2.51.0"})
     assert not is_triton({"name": "mlserver", "version": "1.7.1"})
