@@ -341,24 +341,20 @@ def test_results_compare_by_their_metadata_and_outputs() -> None:
     assert result != make_result(SCORES=SCORES.reshape(3, 2), NAMES=NAMES)
     assert result != make_result(SCORES=SCORES)
     assert result != {"SCORES": SCORES}
-    other_id = InferResult(
-        {"SCORES": SCORES, "NAMES": NAMES},
-        datatypes={"SCORES": "FP32", "NAMES": "BYTES"},
-        model_name="m",
-        model_version="1",
-        id="r2",
-        parameters={"sequence_end": True},
-    )
-    assert result != other_id
-    as_fp64 = InferResult(
-        {"SCORES": SCORES.astype(np.float64), "NAMES": NAMES},
-        datatypes={"SCORES": "FP64", "NAMES": "BYTES"},
-        model_name="m",
-        model_version="1",
-        id="r1",
-        parameters={"sequence_end": True},
-    )
-    assert result != as_fp64
+
+    def like(scores: np.ndarray[Any, Any], datatype: str = "FP32", id: str = "r1") -> InferResult:
+        return InferResult(
+            {"SCORES": scores, "NAMES": NAMES},
+            datatypes={"SCORES": datatype, "NAMES": "BYTES"},
+            model_name="m",
+            model_version="1",
+            id=id,
+            parameters={"sequence_end": True},
+        )
+
+    assert result == like(SCORES)
+    assert result != like(SCORES, id="r2")
+    assert result != like(SCORES.astype(np.float64), "FP64")
     assert result != "m"
     with pytest.raises(TypeError):
         hash(result)
