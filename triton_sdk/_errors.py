@@ -72,7 +72,7 @@ class TritonError(Displayable, Exception):
         self.message = message
         self.status = status
         self.model = model
-        self.request_id = request_id or None  # ("" is a request without one)
+        self.request_id: str | None = request_id or None  # ("" is a request without one)
         self.retryable = retryable
         self.may_have_run = may_have_run
 
