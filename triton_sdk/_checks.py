@@ -141,7 +141,9 @@ def check_version(version: object) -> str | None:
         return None
     text = check_text(version, "version")
     # (isdigit alone takes "²" and other scripts' digits; the server reads 64-bit ints)
-    if not (text.isascii() and text.isdigit()) or int(text) > _LARGEST_VERSION:
+    digits = text.isascii() and text.isdigit()
+    # (length first: int() refuses more than 4300 digits with a raw ValueError)
+    if not digits or len(text.lstrip("0")) > 19 or int(text) > _LARGEST_VERSION:
         raise InvalidInputError(
             f"version must be a str of digits such as '1' (at most {_LARGEST_VERSION}), "
             f"got {text!r}"

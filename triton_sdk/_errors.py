@@ -161,9 +161,9 @@ _TLS_HINTS = (
     "verification check failed",
     "unauthenticated",
 )
-# 503s that are refusals, not a busy server: an endpoint turned off, a bad log setting
-# ("invalid argument for --log_format").
-_REFUSED_HINTS = ("restricted", "not allowed", "invalid argument")
+_REFUSED_HINTS = ("restricted", "not allowed")
+# A 503 that is a refusal of a bad log setting, not a busy server.
+_BAD_SETTING_503 = "invalid argument for --log"
 _RETRYABLE_HTTP = frozenset({502, 503, 504})
 
 
@@ -222,7 +222,7 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
         if _has(lowered, _TLS_HINTS):
             return TritonConnectionError, False
         return TritonConnectionError, True
-    if http_status == 503 and _has(lowered, _REFUSED_HINTS):
+    if http_status == 503 and (_has(lowered, _REFUSED_HINTS) or _BAD_SETTING_503 in lowered):
         return InferenceError, False
     if _has(lowered, _QUEUE_HINTS):
         return ServerOverloadedError, True

@@ -93,7 +93,7 @@ def check_generate(
     named like inputs are checked as one sample of them, the others (the server makes
     them parameters) and ``parameters`` as parameters."""
     _generate_inputs(spec, fields)
-    extra = {name: value for name, value in fields.items() if name not in spec.inputs}
+    extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
     check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
     check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
 
@@ -106,7 +106,7 @@ def generate_request(
 ) -> InferRequest:
     """An inference request for generate over gRPC, built the way the HTTP extension does:
     fields named like inputs are one sample of that input, other fields are parameters."""
-    extra = {name: value for name, value in fields.items() if name not in spec.inputs}
+    extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
     merged: dict[str, Any] = {**extra, **(parameters or {})}
     return InferRequest(
         model=spec.name,
@@ -120,12 +120,25 @@ def _generate_inputs(spec: ModelSpec, fields: Mapping[str, object]) -> list[Tens
     """The fields named like inputs, shaped and checked as one sample of them."""
     # A JSON scalar is a one-element tensor, as the HTTP extension reads it (so that a
     # prompt fits a [-1] input too).
-    inputs = {
-        name: [value] if _scalar(value) and len(spec.inputs[name].shape) == 1 else value
-        for name, value in fields.items()
-        if name in spec.inputs
-    }
+    if _undeclared(spec):
+        inputs = {name: [value] if _scalar(value) else value for name, value in fields.items()}
+    else:
+        inputs = {
+            name: [value] if _scalar(value) and len(spec.inputs[name].shape) == 1 else value
+            for name, value in fields.items()
+            if name in spec.inputs
+        }
     return prepare_inputs(spec, inputs, sample=True).tensors
+
+
+def _undeclared(spec: ModelSpec) -> bool:
+    """A model whose server declares no tensors: every field is an input (see
+    prepare_inputs), none a parameter."""
+    return not spec.inputs and not spec.has_config
+
+
+def _is_input(spec: ModelSpec, name: str) -> bool:
+    return name in spec.inputs or _undeclared(spec)
 
 
 def _scalar(value: object) -> bool:
@@ -205,7 +218,16 @@ def _whole_text(value: str) -> str:
     """``value`` with the bytes that :func:`loads_event` kept as escapes read as U+FFFD."""
     if value.isascii():
         return value
-    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return _utf8(value).decode("utf-8", "replace")
+
+
+def _utf8(value: str) -> bytes:
+    """The bytes of a string from :func:`loads_event`; a lone surrogate that JSON wrote
+    as an escape (``"\\ud800"``) stays one that reads as U+FFFD."""
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass")
 
 
 class TextOutputs:
@@ -251,7 +273,7 @@ class TextOutputs:
         if isinstance(item, str):
             if item.isascii() and (name, index) not in self._decoders:
                 return item
-            item = item.encode("utf-8", "surrogateescape")
+            item = _utf8(item)
         if not isinstance(item, bytes):
             return item
         if not self._streamed:

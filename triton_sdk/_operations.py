@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import attrs
 
+from ._checks import numpy_number
 from ._display import Displayable, Table
 from ._errors import InferenceError, InvalidInputError
 from ._spec import json_int
@@ -349,6 +350,8 @@ _TRACE_LEVELS: Final = ("OFF", "TIMESTAMPS", "TENSORS")
 
 
 def _setting_int(name: str, value: object, low: int, high: int) -> int:
+    if numpy_number(value, integer=True):
+        value = int(value)
     # bool is an int to Python: a rate given as True is refused.
     if type(value) is not int:
         raise InvalidInputError(

@@ -148,9 +148,15 @@ def _undeclared(
     arrays: dict[str, object] = {}
     for name, value in values.items():
         any_type = TensorSpec(name, datatype="BYTES", shape=())  # (names it in errors)
-        array = (
-            value if isinstance(value, np.ndarray) else _foreign_array(value, any_type, spec.name)
-        )
+        if isinstance(value, np.ndarray):
+            array = value
+        else:
+            array = _foreign_array(value, any_type, spec.name)
+            if array.dtype.kind in "iuf" and _holds_bools(value):  # (numpy reads True as 1)
+                raise InvalidInputError(
+                    f"input {name!r}: got booleans among numbers; cast them explicitly",
+                    model=spec.name,
+                )
         try:
             datatype = datatype_of(array)
         except ValueError as exc:

@@ -215,6 +215,10 @@ def test_a_model_that_declares_no_tensors_takes_the_inputs_as_given(client: Any)
     assert model.infer(X=[1.0, 2.0, 3.0], outputs=["Y"])["Y"].tolist() == [2.0, 4.0, 6.0]
     with pytest.raises(ts.InvalidInputError, match="input 'X'"):
         model.infer(X=np.array([1 + 2j]))  # no datatype carries it: nothing is sent
+    with pytest.raises(ts.InvalidInputError, match="booleans among numbers"):
+        model.infer(X=[1.0, True, 3.0])
+    # generate: every field is an input (none is known to be one)
+    assert model.generate(X=np.array([1.0, 2.0, 3.0], np.float32)) == {"Y": [2.0, 4.0, 6.0]}
 
 
 @pytest.mark.parametrize("compression", ["gzip", "deflate"])

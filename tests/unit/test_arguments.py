@@ -262,6 +262,7 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
         lambda e: e.client.model("probe", "\u0661"),
         "version must be a str of digits",
     ),
+    "version of 5000 digits": (lambda e: e.client.model("probe", "9" * 5000), "at most"),
     "version 2**63": (lambda e: e.client.model("probe", str(2**63)), "at most 9223372036854775807"),
     # An option of the call put among its inputs: not "this call takes no ... option".
     "timeout in the inputs mapping": (

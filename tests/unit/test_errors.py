@@ -88,6 +88,13 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         ),
         # a bad log setting: HTTP says 503, but waiting does not mend it
         (503, "invalid argument for --log_format, got: bogus", ts.InferenceError, False),
+        # a connection that failed with EINVAL is still a connection failure
+        (
+            "UNAVAILABLE",
+            "failed to connect to all addresses; last error: Invalid argument",
+            ts.TritonConnectionError,
+            True,
+        ),
         # timeouts
         ("DEADLINE_EXCEEDED", "Deadline Exceeded", ts.TritonTimeoutError, False),
         # request and model failures

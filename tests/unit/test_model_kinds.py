@@ -1258,3 +1258,24 @@ async def test_a_request_answered_before_a_hook_failed_counts_as_sent(kind: Any)
     assert sequence.ended
     # The server ran the first: a second START would have reset the sequence's state.
     assert sent == [(True, False), (False, True)]
+
+
+def test_streamed_text_joins_characters_cut_between_responses() -> None:
+    """TextOutputs: bytes (gRPC) and strings with surrogate escapes (HTTP) alike."""
+    from triton_sdk._generate import TextOutputs, loads_event
+
+    data = "안녕 👋".encode()
+    text = TextOutputs()
+    pieces = [text.fields({"t": data[i : i + 2]})["t"] for i in range(0, len(data), 2)]
+    assert "".join(map(str, pieces)) == "안녕 👋"
+    assert text.finish() is None
+    over_http = TextOutputs()
+    events = [loads_event(b'{"t": "' + data[i : i + 3] + b'"}', "e") for i in range(0, 9, 3)]
+    assert "".join(str(over_http.fields(event)["t"]) for event in events) == "안녕 👋"[:3]
+    cut = TextOutputs()
+    assert cut.fields({"t": b"a\xe4\xb8"}) == {"t": "a"}
+    assert cut.finish() == {"t": "\ufffd"}
+    # A lone surrogate written as a JSON escape reads as U+FFFD, not as an error.
+    assert TextOutputs(streamed=False).fields(loads_event(b'{"t": "x\\ud800"}', "e")) == {
+        "t": "x\ufffd\ufffd\ufffd"
+    }

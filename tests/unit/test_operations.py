@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
@@ -430,6 +431,11 @@ def test_a_trace_setting_the_server_would_misread_is_refused(
     given[setting] = value
     with pytest.raises(ts.InvalidInputError, match=re.escape(message)):
         trace_updates(**given)
+
+
+def test_numpy_integers_are_taken_as_settings() -> None:
+    updates = trace_updates(level=None, rate=np.int64(100), count=np.int32(-1), log_frequency=None)
+    assert updates == {"trace_rate": ["100"], "trace_count": ["-1"]}
 
 
 def test_trace_levels_are_sent_in_upper_case() -> None:

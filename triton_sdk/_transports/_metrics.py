@@ -55,7 +55,8 @@ def fetch_metrics(url: str, ctx: CallContext, tls: TLSConfig | None) -> str:
     else:
         connection = http.client.HTTPConnection(host, port, timeout=ctx.timeout)
     try:
-        connection.request("GET", parts.path, headers=dict(ctx.headers))
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        connection.request("GET", target, headers=dict(ctx.headers))
         response = connection.getresponse()
         body = response.read()
     except (OSError, http.client.HTTPException) as exc:
