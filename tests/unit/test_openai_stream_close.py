@@ -1,6 +1,7 @@
 """A streamed ``create()`` on the OpenAI route sends its request at once: closing the
 stream before reading a chunk must still hang up, which cancels the request upstream.
-A stdlib server on loopback stands in for the frontend and records the hang-up."""
+A stdlib server on loopback stands in for the frontend and records the hang-up. Its
+keep-alive comments must not hold off the stream's timeout."""
 
 from __future__ import annotations
 
@@ -25,25 +26,44 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 CHUNKS = 50  # 0.1 s apart: 5 s when nobody hangs up
 
 
+CHUNK = {
+    "id": "c",
+    "object": "chat.completion.chunk",
+    "created": 0,
+    "model": "m",
+    "choices": [{"index": 0, "delta": {"content": "t"}, "finish_reason": None}],
+}
+
+
 class Streaming(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     hung_up: threading.Event
 
     def do_POST(self) -> None:
         open_event_stream(self)
-        chunk = {
-            "id": "c",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": "m",
-            "choices": [{"index": 0, "delta": {"content": "t"}, "finish_reason": None}],
-        }
+        if self.path.endswith("/keep-alive/chat/completions"):
+            self.keep_alive()
+            return
         try:
             for _ in range(CHUNKS):
-                send_event(self, json.dumps(chunk).encode())
+                send_event(self, json.dumps(CHUNK).encode())
                 time.sleep(0.1)
         except OSError:
             type(self).hung_up.set()
+
+    def keep_alive(self) -> None:
+        """One chunk, then only keep-alive comments for 2 s, then the end."""
+        send_event(self, json.dumps(CHUNK).encode())
+        comment = b": ping\n\n"
+        try:
+            for _ in range(10):
+                time.sleep(0.2)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(comment), comment))
+                self.wfile.flush()
+            send_event(self, b"[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client left
+            pass
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -171,3 +191,37 @@ def test_closing_an_unread_stream_ends_its_attempt_at_once(
 
         asyncio.run(main())
     assert hung_up.wait(3)
+
+
+def read_chunks(url: str, mode: str, seen: list[object]) -> None:
+    """Read a chat stream with ``timeout=0.5`` on a Client or an AsyncClient."""
+    if mode == "sync":
+        with ts.Client("http://127.0.0.1:9", openai_url=url, route="openai") as client:
+            for chunk in client.chat.completions.create(
+                model="m", messages=MESSAGES, stream=True, timeout=0.5
+            ):
+                seen.append(chunk)
+        return
+
+    async def main() -> None:
+        async with ts.AsyncClient("http://127.0.0.1:9", openai_url=url, route="openai") as client:
+            stream = await client.chat.completions.create(
+                model="m", messages=MESSAGES, stream=True, timeout=0.5
+            )
+            async for chunk in stream:
+                seen.append(chunk)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_keep_alive_comments_do_not_hold_off_the_timeout(
+    frontend: tuple[str, threading.Event], mode: str
+) -> None:
+    """The timeout bounds the wait for each chunk, not each read of the socket."""
+    seen: list[object] = []
+    started = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError):
+        read_chunks(frontend[0] + "/keep-alive", mode, seen)
+    assert len(seen) == 1
+    assert time.monotonic() - started < 1.8  # the comments went on for 2 s

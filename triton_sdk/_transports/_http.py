@@ -37,6 +37,7 @@ from ._errors import (
 from ._http_pool import (
     AnswerLost,
     ConnectionPool,
+    EventWait,
     PoolClosed,
     body_of,
     header_length,
@@ -86,27 +87,6 @@ def _compressed(
     data = compress(body if isinstance(body, bytes) else b"".join(body), compression)
     headers["Content-Encoding"] = compression
     return data, len(data)
-
-
-class EventWait:
-    """The wait for a stream's next event, bounded by ``timeout`` (None: no limit)."""
-
-    def __init__(self, timeout: float | None) -> None:
-        self._timeout = timeout
-        self._since = time.monotonic()
-
-    def restart(self) -> None:
-        """An event came: the wait for the next one starts now."""
-        self._since = time.monotonic()
-
-    def left(self) -> float | None:
-        """The time left to wait; raises TimeoutError, as a socket does, when none is."""
-        if self._timeout is None:
-            return None
-        left = self._timeout - (time.monotonic() - self._since)
-        if left <= 0:
-            raise TimeoutError("timed out")
-        return left
 
 
 class HttpTransport:

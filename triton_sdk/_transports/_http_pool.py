@@ -20,7 +20,15 @@ from .._errors import InvalidInputError
 from .._fork import on_fork
 from .._http_codec import HEADER_LENGTH
 
-__all__ = ["AnswerLost", "ConnectionPool", "PoolClosed", "body_of", "header_length", "ssl_context"]
+__all__ = [
+    "AnswerLost",
+    "ConnectionPool",
+    "EventWait",
+    "PoolClosed",
+    "body_of",
+    "header_length",
+    "ssl_context",
+]
 
 JOIN_BELOW: Final = 64 * 1024
 """Bodies smaller than this are joined and sent in one write; larger ones part by part."""
@@ -449,3 +457,24 @@ class ConnectionPool:
     def __del__(self) -> None:
         # A client dropped without close() should not leave sockets to the collector.
         self.close()
+
+
+class EventWait:
+    """The wait for a stream's next event, bounded by ``timeout`` (None: no limit)."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self._timeout = timeout
+        self._since = time.monotonic()
+
+    def restart(self) -> None:
+        """An event came: the wait for the next one starts now."""
+        self._since = time.monotonic()
+
+    def left(self) -> float | None:
+        """The time left to wait; raises TimeoutError, as a socket does, when none is."""
+        if self._timeout is None:
+            return None
+        left = self._timeout - (time.monotonic() - self._since)
+        if left <= 0:
+            raise TimeoutError("timed out")
+        return left

@@ -6,6 +6,7 @@ send :class:`FetchMetrics`. Failures become the SDK's errors."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import ssl
@@ -17,11 +18,12 @@ if TYPE_CHECKING:
     import aiohttp
 
 from .._call import CallContext
+from .._concurrency import within
 from .._config import TLSConfig, redact_url
 from .._errors import InferenceError, TritonError, classify_transport_error
 from .._openai_route import error_from_body, event_error
 from .._ops import OpenAIEvents, OpenAIPost
-from ._http_pool import interrupt, ssl_context
+from ._http_pool import EventWait, interrupt, ssl_context
 
 __all__ = ["openai_events", "openai_events_async", "openai_post", "openai_post_async"]
 
@@ -137,12 +139,21 @@ def openai_events(
     try:
         if ctx._stop is not None:
             ctx._stop.arm(lambda: interrupt(connection))
-        while line := response.readline():
+        # The timeout bounds the wait for each event: the frontend's keep-alive comments
+        # do not restart it.
+        waiting = EventWait(timeout)
+        while True:
+            if connection.sock is not None:
+                connection.sock.settimeout(waiting.left())
+            line = response.readline()
+            if not line:
+                break
             if _done(line):
                 return
             event = _event(line, url, model)
             if event is not None:
                 yield event
+                waiting.restart()
     except http.client.IncompleteRead as exc:
         raise _cut_short(url, model) from exc
     except (OSError, http.client.HTTPException) as exc:
@@ -169,7 +180,7 @@ def _session(timeout: float | None) -> aiohttp.ClientSession:
 def _aiohttp_failures() -> tuple[type[BaseException], ...]:
     import aiohttp
 
-    return (OSError, aiohttp.ClientError, TimeoutError)
+    return (OSError, aiohttp.ClientError, TimeoutError, asyncio.TimeoutError)
 
 
 async def _aopen(
@@ -227,12 +238,14 @@ async def openai_events_async(
             # Ends the wait of a task reading the events (aiohttp would not wake it on
             # close).
             ctx._stop.arm(lambda: response.content.set_exception(_cut_short(url, model)))
-        async for line in response.content:
+        waiting = EventWait(timeout)  # (see openai_events)
+        while line := await within(response.content.readline(), waiting.left()):
             if _done(line):
                 return
             event = _event(line, url, model)
             if event is not None:
                 yield event
+                waiting.restart()
     except aiohttp.ClientPayloadError as exc:
         raise _cut_short(url, model) from exc
     except _aiohttp_failures() as exc:
