@@ -257,11 +257,16 @@ class ServerMetrics(Displayable):
 
 
 def _sample_key(name: str, labels: Mapping[str, str]) -> str:
-    """``name``, or ``name{label="value",...}`` for labelled samples (per-GPU gauges)."""
+    """``name``, or ``name{label="value",...}`` for labelled samples (per-GPU gauges),
+    values escaped as the exposition format escapes them."""
     if not labels:
         return name
-    rendered = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    rendered = ",".join(f'{key}="{_escaped(value)}"' for key, value in sorted(labels.items()))
     return f"{name}{{{rendered}}}"
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _version_key(version: str) -> tuple[int, str]:

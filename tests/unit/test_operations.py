@@ -168,6 +168,15 @@ def test_metrics_server_wide_gauges(metrics: ServerMetrics) -> None:
     assert not any(name.startswith("nv_inference") for name in metrics.server)
 
 
+def test_metrics_server_keys_escape_label_values_as_the_text_does() -> None:
+    text = (
+        "# TYPE nv_gpu_utilization gauge\n"
+        'nv_gpu_utilization{gpu_uuid="a\\"b\\\\c\\nd"} 0.5\n'
+    )
+    server = ServerMetrics.from_text(text).server
+    assert dict(server) == {'nv_gpu_utilization{gpu_uuid="a\\"b\\\\c\\nd"}': 0.5}
+
+
 def test_metrics_unknown_model_or_version_is_refused(metrics: ServerMetrics) -> None:
     with pytest.raises(ts.InvalidInputError, match="'nope'"):
         metrics.model("nope")
