@@ -52,6 +52,9 @@ class MLServerLike(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
+        if self.headers["x-end"] == "keep-alive, unchunked":
+            self._unchunked()
+            return
         open_event_stream(self)
         send_event(self, json.dumps(EVENT).encode())
         if self.headers["x-end"] == "stall":
@@ -66,6 +69,24 @@ class MLServerLike(BaseHTTPRequestHandler):
             except OSError:  # the client left
                 return
         self.close_connection = True  # no closing chunk: the stream breaks off
+
+    def _unchunked(self) -> None:
+        """An answer that ends with the connection's close (no length, no chunks): one
+        event, then keep-alive comments for 2 s."""
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b"data: " + json.dumps(EVENT).encode() + b"\n\n")
+        try:
+            for _ in range(10):
+                self.wfile.flush()
+                time.sleep(0.2)
+                self.wfile.write(b": keep-alive\n\n")
+        except OSError:  # the client left
+            return
+        self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -119,10 +140,29 @@ def test_a_stream_that_stalls_still_times_out(url: str, mode: str) -> None:
     assert received == [["AB"]]
 
 
+@pytest.mark.parametrize("end", ["keep-alive", "keep-alive, unchunked"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_bytes_that_end_no_event_do_not_hold_off_the_timeout(url: str, mode: str) -> None:
-    """The timeout bounds the wait for each response, not each read of the socket."""
+def test_bytes_that_end_no_event_do_not_hold_off_the_timeout(url: str, mode: str, end: str) -> None:
+    """The timeout bounds the wait for each response, not each read of the socket, also
+    on an answer that ends with the connection's close (http.client lets go of its
+    socket then)."""
     received: list[object] = []
+    started = time.monotonic()
     with pytest.raises(ts.TritonTimeoutError):
-        read(url, mode, "keep-alive", received)
+        read(url, mode, end, received)
+    assert received == [["AB"]]
+    assert time.monotonic() - started < 1.8  # the comments went on for 2 s
+
+
+def test_close_cuts_a_stream_that_ends_with_the_connections_close(url: str) -> None:
+    received: list[object] = []
+    with ts.Client(url) as client:
+        model = client.model("upper")
+        stream = model.stream(TEXT=["ab"], timeout=30, headers={"x-end": "keep-alive, unchunked"})
+        received.append(next(stream).as_strings("UPPER").tolist())
+        threading.Timer(0.3, client.close).start()
+        started = time.monotonic()
+        with pytest.raises(ts.TritonError, match="closed"):
+            next(stream)
+        assert time.monotonic() - started < 1.5  # not the end of the comments, 2 s on
     assert received == [["AB"]]

@@ -169,10 +169,7 @@ def test_metrics_server_wide_gauges(metrics: ServerMetrics) -> None:
 
 
 def test_metrics_server_keys_escape_label_values_as_the_text_does() -> None:
-    text = (
-        "# TYPE nv_gpu_utilization gauge\n"
-        'nv_gpu_utilization{gpu_uuid="a\\"b\\\\c\\nd"} 0.5\n'
-    )
+    text = '# TYPE nv_gpu_utilization gauge\nnv_gpu_utilization{gpu_uuid="a\\"b\\\\c\\nd"} 0.5\n'
     server = ServerMetrics.from_text(text).server
     assert dict(server) == {'nv_gpu_utilization{gpu_uuid="a\\"b\\\\c\\nd"}': 0.5}
 

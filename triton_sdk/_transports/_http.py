@@ -42,6 +42,7 @@ from ._http_pool import (
     body_of,
     header_length,
     interrupt,
+    socket_of,
     ssl_context,
 )
 from ._loop import check_loop
@@ -175,8 +176,9 @@ class HttpTransport:
                 # read1 rather than readline: readline reports a stream that broke off as
                 # a clean end, read1 raises IncompleteRead.
                 try:
-                    if connection.sock is not None:
-                        connection.sock.settimeout(waiting.left())
+                    sock = socket_of(connection)
+                    if sock is not None:
+                        sock.settimeout(waiting.left())
                     data = response.read1(65536)
                     if not data and self._pool.closed:  # close() cut the stream
                         raise closed_in_flight()

@@ -10,6 +10,7 @@ import socket
 import ssl
 import time
 import types
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, cast
@@ -27,6 +28,10 @@ __all__ = [
     "PoolClosed",
     "body_of",
     "header_length",
+    "hold_socket",
+    "interrupt",
+    "release_socket",
+    "socket_of",
     "ssl_context",
 ]
 
@@ -256,10 +261,34 @@ class PoolClosed(Exception):
     """The pool was closed: no new exchange may start."""
 
 
+# The sockets of streams' connections, kept here because http.client lets go of
+# ``connection.sock`` when an answer ends with the connection's close (no length, no
+# chunks), while the answer is still read from that socket.
+_STREAM_SOCKETS: Final[weakref.WeakKeyDictionary[http.client.HTTPConnection, socket.socket]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def hold_socket(connection: http.client.HTTPConnection) -> None:
+    """Keep the socket of a stream's connection, whose request was just sent, reachable
+    through :func:`socket_of` until :func:`release_socket`."""
+    if connection.sock is not None:
+        _STREAM_SOCKETS[connection] = connection.sock
+
+
+def socket_of(connection: http.client.HTTPConnection) -> socket.socket | None:
+    """The socket a stream's answer is read from."""
+    return connection.sock or _STREAM_SOCKETS.get(connection)
+
+
+def release_socket(connection: http.client.HTTPConnection) -> None:
+    _STREAM_SOCKETS.pop(connection, None)
+
+
 def interrupt(connection: http.client.HTTPConnection) -> None:
     """End the reads of a connection that another thread is blocked in (a shutdown wakes
     it; closing the socket alone does not)."""
-    sock = connection.sock
+    sock = socket_of(connection)
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
@@ -429,6 +458,7 @@ class ConnectionPool:
         self._streaming.add(connection)
         try:
             connection.request(method, path, body, dict(headers))
+            hold_socket(connection)
             if sent is not None:
                 sent(connection)
             response = connection.getresponse()
@@ -441,6 +471,7 @@ class ConnectionPool:
 
     def end_stream(self, connection: http.client.HTTPConnection) -> None:
         self._streaming.discard(connection)
+        release_socket(connection)
         connection.close()
 
     @property

@@ -23,7 +23,14 @@ from .._config import TLSConfig, redact_url
 from .._errors import InferenceError, TritonError, classify_transport_error
 from .._openai_route import error_from_body, event_error
 from .._ops import OpenAIEvents, OpenAIPost
-from ._http_pool import EventWait, interrupt, ssl_context
+from ._http_pool import (
+    EventWait,
+    hold_socket,
+    interrupt,
+    release_socket,
+    socket_of,
+    ssl_context,
+)
 
 __all__ = ["openai_events", "openai_events_async", "openai_post", "openai_post_async"]
 
@@ -96,6 +103,11 @@ def _cut_short(url: str, model: str | None) -> TritonError:
 # Blocking
 
 
+def _close(connection: http.client.HTTPConnection) -> None:
+    release_socket(connection)
+    connection.close()
+
+
 def _open(
     op: OpenAIPost | OpenAIEvents, ctx: CallContext, tls: TLSConfig | None, stream: bool
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
@@ -104,14 +116,15 @@ def _open(
     try:
         body = json.dumps(op.body).encode()
         connection.request("POST", path, body, _headers(ctx.headers, stream))
+        hold_socket(connection)
         response = connection.getresponse()
         if response.status >= 400:
             raise error_from_body(response.status, response.read(), url, model)
     except (OSError, http.client.HTTPException) as exc:
-        connection.close()
+        _close(connection)
         raise _failure(exc, url, model, timeout) from exc
     except BaseException:
-        connection.close()
+        _close(connection)
         raise
     return connection, response
 
@@ -124,7 +137,7 @@ def openai_post(op: OpenAIPost, ctx: CallContext, tls: TLSConfig | None) -> JSON
     except (OSError, http.client.HTTPException) as exc:
         raise _failure(exc, op.url, op.model, ctx.timeout) from exc
     finally:
-        connection.close()
+        _close(connection)
     return _json(raw, op.url, op.model)
 
 
@@ -143,8 +156,9 @@ def openai_events(
         # do not restart it.
         waiting = EventWait(timeout)
         while True:
-            if connection.sock is not None:
-                connection.sock.settimeout(waiting.left())
+            sock = socket_of(connection)
+            if sock is not None:
+                sock.settimeout(waiting.left())
             line = response.readline()
             if not line:
                 break
@@ -159,7 +173,7 @@ def openai_events(
     except (OSError, http.client.HTTPException) as exc:
         raise _failure(exc, url, model, timeout) from exc
     finally:
-        connection.close()
+        _close(connection)
     raise _cut_short(url, model)
 
 
