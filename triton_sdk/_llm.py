@@ -194,13 +194,37 @@ class LLMAdapter(ABC):
         return f"<{type(self).__name__} {self.spec.name!r}>"
 
 
+_INTEGER_OPTIONS: Final = frozenset(
+    {"max_tokens", "max_completion_tokens", "n", "seed", "top_k", "min_tokens"}
+)
+_NUMBER_OPTIONS: Final = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "length_penalty",
+    }
+)
+
+
 def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str, SamplingValue]:
     """The options with numpy scalars as the Python values they hold (``max_tokens``
-    read from an array), and ``stop`` checked: a str or a sequence of them."""
+    read from an array), and checked: OpenAI's integer and number options are of those
+    types (their ranges are the server's to check), ``stop`` a str or a sequence of
+    them."""
     plain: dict[str, SamplingValue] = {}
     for name, value in options.items():
         if isinstance(value, np.generic):
             value = value.item()
+        if value is not None and (
+            (name in _INTEGER_OPTIONS and (type(value) is not int))
+            or (name in _NUMBER_OPTIONS and type(value) not in (int, float))
+        ):
+            kind = "an integer" if name in _INTEGER_OPTIONS else "a number"
+            raise InvalidInputError(f"{name} is {kind}, got {value!r}", model=model)
         if name == "stop" and value is not None and not isinstance(value, str):
             if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
                 raise InvalidInputError(
@@ -628,6 +652,17 @@ def adapter_for(spec: ModelSpec, given: Adapter | None = None) -> LLMAdapter:
 T = TypeVar("T", ChatCompletionChunk, CompletionChunk)
 
 
+def _with_max_tokens(options: dict[str, SamplingValue], model: str) -> dict[str, SamplingValue]:
+    """OpenAI's ``max_completion_tokens`` as the ``max_tokens`` the backends read."""
+    if "max_tokens" in options:
+        raise InvalidInputError(
+            "max_tokens and max_completion_tokens are the same limit: give one", model=model
+        )
+    options = dict(options)
+    options["max_tokens"] = options.pop("max_completion_tokens")
+    return options
+
+
 @attrs.frozen
 class LLMCall:
     """One chat or completion call, decided before anything is sent."""
@@ -651,6 +686,8 @@ class LLMCall:
         prefix: str,
     ) -> LLMCall:
         options = plain_options(options, adapter.spec.name)
+        if "max_completion_tokens" in options and "max_completion_tokens" not in adapter.options:
+            options = _with_max_tokens(options, adapter.spec.name)
         adapter.check(options)
         return cls(
             adapter,

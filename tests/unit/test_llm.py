@@ -157,6 +157,47 @@ def test_a_stop_that_is_no_str_nor_list_of_str_is_refused(stop: object) -> None:
         LLMCall.plan(VLLM(VLLM_SPEC), "hi", {"stop": stop}, stream=False, prefix="c")  # type: ignore[dict-item]
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "kind"),
+    [
+        ("max_tokens", "2", "an integer"),
+        ("max_tokens", 2.0, "an integer"),
+        ("max_completion_tokens", True, "an integer"),
+        ("seed", 1.5, "an integer"),
+        ("top_k", "5", "an integer"),
+        ("temperature", "x", "a number"),
+        ("temperature", True, "a number"),
+        ("top_p", [0.5], "a number"),
+    ],
+)
+def test_options_of_the_wrong_type_are_refused_before_sending(
+    name: str, value: object, kind: str
+) -> None:
+    # They went to the server as given: vLLM read temperature="x" and max_tokens="2".
+    with pytest.raises(ts.InvalidInputError, match=f"{name} is {kind}, got"):
+        LLMCall.plan(VLLM(VLLM_SPEC), "hi", {name: value}, stream=False, prefix="c")  # type: ignore[dict-item]
+    # The OpenAI route checks them as well: nothing listens on port 9.
+    with (
+        ts.Client("http://127.0.0.1:9", openai_url="http://127.0.0.1:9/v1", route="openai") as c,
+        pytest.raises(ts.InvalidInputError, match=f"{name} is {kind}, got"),
+    ):
+        c.completions.create(model="m", prompt="hi", **{name: value})  # type: ignore[arg-type]
+
+
+def test_max_completion_tokens_is_max_tokens_on_the_native_route() -> None:
+    call = LLMCall.plan(
+        VLLM(VLLM_SPEC), "hi", {"max_completion_tokens": 4}, stream=False, prefix="c"
+    )
+    assert json.loads(str(call.fields["sampling_parameters"])) == {"max_tokens": 4}
+    call = LLMCall.plan(
+        TensorRTLLM(OLD_TRTLLM), "hi", {"max_completion_tokens": 3}, stream=False, prefix="c"
+    )
+    assert call.fields["max_tokens"] == 3
+    both = {"max_tokens": 4, "max_completion_tokens": 4}
+    with pytest.raises(ts.InvalidInputError, match="give one"):
+        LLMCall.plan(VLLM(VLLM_SPEC), "hi", both, stream=False, prefix="c")
+
+
 def test_an_old_vllm_echo_is_cut_off() -> None:
     call = LLMCall.plan(VLLM(OLD_VLLM), "Q: hi", {}, stream=False, prefix="cmpl")
     answer = call.completion([{"text_output": "Q: hi A: hello"}])
