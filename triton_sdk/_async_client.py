@@ -72,7 +72,7 @@ from ._generate import JSONValue, check_generate
 from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler, plain_options
 from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
-from ._openai_route import Route, chat_body, check_route, completion_body
+from ._openai_route import Route, chat_body, check_route, completion_body, include_usage
 from ._operations import (
     LogSettings,
     ModelStatistics,
@@ -1864,6 +1864,7 @@ class AsyncChatCompletions:
         chat_template_kwargs: Mapping[str, object] | None = None,
         tools: Sequence[Mapping[str, object]] | None = None,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1880,6 +1881,7 @@ class AsyncChatCompletions:
         chat_template_kwargs: Mapping[str, object] | None = None,
         tools: Sequence[Mapping[str, object]] | None = None,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1895,13 +1897,17 @@ class AsyncChatCompletions:
         chat_template_kwargs: Mapping[str, object] | None = None,
         tools: Sequence[Mapping[str, object]] | None = None,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
     ) -> ChatCompletion | AsyncResponseStream[ChatCompletionChunk]:
         """A chat completion (``stream=True``: its chunks); arguments as in
-        :meth:`AsyncModel.chat`, ``route`` overriding the client's for this call."""
+        :meth:`AsyncModel.chat`, ``route`` overriding the client's for this call. A
+        stream ends with a chunk of the usage unless ``stream_options`` is
+        ``{"include_usage": False}``."""
         client = self._client
+        usage = include_usage(stream_options, stream, model)
         target = client._openai_target(route, tools, timeout, headers, "chat/completions")
         if target is not None:
             if chat_template is not None or chat_template_kwargs is not None:
@@ -1911,7 +1917,7 @@ class AsyncChatCompletions:
                 )
             url, options_ = target
             plain = plain_options(options, model)
-            body = chat_body(model, messages, plain, stream=stream, tools=tools)
+            body = chat_body(model, messages, plain, stream=stream, tools=tools, usage=usage)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
                 return await _opened(events, ChatCompletionChunk.from_openai_dict)
@@ -1922,7 +1928,7 @@ class AsyncChatCompletions:
             messages, chat_template, chat_template_kwargs, tools, None, options, stream
         )
         if stream:
-            return handle._chunks(call, call.chat_chunks(), timeout, headers)
+            return handle._chunks(call, call.chat_chunks(usage=usage), timeout, headers)
         return call.chat_completion(await handle._generated(call, timeout, headers))
 
 
@@ -1943,6 +1949,7 @@ class AsyncCompletions:
         prompt: str,
         stream: Literal[False] = False,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1956,6 +1963,7 @@ class AsyncCompletions:
         prompt: str,
         stream: Literal[True],
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1968,16 +1976,20 @@ class AsyncCompletions:
         prompt: str,
         stream: bool = False,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
     ) -> Completion | AsyncResponseStream[CompletionChunk]:
-        """A completion of ``prompt`` (``stream=True``: its chunks)."""
+        """A completion of ``prompt`` (``stream=True``: its chunks; ``stream_options`` as
+        in :meth:`AsyncChatCompletions.create`)."""
         client = self._client
+        usage = include_usage(stream_options, stream, model)
         target = client._openai_target(route, None, timeout, headers, "completions")
         if target is not None:
             url, options_ = target
-            body = completion_body(model, prompt, plain_options(options, model), stream=stream)
+            plain = plain_options(options, model)
+            body = completion_body(model, prompt, plain, stream=stream, usage=usage)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
                 return await _opened(events, CompletionChunk.from_openai_dict)
@@ -1986,7 +1998,7 @@ class AsyncCompletions:
         handle = await client._llm_model(model, timeout, headers)
         call = handle._completion_call(prompt, None, options, stream)
         if stream:
-            return handle._chunks(call, call.completion_chunks(), timeout, headers)
+            return handle._chunks(call, call.completion_chunks(usage=usage), timeout, headers)
         return call.completion(await handle._generated(call, timeout, headers))
 
 

@@ -73,7 +73,7 @@ from ._generate import JSONValue, check_generate
 from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler, plain_options
 from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
-from ._openai_route import Route, chat_body, check_route, completion_body
+from ._openai_route import Route, chat_body, check_route, completion_body, include_usage
 from ._operations import (
     LogSettings,
     ModelStatistics,
@@ -1849,6 +1849,7 @@ class ChatCompletions:
         chat_template_kwargs: Mapping[str, object] | None = None,
         tools: Sequence[Mapping[str, object]] | None = None,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1865,6 +1866,7 @@ class ChatCompletions:
         chat_template_kwargs: Mapping[str, object] | None = None,
         tools: Sequence[Mapping[str, object]] | None = None,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1880,13 +1882,17 @@ class ChatCompletions:
         chat_template_kwargs: Mapping[str, object] | None = None,
         tools: Sequence[Mapping[str, object]] | None = None,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
     ) -> ChatCompletion | ResponseStream[ChatCompletionChunk]:
         """A chat completion (``stream=True``: its chunks); arguments as in
-        :meth:`Model.chat`, ``route`` overriding the client's for this call."""
+        :meth:`Model.chat`, ``route`` overriding the client's for this call. A
+        stream ends with a chunk of the usage unless ``stream_options`` is
+        ``{"include_usage": False}``."""
         client = self._client
+        usage = include_usage(stream_options, stream, model)
         target = client._openai_target(route, tools, timeout, headers, "chat/completions")
         if target is not None:
             if chat_template is not None or chat_template_kwargs is not None:
@@ -1896,7 +1902,7 @@ class ChatCompletions:
                 )
             url, options_ = target
             plain = plain_options(options, model)
-            body = chat_body(model, messages, plain, stream=stream, tools=tools)
+            body = chat_body(model, messages, plain, stream=stream, tools=tools, usage=usage)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
                 return _opened(events, ChatCompletionChunk.from_openai_dict)
@@ -1907,7 +1913,7 @@ class ChatCompletions:
             messages, chat_template, chat_template_kwargs, tools, None, options, stream
         )
         if stream:
-            return handle._chunks(call, call.chat_chunks(), timeout, headers)
+            return handle._chunks(call, call.chat_chunks(usage=usage), timeout, headers)
         return call.chat_completion(handle._generated(call, timeout, headers))
 
 
@@ -1928,6 +1934,7 @@ class Completions:
         prompt: str,
         stream: Literal[False] = False,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1941,6 +1948,7 @@ class Completions:
         prompt: str,
         stream: Literal[True],
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1953,16 +1961,20 @@ class Completions:
         prompt: str,
         stream: bool = False,
         route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
     ) -> Completion | ResponseStream[CompletionChunk]:
-        """A completion of ``prompt`` (``stream=True``: its chunks)."""
+        """A completion of ``prompt`` (``stream=True``: its chunks; ``stream_options`` as
+        in :meth:`ChatCompletions.create`)."""
         client = self._client
+        usage = include_usage(stream_options, stream, model)
         target = client._openai_target(route, None, timeout, headers, "completions")
         if target is not None:
             url, options_ = target
-            body = completion_body(model, prompt, plain_options(options, model), stream=stream)
+            plain = plain_options(options, model)
+            body = completion_body(model, prompt, plain, stream=stream, usage=usage)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
                 return _opened(events, CompletionChunk.from_openai_dict)
@@ -1971,7 +1983,7 @@ class Completions:
         handle = client._llm_model(model, timeout, headers)
         call = handle._completion_call(prompt, None, options, stream)
         if stream:
-            return handle._chunks(call, call.completion_chunks(), timeout, headers)
+            return handle._chunks(call, call.completion_chunks(usage=usage), timeout, headers)
         return call.completion(handle._generated(call, timeout, headers))
 
 

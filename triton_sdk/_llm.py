@@ -754,11 +754,11 @@ class LLMCall:
         )
         return Completion(self.id, self.created, self.model, choices, usage)
 
-    def chat_chunks(self) -> StreamAssembler[ChatCompletionChunk]:
-        return StreamAssembler(self, chat=True)
+    def chat_chunks(self, *, usage: bool = True) -> StreamAssembler[ChatCompletionChunk]:
+        return StreamAssembler(self, chat=True, usage=usage)
 
-    def completion_chunks(self) -> StreamAssembler[CompletionChunk]:
-        return StreamAssembler(self, chat=False)
+    def completion_chunks(self, *, usage: bool = True) -> StreamAssembler[CompletionChunk]:
+        return StreamAssembler(self, chat=False, usage=usage)
 
 
 class StreamAssembler(Generic[T]):
@@ -766,9 +766,10 @@ class StreamAssembler(Generic[T]):
     chunk per new piece of text, one chunk per choice with its finish reason, and a last
     chunk with the usage."""
 
-    def __init__(self, call: LLMCall, *, chat: bool) -> None:
+    def __init__(self, call: LLMCall, *, chat: bool, usage: bool = True) -> None:
         self._call = call
         self._chat = chat
+        self._usage = usage  # a last chunk with the usage
         self._finished = [False] * call.n
         self._tokens: list[int | None] = [None] * call.n
         self._prompt_tokens: int | None = None
@@ -844,7 +845,7 @@ class StreamAssembler(Generic[T]):
                 reason = self._call.adapter.inferred_finish(self._tokens[index], self._call.options)
                 chunks.append(self._chunk(index, None if self._chat else "", reason))
         counted = [tokens for tokens in self._tokens if tokens is not None]
-        if counted or self._prompt_tokens is not None:
+        if self._usage and (counted or self._prompt_tokens is not None):
             usage = Usage(self._prompt_tokens or 0, sum(counted))
             chunks.append(self._usage_chunk(usage))
         return chunks

@@ -17,7 +17,15 @@ from ._errors import (
 )
 from ._llm import SamplingValue
 
-__all__ = ["Route", "chat_body", "check_route", "completion_body", "error_from_body", "event_error"]
+__all__ = [
+    "Route",
+    "chat_body",
+    "check_route",
+    "completion_body",
+    "error_from_body",
+    "event_error",
+    "include_usage",
+]
 
 Route = Literal["auto", "native", "openai"]
 """Where ``client.chat.completions.create`` goes: Triton's own endpoints (``"native"``),
@@ -42,24 +50,48 @@ def chat_body(
     *,
     stream: bool,
     tools: Sequence[Mapping[str, Any]] | None,
+    usage: bool = True,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": [dict(m) for m in messages], **options}
     if tools is not None:
         body["tools"] = [dict(tool) for tool in tools]
-    return _streaming(body, stream)
+    return _streaming(body, stream, usage)
 
 
 def completion_body(
-    model: str, prompt: str, options: Mapping[str, SamplingValue], *, stream: bool
+    model: str,
+    prompt: str,
+    options: Mapping[str, SamplingValue],
+    *,
+    stream: bool,
+    usage: bool = True,
 ) -> dict[str, Any]:
-    return _streaming({"model": model, "prompt": prompt, **options}, stream)
+    return _streaming({"model": model, "prompt": prompt, **options}, stream, usage)
 
 
-def _streaming(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+def _streaming(body: dict[str, Any], stream: bool, usage: bool) -> dict[str, Any]:
     body["stream"] = stream
-    if stream:  # usage on the last chunk, as the native route gives it
+    if stream and usage:  # usage on the last chunk, as the native route gives it
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def include_usage(stream_options: Mapping[str, object] | None, stream: bool, model: str) -> bool:
+    """Whether a stream ends with a usage chunk: OpenAI's ``stream_options``, where only
+    ``include_usage`` has a meaning here; by default it does."""
+    if stream_options is None:
+        return True
+    if not stream:
+        raise InvalidInputError("stream_options applies to stream=True only", model=model)
+    given: object = stream_options  # (annotations are not checked at run time)
+    if not isinstance(given, Mapping) or set(given) - {"include_usage"}:
+        raise InvalidInputError(
+            f"stream_options takes include_usage only, got {given!r}", model=model
+        )
+    usage = given.get("include_usage", True)
+    if not isinstance(usage, bool):
+        raise InvalidInputError(f"include_usage is a bool, got {usage!r}", model=model)
+    return usage
 
 
 def _message(body: Any) -> str | None:

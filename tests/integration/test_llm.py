@@ -381,6 +381,45 @@ def test_the_openai_route_gives_the_same_types(make_client: Any, standin: OpenAI
     assert standin.received[-1][0] == "/v1/completions"
 
 
+@pytest.mark.parametrize("route", ["native", "openai"])
+def test_stream_options_say_whether_a_stream_ends_with_its_usage(
+    make_client: Any, standin: OpenAIStandIn, route: str
+) -> None:
+    client = make_client(openai_url=standin.url, route=route)
+    template = {"chat_template": TEMPLATE} if route == "native" else {}
+    call = {"model": "llm_vllm", "messages": MESSAGES, "max_tokens": 2, "stream": True}
+    without = list(
+        client.chat.completions.create(**call, **template, stream_options={"include_usage": False})
+    )
+    assert without
+    assert all(chunk.usage is None and chunk.choices for chunk in without)
+    with_usage = list(
+        client.chat.completions.create(**call, **template, stream_options={"include_usage": True})
+    )
+    assert with_usage[-1].usage == ts.Usage(len(PROMPT.split()), 2)
+    assert "".join(c.text for c in without) == "".join(c.text for c in with_usage)
+    chunks = list(
+        client.completions.create(
+            model="llm_vllm",
+            prompt=STORY,
+            max_tokens=2,
+            stream=True,
+            stream_options={"include_usage": False},
+        )
+    )
+    assert chunks
+    assert all(chunk.usage is None for chunk in chunks)
+    served = len(standin.received)
+    for bad in ({"include_usage": 1}, {"continuous_usage_stats": True}, ["include_usage"]):
+        with pytest.raises(ts.InvalidInputError, match="include_usage"):
+            client.chat.completions.create(**call, **template, stream_options=bad)
+    with pytest.raises(ts.InvalidInputError, match="stream=True only"):
+        client.chat.completions.create(
+            **{**call, "stream": False}, **template, stream_options={"include_usage": True}
+        )
+    assert len(standin.received) == served  # refused before sending
+
+
 def test_auto_sends_tool_calling_requests_to_the_frontend(
     make_client: Any, standin: OpenAIStandIn
 ) -> None:
