@@ -24,6 +24,7 @@ from .._reader import StreamReader
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 CHUNKS = 50  # 0.1 s apart: 5 s when nobody hangs up
+LONG = "x" * 1_200_000  # past aiohttp's line limit (2 x its read buffer)
 
 
 CHUNK = {
@@ -44,12 +45,26 @@ class Streaming(BaseHTTPRequestHandler):
         if self.path.endswith("/keep-alive/chat/completions"):
             self.keep_alive()
             return
+        if self.path.endswith("/long/chat/completions"):
+            self.long_line()
+            return
         try:
             for _ in range(CHUNKS):
                 send_event(self, json.dumps(CHUNK).encode())
                 time.sleep(0.1)
         except OSError:
             type(self).hung_up.set()
+
+    def long_line(self) -> None:
+        """A chunk of 1.2 MB in one line, sent in pieces, then the end."""
+        choice = {"index": 0, "delta": {"content": LONG}, "finish_reason": None}
+        chunk = {**CHUNK, "choices": [choice]}
+        event = b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
+        for start in range(0, len(event), 50_000):
+            piece = event[start : start + 50_000]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
 
     def keep_alive(self) -> None:
         """One chunk, then only keep-alive comments for 2 s, then the end."""
@@ -225,3 +240,13 @@ def test_keep_alive_comments_do_not_hold_off_the_timeout(
         read_chunks(frontend[0] + "/keep-alive", mode, seen)
     assert len(seen) == 1
     assert time.monotonic() - started < 1.8  # the comments went on for 2 s
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_chunk_longer_than_a_read_buffer_arrives_whole(
+    frontend: tuple[str, threading.Event], mode: str
+) -> None:
+    # aiohttp's readline raised its own LineTooLong past twice its read buffer.
+    seen: list[Any] = []
+    read_chunks(frontend[0] + "/long", mode, seen)
+    assert [chunk.text for chunk in seen] == [LONG]

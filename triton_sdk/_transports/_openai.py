@@ -180,6 +180,29 @@ def openai_events(
 # asyncio
 
 
+class _Lines:
+    """The lines of a stream's bytes as they arrive, without their ends. Lines of any
+    length: aiohttp's ``readline`` refuses those over twice its read buffer (a chunk
+    that echoes a long prompt)."""
+
+    def __init__(self) -> None:
+        self._pending: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if b"\n" not in data:
+            self._pending.append(data)
+            return []
+        *lines, rest = data.split(b"\n")
+        lines[0] = b"".join([*self._pending, lines[0]])
+        self._pending = [rest] if rest else []
+        return lines
+
+    def finish(self) -> list[bytes]:
+        """The last line, when the stream ended without a line end after it."""
+        rest, self._pending = b"".join(self._pending), []
+        return [rest] if rest else []
+
+
 def _session(timeout: float | None) -> aiohttp.ClientSession:
     import aiohttp  # imported when the first such call is made, as the transports do
 
@@ -253,13 +276,18 @@ async def openai_events_async(
             # close).
             ctx._stop.arm(lambda: response.content.set_exception(_cut_short(url, model)))
         waiting = EventWait(timeout)  # (see openai_events)
-        while line := await within(response.content.readline(), waiting.left()):
-            if _done(line):
-                return
-            event = _event(line, url, model)
-            if event is not None:
-                yield event
-                waiting.restart()
+        lines = _Lines()
+        while True:
+            data = await within(response.content.readany(), waiting.left())
+            for line in lines.feed(data) if data else lines.finish():
+                if _done(line):
+                    return
+                event = _event(line, url, model)
+                if event is not None:
+                    yield event
+                    waiting.restart()
+            if not data:
+                break
     except aiohttp.ClientPayloadError as exc:
         raise _cut_short(url, model) from exc
     except _aiohttp_failures() as exc:
