@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from http.server import BaseHTTPRequestHandler
 
 
@@ -16,6 +17,22 @@ def open_event_stream(handler: BaseHTTPRequestHandler) -> None:
 
 def send_event(handler: BaseHTTPRequestHandler, data: bytes) -> None:
     """One event, ``data: ...``, in a chunk of its own."""
-    event = b"data: " + data + b"\n\n"
-    handler.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+    send_chunk(handler, b"data: " + data + b"\n\n")
+
+
+def send_chunk(handler: BaseHTTPRequestHandler, data: bytes) -> None:
+    """``data`` as one chunk of the answer."""
+    handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
     handler.wfile.flush()
+
+
+def send_keep_alive(handler: BaseHTTPRequestHandler, seconds: float = 2.0) -> bool:
+    """Keep-alive comments (bytes that end no event), one every 0.2 s for ``seconds``;
+    False when the client left meanwhile."""
+    try:
+        for _ in range(round(seconds / 0.2)):
+            time.sleep(0.2)
+            send_chunk(handler, b": keep-alive\n\n")
+    except OSError:
+        return False
+    return True

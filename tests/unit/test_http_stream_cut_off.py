@@ -18,7 +18,7 @@ import pytest
 
 import triton_sdk as ts
 
-from .._event_stream import open_event_stream, send_event
+from .._event_stream import open_event_stream, send_event, send_keep_alive
 
 METADATA = {
     "name": "upper",
@@ -59,15 +59,8 @@ class MLServerLike(BaseHTTPRequestHandler):
         send_event(self, json.dumps(EVENT).encode())
         if self.headers["x-end"] == "stall":
             time.sleep(2)
-        if self.headers["x-end"] == "keep-alive":  # bytes that end no event, for 2 s
-            comment = b": keep-alive\n\n"
-            try:
-                for _ in range(10):
-                    time.sleep(0.2)
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(comment), comment))
-                    self.wfile.flush()
-            except OSError:  # the client left
-                return
+        if self.headers["x-end"] == "keep-alive" and not send_keep_alive(self):
+            return  # the client left
         self.close_connection = True  # no closing chunk: the stream breaks off
 
     def _unchunked(self) -> None:

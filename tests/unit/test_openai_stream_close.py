@@ -19,7 +19,7 @@ import pytest
 
 import triton_sdk as ts
 
-from .._event_stream import open_event_stream, send_event
+from .._event_stream import open_event_stream, send_chunk, send_event, send_keep_alive
 from .._reader import StreamReader
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -61,24 +61,15 @@ class Streaming(BaseHTTPRequestHandler):
         chunk = {**CHUNK, "choices": [choice]}
         event = b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
         for start in range(0, len(event), 50_000):
-            piece = event[start : start + 50_000]
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-            self.wfile.flush()
+            send_chunk(self, event[start : start + 50_000])
         self.wfile.write(b"0\r\n\r\n")
 
     def keep_alive(self) -> None:
         """One chunk, then only keep-alive comments for 2 s, then the end."""
         send_event(self, json.dumps(CHUNK).encode())
-        comment = b": ping\n\n"
-        try:
-            for _ in range(10):
-                time.sleep(0.2)
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(comment), comment))
-                self.wfile.flush()
+        if send_keep_alive(self):
             send_event(self, b"[DONE]")
             self.wfile.write(b"0\r\n\r\n")
-        except OSError:  # the client left
-            pass
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
