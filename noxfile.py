@@ -41,12 +41,17 @@ def tests(session: nox.Session) -> None:
 
 
 # Tests of what no tensor passes through (many servers, faults, retries, timeouts, TLS,
-# server processes, the pytest plugin): numpy 2 changes nothing there, and they take half
-# the suite's time, so tests_numpy2 leaves them to the tests session.
+# server processes and operations, closing, headers, fork, the pytest plugin): numpy 2
+# changes nothing there, and they take half the suite's time, so tests_numpy2 leaves
+# them to the tests session.
 NUMPY_INDEPENDENT = [
+    "tests/integration/test_closing.py",
     "tests/integration/test_fleet.py",
     "tests/integration/test_faults.py",
+    "tests/integration/test_fork.py",
+    "tests/integration/test_headers.py",
     "tests/integration/test_local_server.py",
+    "tests/integration/test_operations.py",
     "tests/integration/test_retries.py",
     "tests/integration/test_soak.py",
     "tests/integration/test_pytest_plugin.py",
