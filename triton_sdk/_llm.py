@@ -14,7 +14,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, TypeVar, cast
 
 import attrs
 import numpy as np
@@ -216,8 +216,9 @@ def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str,
     types (their ranges are the server's to check), ``stop`` a str or a sequence of
     them."""
     plain: dict[str, SamplingValue] = {}
-    for name, value in options.items():
-        if isinstance(value, np.generic):
+    for name, given in options.items():
+        value: object = given  # (None, a numpy scalar or an array of none, despite the type)
+        if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
             value = value.item()
         if value is not None and (
             (name in _INTEGER_OPTIONS and (type(value) is not int))
@@ -231,7 +232,7 @@ def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str,
                     f"stop is a str or a list of str, got {value!r}", model=model
                 )
             value = list(value)
-        plain[name] = value
+        plain[name] = cast("SamplingValue", value)
     return plain
 
 

@@ -134,11 +134,12 @@ def test_older_tensorrt_llm_names_and_log_prob_counting() -> None:
 
 def test_numpy_option_values_are_their_python_values() -> None:
     # vLLM's sampling parameters failed to serialize an np.int64 (a raw TypeError), and
-    # TensorRT-LLM's finish reason read max_tokens=np.int64(3) as no limit ("stop").
+    # TensorRT-LLM's finish reason read max_tokens=np.int64(3) as no limit ("stop"). A
+    # 0-d array is its value too.
     call = LLMCall.plan(
         VLLM(VLLM_SPEC),
         "hi",
-        {"max_tokens": np.int64(4), "temperature": np.float32(0.5)},  # type: ignore[dict-item]
+        {"max_tokens": np.int64(4), "temperature": np.array(0.5, np.float32)},  # type: ignore[dict-item]
         stream=False,
         prefix="cmpl",
     )
