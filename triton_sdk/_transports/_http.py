@@ -21,7 +21,7 @@ import aiohttp
 
 from .._call import CallContext
 from .._compression import Compression, compress, decompress
-from .._concurrency import aclose_iterator, within
+from .._concurrency import aclose_iterator
 from .._config import Endpoint, TLSConfig
 from .._errors import TritonError
 from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, is_triton
@@ -427,7 +427,7 @@ class AsyncHttpTransport:
                         call.refuse(response.status, content_type, await response.read())
                     opened = True
                     waiting = EventWait(ctx.timeout)
-                    while data := await within(response.content.readany(), waiting.left()):
+                    while data := await waiting.readany(response.content):
                         for item in decoder.feed(data):
                             yield item
                             waiting.restart()

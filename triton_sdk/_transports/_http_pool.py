@@ -13,9 +13,13 @@ import types
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
+
+if TYPE_CHECKING:
+    import aiohttp
 
 from .._compression import decompress
+from .._concurrency import within
 from .._config import Endpoint, TLSConfig
 from .._errors import InvalidInputError
 from .._fork import on_fork
@@ -509,3 +513,10 @@ class EventWait:
         if left <= 0:
             raise TimeoutError("timed out")
         return left
+
+    async def readany(self, content: aiohttp.StreamReader) -> bytes:
+        """The next bytes of ``content`` (b"" at its end), waited for at most the time
+        left. The time left is taken first: raising once ``readany()`` was called would
+        leave its coroutine never awaited."""
+        left = self.left()
+        return await within(content.readany(), left)

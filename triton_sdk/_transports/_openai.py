@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     import aiohttp
 
 from .._call import CallContext
-from .._concurrency import within
 from .._config import TLSConfig, redact_url
 from .._errors import InferenceError, TritonError, classify_transport_error
 from .._openai_route import error_from_body, event_error
@@ -278,7 +277,7 @@ async def openai_events_async(
         waiting = EventWait(timeout)  # (see openai_events)
         lines = _Lines()
         while True:
-            data = await within(response.content.readany(), waiting.left())
+            data = await waiting.readany(response.content)
             for line in lines.feed(data) if data else lines.finish():
                 if _done(line):
                     return
