@@ -123,6 +123,7 @@ from ._sequence import (
 from ._shaping import InputValue
 from ._shm import (
     AnyRegion,
+    NoRoomForRegion,
     Placement,
     PlacementPlan,
     RegionPool,
@@ -909,15 +910,21 @@ class Client:
             return self._run(request, options)
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
         forced = mode != "auto"
-        # A call that must not run twice keeps outputs of open size on the socket.
-        placed = place(
-            request,
-            plan,
-            pool,
-            self._output_views,
-            estimated=options.retry.max_attempts > 1,
-            forced=forced,
-        )
+        try:
+            # A call that must not run twice keeps outputs of open size on the socket.
+            placed = place(
+                request,
+                plan,
+                pool,
+                self._output_views,
+                estimated=options.retry.max_attempts > 1,
+                forced=forced,
+            )
+        except NoRoomForRegion as error:
+            if mode != "auto":
+                raise
+            logger.info("%s; this call's tensors go over the socket", error)
+            placed = None
         if placed is None:
             result = self._run(request, options)
         else:

@@ -148,6 +148,25 @@ def check_outputs(outputs: object) -> bool:
     return outputs == "view"
 
 
+class NoRoomForRegion(TritonError):
+    """This host's shared memory cannot hold a region: /dev/shm is full, too small,
+    read-only or absent."""
+
+    def __init__(self, size: int, error: OSError) -> None:
+        super().__init__(
+            f"cannot make a shared-memory region of {size} bytes in /dev/shm: "
+            f"{error.strerror or error}"
+        )
+
+
+def _allocate(fd: int, size: int) -> None:
+    allocate = getattr(os, "posix_fallocate", None)  # (Linux; not on macOS)
+    if allocate is None:
+        os.ftruncate(fd, size)
+    else:
+        allocate(fd, 0, size)
+
+
 class Region:
     """One mapped region: ``name`` on the server, ``key`` in /dev/shm (unlinked once the
     server has it), ``size`` bytes."""
@@ -164,10 +183,19 @@ class Region:
         self.registered = False
         self.registration = 0  # the pool's count of registrations when it was registered
         path = "/dev/shm" + self.key
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
-            os.ftruncate(fd, size)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except OSError as error:  # no /dev/shm, or one this process may not write
+            raise NoRoomForRegion(size, error) from error
+        try:
+            # A sparse file would map, then kill this process (SIGBUS) on the first write
+            # past what a small /dev/shm (a container's 64 MiB) holds: its pages are taken
+            # now, or the error is an exception here.
+            _allocate(fd, size)
             self._map = mmap.mmap(fd, size)
+        except OSError as error:
+            os.unlink(path)
+            raise NoRoomForRegion(size, error) from error
         except BaseException:
             os.unlink(path)
             raise

@@ -484,3 +484,49 @@ def test_files_of_a_client_that_died_before_registering_are_removed(make_client:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"/dev/shm/{left}")
+
+
+def _in_own_dev_shm(
+    mount_options: str, script: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a process that sees a /dev/shm of its own (a tmpfs mounted with
+    ``mount_options``), as a container with a small --shm-size does."""
+    shell = f'mount -t tmpfs -o {mount_options} tmpfs /dev/shm && exec "$@"'
+    command = ["unshare", "-m", "--propagation", "private", "sh", "-c", shell, "sh"]
+    return subprocess.run(
+        [*command, sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _can_mount_own_dev_shm() -> bool:
+    try:
+        return _in_own_dev_shm("size=1m", "pass").returncode == 0
+    except FileNotFoundError:  # no unshare
+        return False
+
+
+@pytest.mark.skipif(not _can_mount_own_dev_shm(), reason="needs unshare and mount (root)")
+@pytest.mark.parametrize("dev_shm_options", ["size=4m", "ro"], ids=["small", "read-only"])
+def test_a_dev_shm_without_room_sends_over_the_socket_in_auto_and_raises_in_system(
+    url: str, dev_shm_options: str
+) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys, numpy as np, triton_sdk as ts
+        batch = np.ones((8, {SAMPLE}), dtype=np.float32)  # 8 MiB
+        with ts.Client(sys.argv[1]) as client:  # "auto"
+            assert np.array_equal(client.model("big_fixed").infer(X=batch)["Y"], 2 * batch)
+        with ts.Client(sys.argv[1], shared_memory="system") as client:
+            try:
+                client.model("big_fixed").infer(X=batch)
+            except ts.TritonError as error:
+                print(error)
+        """
+    )
+    done = _in_own_dev_shm(dev_shm_options, script, url)
+    # Without room taken up front, the first write past 4 MiB was a SIGBUS.
+    assert done.returncode == 0, done.stderr
+    assert "cannot make a shared-memory region of 8388608 bytes in /dev/shm" in done.stdout
