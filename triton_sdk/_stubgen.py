@@ -160,10 +160,12 @@ def _identifiers(names: Iterable[str], reserved: Collection[str]) -> dict[str, s
         if name in chosen:
             continue
         base = _identifier(name, reserved)
+        # ("-" and "+" are both "_": the second is "_2", since "__2" is not usable.)
+        stem = base if base.strip("_") else ""
         text, count = base, 1
         while text in used or not _usable(text, reserved):
             count += 1
-            text = f"{base}_{count}"
+            text = f"{stem}_{count}"
         chosen[name] = text
         used.add(text)
     return {name: chosen[name] for name in names}

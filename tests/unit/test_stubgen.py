@@ -183,6 +183,20 @@ def test_names_that_become_the_same_identifier_stay_apart(
     assert mypy_says["dupes"] == []
 
 
+SIGNS = ts.ModelSpec(
+    name="signs",
+    inputs={name: tensor(name, "FP32", (1,)) for name in ("-", "+", "_2")},
+    outputs={name: tensor(name, "FP32", (1,)) for name in ("+", "-", "*")},
+)
+
+
+def test_names_of_punctuation_alone_become_underscore_and_numbers(tmp_path: Path) -> None:
+    text = render([SIGNS])  # (looked for an identifier for ever)
+    load(text, tmp_path)
+    assert sent_as(text, "Signs") == {"-": "_", "+": "_3", "_2": "_2"}
+    assert read_as(text, "SignsResult") == {"+": "_", "-": "_2", "*": "_3"}
+
+
 # Inputs named like the helpers a method calls, outputs named like InferResult's methods.
 HELPERS = ts.ModelSpec(
     name="helpers",
