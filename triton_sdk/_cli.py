@@ -29,7 +29,7 @@ import numpy.typing as npt
 from ._async_client import AsyncClient
 from ._checks import NO_LIMIT_FROM
 from ._client import Client
-from ._errors import TritonError
+from ._errors import ModelNotFoundError, ModelNotReadyError, TritonError
 from ._shaping import InputValue
 from ._spec import ModelSpec
 from .local import ServerStartError
@@ -378,12 +378,19 @@ def stubgen(url: str, chosen: list[str] | None, output: Path, check: bool) -> in
     from ._stubgen import class_names, differences, render, same_code
 
     with Client(url) as client:
-        names = (
-            list(dict.fromkeys(chosen))
+        names = sorted(
+            set(chosen)
             if chosen
-            else sorted({status.name for status in client.models() if status.state == "READY"})
+            else {status.name for status in client.models() if status.state == "READY"}
         )
-        specs = [client.model_spec(name) for name in names]
+        try:
+            specs = [client.model_spec(name) for name in names]
+        except (ModelNotFoundError, ModelNotReadyError) as error:
+            if not check:
+                raise
+            # The server answered: its models are not those of the module.
+            print(f"stubgen: {output} cannot match the models of {url}: {error}")
+            return 1
     text = render(specs)
     if check:
         if not output.exists():

@@ -217,13 +217,14 @@ def _method(
         "infer_sample": f"Run one sample through {model}, no batch axis (see Model.infer_sample).",
         "stream": f"Send one request to {model} and read its responses (see Model.stream).",
     }[method]
-    lines.append(f'        """{what}')
     if spec.inputs:
-        lines += ["", "        Args:"]
+        lines += [f'        """{what}', "", "        Args:"]
         batched = spec.batched and method != "infer_sample"
         for name, tensor in spec.inputs.items():
             lines.append(f"            {params[name]}: {_describe(tensor, batched)}.")
-    lines.append('        """')
+        lines.append('        """')
+    else:  # (one line, as ruff formats it: a formatted module still matches)
+        lines.append(f'        """{what}"""')
     any_optional = any(tensor.optional for tensor in spec.inputs.values())
     awaited = "await " if asynchronous and not stream else ""
     target = "responses" if stream else "result"
@@ -232,6 +233,8 @@ def _method(
     entries = [f"{indent}    {_quote(name)}: {params[name]}," for name in spec.inputs]
     if any_optional:  # (laid out as ruff formats it)
         lines += ["            given(", f"{indent}{{", *entries, f"{indent}}}", "            ),"]
+    elif not entries:
+        lines.append(f"{indent}{{}},")
     else:
         lines += [f"{indent}{{", *entries, f"{indent}}},"]
     lines += [f"            {name}={name}," for name, _ in _options(stream)]

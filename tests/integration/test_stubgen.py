@@ -44,7 +44,7 @@ def test_stubgen_writes_a_module_that_runs_the_models(
         main(["stubgen", url, "-m", "add_sub", "-m", "text_embed", "-m", "repeat", "-o", str(path)])
         == 0
     )
-    assert "AddSub, TextEmbed, Repeat" in capsys.readouterr().out
+    assert "AddSub, Repeat, TextEmbed" in capsys.readouterr().out
     models = load(path)
     if isinstance(client, Blocking):  # an AsyncClient: the Async twins
         add_sub = Blocking(models.AsyncAddSub(client.model("add_sub").target), loop_thread)
@@ -77,6 +77,28 @@ def test_check_says_whether_the_module_still_matches(
     out = capsys.readouterr().out
     assert "is not what stubgen writes now" in out
     assert "INPUT1 FP32 [8]" in out
+
+
+def test_check_of_a_model_the_server_lacks_is_a_change(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "models.py"
+    assert main(["stubgen", url, "-m", "add_sub", "-o", str(path)]) == 0
+    command = ["stubgen", url, "-m", "add_sub", "-m", "no_such_model", "-o", str(path)]
+    assert main([*command, "--check"]) == 1
+    assert "cannot match the models of" in capsys.readouterr().out
+    assert main(command) == 2  # writing it is an error
+
+
+def test_the_module_does_not_depend_on_the_order_of_the_models(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "models.py"
+    assert main(["stubgen", url, "-m", "text_embed", "-m", "add_sub", "-o", str(path)]) == 0
+    assert "AddSub, TextEmbed" in capsys.readouterr().out
+    written = path.read_text()
+    assert main(["stubgen", url, "-m", "add_sub", "-m", "text_embed", "-o", str(path)]) == 0
+    assert path.read_text() == written
 
 
 def test_a_server_that_cannot_be_reached_is_one_line_and_exit_2(

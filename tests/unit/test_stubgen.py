@@ -515,6 +515,17 @@ def test_names_beyond_the_basic_plane_and_keyword_models_round_trip(tmp_path: Pa
         assert result[name].tolist() == result.X__.tolist() == [[1.0]]
 
 
+def test_a_model_without_inputs_is_laid_out_as_ruff_formats_it(tmp_path: Path) -> None:
+    # ruff format joins a docstring's closing quotes to a lone line, and {\n} to {}: the
+    # docstring is code, so --check then failed on a formatted file of an unchanged model.
+    spec = ts.ModelSpec(name="clock", inputs={}, outputs={"NOW": tensor("NOW", "INT64", (1,))})
+    text = render([spec])
+    load(text, tmp_path)
+    assert '        """Run a batch through \'clock\' (see Model.infer)."""\n' in text
+    assert "            {},\n" in text
+    assert "            {\n            }," not in text
+
+
 def test_check_compares_code_not_layout() -> None:
     # An ONNX export's long names: a project's formatter wraps the lines stubgen writes
     # (and --check then failed on a file whose code had not changed).
