@@ -171,7 +171,11 @@ _ONE_SERVER_SHM: Final = (
     'shared_memory="system" (or "cuda") needs a client of one server; a client over many '
     "endpoints sends every tensor over sockets"
 )
-_MANY_ENDPOINT_MODES: Final = ("auto", "off")
+_JSON_HTTP_SHM: Final = (
+    'shared_memory="system" (or "cuda") needs tensors in Triton\'s binary HTTP '
+    '(http_binary=True or "auto"); with http_binary=False every tensor goes over sockets'
+)
+_SOCKETS_ONLY_MODES: Final = ("auto", "off")
 _SYSTEM: Final = ("auto", "system")
 
 
@@ -325,10 +329,13 @@ class Client:
             http_binary=http_binary,
         )
         self._shared_memory = check_mode(shared_memory)
-        self._many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
+        many = len(self._settings.endpoints) > 1 or self._settings.dns is not None
+        json_http = self._settings.endpoint.protocol == "http" and http_binary is False
+        self._sockets_only = _ONE_SERVER_SHM if many else _JSON_HTTP_SHM if json_http else None
+        """Why this client sends every tensor over sockets (None: it need not)."""
         self._url = str(self._settings.endpoint)
-        if self._many and self._shared_memory not in _MANY_ENDPOINT_MODES:
-            raise InvalidInputError(_ONE_SERVER_SHM)
+        if self._sockets_only and self._shared_memory not in _SOCKETS_ONLY_MODES:
+            raise InvalidInputError(self._sockets_only)
         self._output_views = check_outputs(shared_memory_outputs)
         if transport is not None and not isinstance(transport, Transport):
             raise InvalidInputError(
@@ -347,8 +354,9 @@ class Client:
         self._regions = RegionPool()
         self._cuda_regions: dict[int, RegionPool] = {}
         # None: not tried yet. Regions are registered with one server, and the calls of a
-        # client over many endpoints go to any of them: sockets only.
-        self._server_reads_our_memory: bool | None = False if self._many else None
+        # client over many endpoints go to any of them; JSON bodies cannot name regions:
+        # sockets only.
+        self._server_reads_our_memory: bool | None = False if self._sockets_only else None
         self._server_guards_regions: bool | None = None
         """Whether the server refuses to unregister a region a request uses (None: not
         asked yet); see _free_abandoned."""
@@ -891,8 +899,8 @@ class Client:
     def _shared_memory_mode(self, shared_memory: SharedMemory | NotGiven) -> SharedMemory:
         """The mode of a call: its own, checked, or the client's."""
         mode = self._shared_memory if shared_memory is NOT_GIVEN else check_mode(shared_memory)
-        if self._many and mode not in _MANY_ENDPOINT_MODES:
-            raise InvalidInputError(_ONE_SERVER_SHM)
+        if self._sockets_only and mode not in _SOCKETS_ONLY_MODES:
+            raise InvalidInputError(self._sockets_only)
         return mode
 
     def _infer_one(

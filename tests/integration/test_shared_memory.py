@@ -26,7 +26,14 @@ import triton_sdk as ts
 from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
 
-from .conftest import inference_count, request_count, wait_until
+from .conftest import (
+    LoopThread,
+    close_client,
+    inference_count,
+    open_client,
+    request_count,
+    wait_until,
+)
 
 SAMPLE = 262144  # FP32 elements per sample of big_fixed: 1 MiB
 
@@ -530,3 +537,22 @@ def test_a_dev_shm_without_room_sends_over_the_socket_in_auto_and_raises_in_syst
     # Without room taken up front, the first write past 4 MiB was a SIGBUS.
     assert done.returncode == 0, done.stderr
     assert "cannot make a shared-memory region of 8388608 bytes in /dev/shm" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_json_http_sends_over_the_socket_in_auto_and_refuses_system_before_registering(
+    server: LocalServer, loop_thread: LoopThread, mode: str
+) -> None:
+    batch = np.ones((2, SAMPLE), dtype=np.float32)
+    client = open_client(server.http_url, mode, loop_thread, http_binary=False)
+    try:
+        model = client.model("big_fixed")
+        # (refused: "shared memory needs Triton's binary HTTP", once regions were registered)
+        assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
+        with pytest.raises(ts.InvalidInputError, match="http_binary=True"):
+            model.infer(X=batch, shared_memory="system")
+        assert own(client) == []
+    finally:
+        close_client(client, loop_thread)
+    with pytest.raises(ts.InvalidInputError, match="http_binary=True"):
+        ts.Client(server.http_url, http_binary=False, shared_memory="system")
