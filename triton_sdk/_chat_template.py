@@ -88,6 +88,13 @@ class ChatTemplate:
             conversation.append(
                 _with_reasoning({k: v for k, v in message.items() if v is not None})
             )
+        given: object = variables  # (annotations are not checked at run time)
+        if given is not None and not (
+            isinstance(given, Mapping) and all(isinstance(key, str) for key in given)
+        ):
+            raise ChatTemplateError(
+                f"chat_template_kwargs is a mapping of names to values, got {variables!r:.80}"
+            )
         name = "tool_use" if tools is not None and "tool_use" in self.templates else "default"
         template = _compile(self.templates[name])
         context = {**self.special_tokens, **(variables or {})}
@@ -112,6 +119,11 @@ class ChatTemplate:
 def load_chat_template(value: str | os.PathLike[str], origin: str | None = None) -> ChatTemplate:
     """A template from Jinja source, or from a path to a tokenizer_config.json, a .jinja file,
     or a directory holding either (as a Hugging Face model directory does)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ChatTemplateError(
+            "chat_template is Jinja source or the path of a tokenizer_config.json or .jinja "
+            f"file, got {type(value).__name__}"
+        )
     if isinstance(value, str) and ("{{" in value or "{%" in value):
         return ChatTemplate(
             {"default": value}, PLAIN_TOKENS, origin or "the chat_template argument"

@@ -73,7 +73,14 @@ from ._generate import JSONValue, check_generate
 from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler, plain_options
 from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
-from ._openai_route import Route, chat_body, check_route, completion_body, include_usage
+from ._openai_route import (
+    Route,
+    chat_body,
+    check_route,
+    completion_body,
+    include_usage,
+    reader,
+)
 from ._operations import (
     LogSettings,
     ModelStatistics,
@@ -1908,9 +1915,13 @@ class ChatCompletions:
         ``{"include_usage": False}``."""
         client = self._client
         usage = include_usage(stream_options, stream, model)
-        target = client._openai_target(route, tools, timeout, headers, "chat/completions")
+        # A chat template is the native route's own: "auto" keeps such a call there.
+        templated = chat_template is not None or chat_template_kwargs is not None
+        tooled = None if templated else tools
+        path = "chat/completions"
+        target = client._openai_target(route, tooled, timeout, headers, path)
         if target is not None:
-            if chat_template is not None or chat_template_kwargs is not None:
+            if templated:
                 raise UnsupportedError(
                     "the OpenAI-compatible frontend renders with the template of the "
                     "tokenizer it serves: chat_template applies to the native route"
@@ -1920,9 +1931,9 @@ class ChatCompletions:
             body = chat_body(model, messages, plain, stream=stream, tools=tools, usage=usage)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
-                return _opened(events, ChatCompletionChunk.from_openai_dict)
+                return _opened(events, reader(ChatCompletionChunk.from_openai_dict, path, model))
             answer = client._run(OpenAIPost(url, body, model), options_)
-            return ChatCompletion.from_openai_dict(answer)
+            return reader(ChatCompletion.from_openai_dict, path, model)(answer)
         handle = client._llm_model(model, timeout, headers)
         call = handle._chat_call(
             messages, chat_template, chat_template_kwargs, tools, None, options, stream
@@ -1985,16 +1996,17 @@ class Completions:
         in :meth:`ChatCompletions.create`)."""
         client = self._client
         usage = include_usage(stream_options, stream, model)
-        target = client._openai_target(route, None, timeout, headers, "completions")
+        path = "completions"
+        target = client._openai_target(route, None, timeout, headers, path)
         if target is not None:
             url, options_ = target
             plain = plain_options(options, model)
             body = completion_body(model, prompt, plain, stream=stream, usage=usage)
             if stream:
                 events = client._stream(OpenAIEvents(url, body, model), options_)
-                return _opened(events, CompletionChunk.from_openai_dict)
+                return _opened(events, reader(CompletionChunk.from_openai_dict, path, model))
             answer = client._run(OpenAIPost(url, body, model), options_)
-            return Completion.from_openai_dict(answer)
+            return reader(Completion.from_openai_dict, path, model)(answer)
         handle = client._llm_model(model, timeout, headers)
         call = handle._completion_call(prompt, None, options, stream)
         if stream:

@@ -215,6 +215,10 @@ def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str,
     read from an array), and checked: OpenAI's integer and number options are of those
     types (their ranges are the server's to check), ``stop`` a str or a sequence of
     them."""
+    if "max_tokens" in options and "max_completion_tokens" in options:
+        raise InvalidInputError(
+            "max_tokens and max_completion_tokens are the same limit: give one", model=model
+        )
     plain: dict[str, SamplingValue] = {}
     for name, given in options.items():
         value: object = given  # (None, a numpy scalar or an array of none, despite the type)
@@ -653,12 +657,9 @@ def adapter_for(spec: ModelSpec, given: Adapter | None = None) -> LLMAdapter:
 T = TypeVar("T", ChatCompletionChunk, CompletionChunk)
 
 
-def _with_max_tokens(options: dict[str, SamplingValue], model: str) -> dict[str, SamplingValue]:
-    """OpenAI's ``max_completion_tokens`` as the ``max_tokens`` the backends read."""
-    if "max_tokens" in options:
-        raise InvalidInputError(
-            "max_tokens and max_completion_tokens are the same limit: give one", model=model
-        )
+def _with_max_tokens(options: dict[str, SamplingValue]) -> dict[str, SamplingValue]:
+    """OpenAI's ``max_completion_tokens`` as the ``max_tokens`` the backends read (the
+    options are plain: not both)."""
     options = dict(options)
     options["max_tokens"] = options.pop("max_completion_tokens")
     return options
@@ -688,7 +689,7 @@ class LLMCall:
     ) -> LLMCall:
         options = plain_options(options, adapter.spec.name)
         if "max_completion_tokens" in options and "max_completion_tokens" not in adapter.options:
-            options = _with_max_tokens(options, adapter.spec.name)
+            options = _with_max_tokens(options)
         adapter.check(options)
         return cls(
             adapter,

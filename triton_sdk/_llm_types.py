@@ -30,6 +30,34 @@ __all__ = [
 OpenAIDict = dict[str, Any]
 """JSON as OpenAI's API writes it."""
 
+OpenAIObject = Mapping[str, Any]
+"""A JSON object of OpenAI's API kept as the server sent it (a tool call, log
+probabilities)."""
+
+
+def _object(data: object, what: str) -> Mapping[str, Any]:
+    """``data`` if it is a JSON object (None: an empty one), else a TypeError naming it."""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{what} is not a JSON object: {data!r:.80}")
+    return data
+
+
+def _objects(data: object, what: str) -> tuple[OpenAIObject, ...] | None:
+    """``data``, a JSON list of objects, as a tuple (None or empty: None)."""
+    if not data:
+        return None
+    if not isinstance(data, list) or not all(isinstance(item, Mapping) for item in data):
+        raise TypeError(f"{what} is not a list of JSON objects: {data!r:.80}")
+    return tuple(data)
+
+
+def _text(data: object, what: str) -> str | None:
+    if data is not None and not isinstance(data, str):
+        raise TypeError(f"{what} is not a string: {data!r:.80}")
+    return data
+
 
 @attrs.frozen
 class Usage:
@@ -53,6 +81,7 @@ class Usage:
     def from_openai_dict(cls, data: Mapping[str, Any] | None) -> Usage | None:
         if data is None:
             return None
+        data = _object(data, "usage")
         return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
 
 
@@ -62,7 +91,7 @@ class ChatMessage:
 
     content: str | None
     role: str = "assistant"
-    tool_calls: tuple[Mapping[str, Any], ...] | None = None
+    tool_calls: tuple[OpenAIObject, ...] | None = None
 
     def to_openai_dict(self) -> OpenAIDict:
         data: OpenAIDict = {"role": self.role, "content": self.content}
@@ -79,6 +108,8 @@ class ChatChoice:
     index: int
     message: ChatMessage
     finish_reason: str | None
+    logprobs: OpenAIObject | None = None
+    """The log probabilities the server sent (asked for with ``logprobs=True``), as sent."""
 
     @property
     def text(self) -> str | None:
@@ -89,35 +120,41 @@ class ChatChoice:
             "index": self.index,
             "message": self.message.to_openai_dict(),
             "finish_reason": self.finish_reason,
-            "logprobs": None,
+            "logprobs": _logprobs_dict(self.logprobs),
         }
 
     @classmethod
     def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> ChatChoice:
-        message = data.get("message") or {}
-        calls = message.get("tool_calls")
+        data = _object(data, "a choice")
+        message = _object(data.get("message"), "a choice's message")
         return cls(
             int(data.get("index", index)),
             ChatMessage(
-                message.get("content"),
+                _text(message.get("content"), "a message's content"),
                 str(message.get("role") or "assistant"),
-                tuple(calls) if calls else None,
+                _objects(message.get("tool_calls"), "a message's tool_calls"),
             ),
-            data.get("finish_reason"),
+            _text(data.get("finish_reason"), "a choice's finish_reason"),
+            _logprobs(data),
         )
 
 
 @attrs.frozen
 class ChoiceDelta:
-    """What one chunk adds to a choice: the role (first chunk only) and new text."""
+    """What one chunk adds to a choice: the role (first chunk only), new text, and the
+    pieces of tool calls (OpenAI's ``delta.tool_calls``, as the server sent them: each
+    names the ``index`` of the call it adds to)."""
 
     content: str | None = None
     role: str | None = None
+    tool_calls: tuple[OpenAIObject, ...] | None = None
 
     def to_openai_dict(self) -> OpenAIDict:
         data: OpenAIDict = {"content": self.content}
         if self.role is not None:
             data["role"] = self.role
+        if self.tool_calls:
+            data["tool_calls"] = [dict(call) for call in self.tool_calls]
         return data
 
 
@@ -128,6 +165,8 @@ class ChunkChoice:
     index: int
     delta: ChoiceDelta
     finish_reason: str | None = None
+    logprobs: OpenAIObject | None = None
+    """The log probabilities of this chunk's tokens, as the server sent them."""
 
     @property
     def text(self) -> str | None:
@@ -138,16 +177,23 @@ class ChunkChoice:
             "index": self.index,
             "delta": self.delta.to_openai_dict(),
             "finish_reason": self.finish_reason,
-            "logprobs": None,
+            "logprobs": _logprobs_dict(self.logprobs),
         }
 
     @classmethod
     def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> ChunkChoice:
-        delta = data.get("delta") or {}
+        data = _object(data, "a choice")
+        delta = _object(data.get("delta"), "a choice's delta")
+        role = delta.get("role")
         return cls(
             int(data.get("index", index)),
-            ChoiceDelta(delta.get("content"), delta.get("role")),
-            data.get("finish_reason"),
+            ChoiceDelta(
+                _text(delta.get("content"), "a delta's content"),
+                None if role is None else str(role),
+                _objects(delta.get("tool_calls"), "a delta's tool_calls"),
+            ),
+            _text(data.get("finish_reason"), "a choice's finish_reason"),
+            _logprobs(data),
         )
 
 
@@ -158,22 +204,35 @@ class CompletionChoice:
     index: int
     text: str
     finish_reason: str | None
+    logprobs: OpenAIObject | None = None
+    """The log probabilities the server sent (asked for with ``logprobs=N``), as sent."""
 
     def to_openai_dict(self) -> OpenAIDict:
         return {
             "index": self.index,
             "text": self.text,
             "finish_reason": self.finish_reason,
-            "logprobs": None,
+            "logprobs": _logprobs_dict(self.logprobs),
         }
 
     @classmethod
     def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> CompletionChoice:
+        data = _object(data, "a choice")
         return cls(
             int(data.get("index", index)),
-            str(data.get("text") or ""),
-            data.get("finish_reason"),
+            _text(data.get("text"), "a choice's text") or "",
+            _text(data.get("finish_reason"), "a choice's finish_reason"),
+            _logprobs(data),
         )
+
+
+def _logprobs(choice: Mapping[str, Any]) -> OpenAIObject | None:
+    logprobs = choice.get("logprobs")
+    return None if logprobs is None else _object(logprobs, "a choice's logprobs")
+
+
+def _logprobs_dict(logprobs: OpenAIObject | None) -> OpenAIDict | None:
+    return None if logprobs is None else dict(logprobs)
 
 
 C = TypeVar("C", ChatChoice, ChunkChoice, CompletionChoice)
@@ -214,14 +273,18 @@ class _Answer(Displayable, Generic[C]):
 
     @classmethod
     def from_openai_dict(cls: type[A], data: Mapping[str, Any]) -> A:
-        """An answer from an OpenAI-compatible server's JSON."""
+        """An answer from an OpenAI-compatible server's JSON (TypeError or ValueError
+        when it is not of that shape)."""
+        data = _object(data, "the answer")
+        choices = data.get("choices") or []
+        if not isinstance(choices, list):
+            raise TypeError(f"the answer's choices are not a list: {choices!r:.80}")
         return cls(  # type: ignore[call-arg]
             id=str(data.get("id", "")),
             created=int(data.get("created") or 0),
             model=str(data.get("model", "")),
             choices=tuple(
-                cls._choice.from_openai_dict(choice, index)
-                for index, choice in enumerate(data.get("choices") or ())
+                cls._choice.from_openai_dict(choice, index) for index, choice in enumerate(choices)
             ),
             usage=Usage.from_openai_dict(data.get("usage")),
         )

@@ -4,16 +4,18 @@ its error bodies read into the SDK's errors. The I/O is in ``_transports/_openai
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 from ._chat_template import Message
 from ._errors import (
+    MALFORMED_ANSWER,
     InferenceError,
     InvalidInputError,
     ModelNotFoundError,
     TritonError,
     classify_message,
+    unreadable_answer,
 )
 from ._llm import SamplingValue
 
@@ -25,6 +27,7 @@ __all__ = [
     "error_from_body",
     "event_error",
     "include_usage",
+    "reader",
 ]
 
 Route = Literal["auto", "native", "openai"]
@@ -33,6 +36,8 @@ the OpenAI-compatible frontend (``"openai"``), or the frontend for tool-calling 
 and the native endpoints otherwise (``"auto"``)."""
 
 ROUTES = ("auto", "native", "openai")
+
+T = TypeVar("T")
 
 
 def check_route(route: str) -> Route:
@@ -52,10 +57,30 @@ def chat_body(
     tools: Sequence[Mapping[str, Any]] | None,
     usage: bool = True,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "messages": [dict(m) for m in messages], **options}
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": _objects(messages, "messages", "message", model),
+        **options,
+    }
     if tools is not None:
-        body["tools"] = [dict(tool) for tool in tools]
+        body["tools"] = _objects(tools, "tools", "tool", model)
     return _streaming(body, stream, usage)
+
+
+def _objects(given: object, name: str, each: str, model: str) -> list[dict[str, Any]]:
+    """``given``, a sequence of mappings (JSON objects), as a list of dicts."""
+    if not isinstance(given, Sequence) or isinstance(given, (str, bytes)):
+        raise InvalidInputError(
+            f"{name} is a list of mappings, got {type(given).__name__}", model=model
+        )
+    objects = []
+    for index, item in enumerate(given):
+        if not isinstance(item, Mapping):
+            raise InvalidInputError(
+                f"{each} {index} is a {type(item).__name__}, not a mapping", model=model
+            )
+        objects.append(dict(item))
+    return objects
 
 
 def completion_body(
@@ -73,6 +98,12 @@ def _streaming(body: dict[str, Any], stream: bool, usage: bool) -> dict[str, Any
     body["stream"] = stream
     if stream and usage:  # usage on the last chunk, as the native route gives it
         body["stream_options"] = {"include_usage": True}
+    try:
+        json.dumps(body, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidInputError(
+            f"the request cannot be sent as JSON: {error}", model=str(body["model"])
+        ) from None
     return body
 
 
@@ -134,3 +165,16 @@ def event_error(event: Mapping[str, Any], model: str | None) -> TritonError | No
     if "error" not in event and "detail" not in event:
         return None
     return classify_message(_message(event) or json.dumps(event), model=model)
+
+
+def reader(parse: Callable[[Any], T], path: str, model: str) -> Callable[[Any], T]:
+    """``parse`` (an answer type's ``from_openai_dict``), raising the InferenceError of
+    an unreadable answer for JSON of another shape."""
+
+    def read(answer: Any) -> T:
+        try:
+            return parse(answer)
+        except MALFORMED_ANSWER as error:
+            raise unreadable_answer(error, f"/{path}", model) from error
+
+    return read

@@ -440,6 +440,51 @@ def test_auto_sends_tool_calling_requests_to_the_frontend(
     assert answer.finish_reason == "stop"
 
 
+def test_auto_keeps_a_call_with_a_chat_template_on_the_native_route(
+    make_client: Any, standin: OpenAIStandIn
+) -> None:
+    client = make_client(openai_url=standin.url)
+    tools = [{"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}]
+    served = len(standin.received)
+    # (went to the frontend, which refused: chat_template applies to the native route)
+    answer = client.chat.completions.create(
+        model="llm_vllm", messages=MESSAGES, tools=tools, chat_template=TEMPLATE, max_tokens=4
+    )
+    assert len(standin.received) == served
+    assert answer.text == expected(PROMPT, max_tokens=4)[0]
+
+
+@pytest.mark.parametrize("route", ["native", "openai"])
+def test_a_malformed_call_is_refused_before_sending_on_both_routes(
+    make_client: Any, standin: OpenAIStandIn, route: str
+) -> None:
+    client = make_client(openai_url=standin.url, route=route)
+    template = {"chat_template": TEMPLATE} if route == "native" else {}
+    call = {"model": "llm_vllm", **template}
+    served = len(standin.received)
+    refusals = [
+        ({"messages": MESSAGES, "max_tokens": 2, "max_completion_tokens": 2}, "give one"),
+        ({"messages": ["hi"]}, "message 0 is a str"),
+    ]
+    if route == "openai":
+        refusals += [
+            ({"messages": [{"role": "user", "content": object()}]}, "cannot be sent as JSON"),
+            ({"messages": MESSAGES, "temperature": float("nan")}, "cannot be sent as JSON"),
+            ({"messages": "hi"}, "messages is a list of mappings"),
+            ({"messages": MESSAGES, "tools": ["now"]}, "tool 0 is a str"),
+            ({"messages": MESSAGES, "tools": {"type": "function"}}, "tools is a list"),
+        ]
+    else:
+        refusals += [
+            ({"messages": MESSAGES, "chat_template_kwargs": ["x"]}, "chat_template_kwargs"),
+            ({"messages": MESSAGES, "chat_template": 5}, "chat_template is Jinja source"),
+        ]
+    for arguments, message in refusals:
+        with pytest.raises(ts.InvalidInputError, match=message):
+            client.chat.completions.create(**{**call, **arguments})
+    assert len(standin.received) == served
+
+
 def test_the_openai_route_raises_the_same_errors(make_client: Any, standin: OpenAIStandIn) -> None:
     client = make_client(openai_url=standin.url, route="openai")
     with pytest.raises(ts.ModelNotFoundError, match="Unknown model: nope"):
