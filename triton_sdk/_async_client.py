@@ -1886,7 +1886,7 @@ class AsyncChatCompletions:
         chat_template_kwargs: Mapping[str, object] | None = None,
         tools: Sequence[Mapping[str, object]] | None = None,
         route: Route | None = None,
-        stream_options: Mapping[str, object] | None = None,
+        stream_options: None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1908,6 +1908,23 @@ class AsyncChatCompletions:
         headers: Headers = None,
         **options: SamplingValue,
     ) -> AsyncResponseStream[ChatCompletionChunk]: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Message],
+        stream: bool,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ChatCompletion | AsyncResponseStream[ChatCompletionChunk]: ...
 
     async def create(
         self,
@@ -1977,7 +1994,7 @@ class AsyncCompletions:
         prompt: str,
         stream: Literal[False] = False,
         route: Route | None = None,
-        stream_options: Mapping[str, object] | None = None,
+        stream_options: None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1996,6 +2013,20 @@ class AsyncCompletions:
         headers: Headers = None,
         **options: SamplingValue,
     ) -> AsyncResponseStream[CompletionChunk]: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        stream: bool,
+        route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> Completion | AsyncResponseStream[CompletionChunk]: ...
 
     async def create(
         self,

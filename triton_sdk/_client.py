@@ -1871,7 +1871,7 @@ class ChatCompletions:
         chat_template_kwargs: Mapping[str, object] | None = None,
         tools: Sequence[Mapping[str, object]] | None = None,
         route: Route | None = None,
-        stream_options: Mapping[str, object] | None = None,
+        stream_options: None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1893,6 +1893,23 @@ class ChatCompletions:
         headers: Headers = None,
         **options: SamplingValue,
     ) -> ResponseStream[ChatCompletionChunk]: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Message],
+        stream: bool,
+        chat_template: str | os.PathLike[str] | None = None,
+        chat_template_kwargs: Mapping[str, object] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> ChatCompletion | ResponseStream[ChatCompletionChunk]: ...
 
     def create(
         self,
@@ -1960,7 +1977,7 @@ class Completions:
         prompt: str,
         stream: Literal[False] = False,
         route: Route | None = None,
-        stream_options: Mapping[str, object] | None = None,
+        stream_options: None = None,
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
         **options: SamplingValue,
@@ -1979,6 +1996,20 @@ class Completions:
         headers: Headers = None,
         **options: SamplingValue,
     ) -> ResponseStream[CompletionChunk]: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        stream: bool,
+        route: Route | None = None,
+        stream_options: Mapping[str, object] | None = None,
+        timeout: Timeout = NOT_GIVEN,
+        headers: Headers = None,
+        **options: SamplingValue,
+    ) -> Completion | ResponseStream[CompletionChunk]: ...
 
     def create(
         self,

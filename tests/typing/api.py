@@ -151,3 +151,27 @@ def headers_hooks_and_mocks(spec: ts.ModelSpec) -> int:
         del config
     recorded: list[RecordedCall] = mock.calls
     return len(recorded)
+
+
+def openai_calls(client: ts.Client, streaming: bool) -> str:
+    messages = [{"role": "user", "content": "hi"}]
+    answer: ts.ChatCompletion = client.chat.completions.create(model="m", messages=messages)
+    chunks: ts.ResponseStream[ts.ChatCompletionChunk] = client.chat.completions.create(
+        model="m", messages=messages, stream=True, stream_options={"include_usage": False}
+    )
+    # A stream decided at run time (a bool, not a literal): either answer.
+    either = client.chat.completions.create(model="m", messages=messages, stream=streaming)
+    got: ts.ChatCompletion | ts.ResponseStream[ts.ChatCompletionChunk] = either
+    text = client.completions.create(model="m", prompt="Once", stream=streaming)
+    texts: ts.Completion | ts.ResponseStream[ts.CompletionChunk] = text
+    del chunks, got, texts
+    return answer.text
+
+
+async def async_openai_calls(client: ts.AsyncClient, streaming: bool) -> str:
+    messages = [{"role": "user", "content": "hi"}]
+    either = await client.chat.completions.create(model="m", messages=messages, stream=streaming)
+    got: ts.ChatCompletion | ts.AsyncResponseStream[ts.ChatCompletionChunk] = either
+    del got
+    answer = await client.completions.create(model="m", prompt="Once")
+    return answer.text
