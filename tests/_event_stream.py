@@ -1,9 +1,27 @@
-"""Stdlib stand-in servers' side of a server-sent event stream."""
+"""Stdlib stand-in servers on loopback, and their side of a server-sent event stream."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A server of ``handler`` on a free loopback port: its URL (``http://host:port``),
+    until the block ends."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def open_event_stream(handler: BaseHTTPRequestHandler) -> None:

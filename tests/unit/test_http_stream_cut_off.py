@@ -11,14 +11,14 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 import triton_sdk as ts
 
-from .._event_stream import open_event_stream, send_event, send_keep_alive
+from .._event_stream import open_event_stream, send_event, send_keep_alive, serving
 
 METADATA = {
     "name": "upper",
@@ -87,13 +87,8 @@ class MLServerLike(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), MLServerLike)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(MLServerLike) as served:
+        yield served
 
 
 def read(

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import attrs
@@ -15,6 +15,7 @@ import pytest
 
 import triton_sdk as ts
 
+from .._event_stream import serving
 from ._both import resolve
 
 METADATA = {
@@ -61,12 +62,8 @@ class Answering(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answering)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Answering) as served:
+        yield served
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -8,16 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 import triton_sdk as ts
 
-from .._event_stream import open_event_stream, send_event
+from .._event_stream import open_event_stream, send_event, serving
 
 MESSAGES = [{"role": "user", "content": "What time is it?"}]
 LOGPROBS = {"content": [{"token": "It", "logprob": -0.1, "bytes": [73, 116], "top_logprobs": []}]}
@@ -100,12 +99,8 @@ class Frontend(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def frontend() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Frontend)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(Frontend) as served:
+        yield f"{served}/v1"
 
 
 def test_streamed_tool_calls_and_logprobs_are_kept(frontend: str) -> None:

@@ -12,14 +12,20 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 import triton_sdk as ts
 
-from .._event_stream import open_event_stream, send_chunk, send_event, send_keep_alive
+from .._event_stream import (
+    open_event_stream,
+    send_chunk,
+    send_event,
+    send_keep_alive,
+    serving,
+)
 from .._reader import StreamReader
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -79,12 +85,8 @@ class Streaming(BaseHTTPRequestHandler):
 def frontend() -> Iterator[tuple[str, threading.Event]]:
     hung_up = threading.Event()
     handler = type("Handler", (Streaming,), {"hung_up": hung_up})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", hung_up
-    server.shutdown()
-    server.server_close()
+    with serving(handler) as served:
+        yield f"{served}/v1", hung_up
 
 
 def test_closing_an_unread_stream_hangs_up(frontend: tuple[str, threading.Event]) -> None:
