@@ -89,11 +89,22 @@ T = TypeVar("T")
 HEADER_LENGTH: Final = "Inference-Header-Content-Length"
 
 
+# What a path segment may hold as it is (RFC 3986's pchar, but for letters, digits and
+# "-._~", which quote() never escapes). Triton's HTTP endpoint does not decode %-escapes,
+# so a model named "a+b" is reachable only as /v2/models/a+b.
+_SEGMENT_SAFE = "!$&'()*+,;=:@"
+
+
+def path_segment(text: str) -> str:
+    """``text`` as one segment of a URL's path: escaped where it must be."""
+    return quote(text, safe=_SEGMENT_SAFE)
+
+
 def model_segment(name: str, version: str | None) -> str:
     """``{name}[/versions/{version}]``, quoted."""
-    segment = quote(name, safe="")
+    segment = path_segment(name)
     if version:
-        segment += f"/versions/{quote(version, safe='')}"
+        segment += f"/versions/{path_segment(version)}"
     return segment
 
 
@@ -367,7 +378,7 @@ def _with_name_as_given(message: str, model: str) -> str:
     not ``a b``, so a model whose name needs escaping is reachable over gRPC only. Servers
     that decode (MLServer, KServe) echo the name as given and are left alone.
     """
-    escaped = quote(model, safe="")
+    escaped = path_segment(model)
     if escaped == model or escaped not in message:
         return message
     return (
@@ -746,7 +757,7 @@ class HttpCodec:
         return HttpCall("GET", self.base + path, None, _NO_HEADERS, reader)
 
     def _shm_path(self, name: str, action: str, kind: str = "system") -> str:
-        region = f"/region/{quote(name, safe='')}" if name else ""
+        region = f"/region/{path_segment(name)}" if name else ""
         return f"{self.base}/v2/{kind}sharedmemory{region}/{action}"
 
     def _register(self, op: RegisterSystemSharedMemory) -> HttpCall[None]:
@@ -781,12 +792,12 @@ class HttpCodec:
         return HttpCall("POST", path, [b"{}"], _JSON_HEADERS, _json_reader("repository index"))
 
     def _load(self, op: LoadModel) -> HttpCall[None]:
-        path = f"{self.base}/v2/repository/models/{quote(op.name, safe='')}/load"
+        path = f"{self.base}/v2/repository/models/{path_segment(op.name)}/load"
         body = [load_body(op.config, op.files)]
         return HttpCall("POST", path, body, _JSON_HEADERS, _status_reader(op.name))
 
     def _unload(self, op: UnloadModel) -> HttpCall[None]:
-        path = f"{self.base}/v2/repository/models/{quote(op.name, safe='')}/unload"
+        path = f"{self.base}/v2/repository/models/{path_segment(op.name)}/unload"
         parameters = {"parameters": {"unload_dependents": op.unload_dependents}}
         body = [json.dumps(parameters).encode()]
         return HttpCall("POST", path, body, _JSON_HEADERS, _status_reader(op.name))

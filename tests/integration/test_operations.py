@@ -9,6 +9,7 @@ server's models stay loaded for the other tests.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,13 @@ import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
 from ._blocking import Blocking, LoopThread
-from .conftest import build_repository, client_for, close_client, inference_count
+from .conftest import (
+    EXAMPLE_MODELS,
+    build_repository,
+    client_for,
+    close_client,
+    inference_count,
+)
 
 T = TypeVar("T")
 
@@ -500,6 +507,32 @@ def test_unload_then_load_again(own_client: Any) -> None:
     assert status_of(client, "add_sub").state == "READY"
     assert model.infer_sample(inputs)["OUTPUT0"].tolist() == [2, 3, 4, 5]
     assert client.model("add_sub").infer_sample(inputs)["OUTPUT1"].tolist() == [0, 1, 2, 3]
+
+
+def test_a_model_named_with_path_punctuation_is_reached_loaded_and_unloaded(
+    own_client: Any, own_server: LocalServer
+) -> None:
+    # Over HTTP the name was %-escaped ("a%2Bb"), which Triton does not decode: the model
+    # was unreachable, and unload_model unloaded nothing without a word.
+    client, name = own_client, "add+sub=1@a,b:c!"
+    source = EXAMPLE_MODELS / "add_sub"
+    folder = own_server.repository / name
+    folder.mkdir()
+    config = (source / "config.pbtxt").read_text().replace('name: "add_sub"\n', "")
+    (folder / "config.pbtxt").write_text(config)
+    (folder / "1").symlink_to(source / "1", target_is_directory=True)
+    try:
+        client.load_model(name)
+        assert client.is_model_ready(name) is True
+        inputs = {"INPUT0": [1, 2, 3, 4], "INPUT1": [1, 1, 1, 1]}
+        assert client.model(name).infer_sample(inputs)["OUTPUT0"].tolist() == [2, 3, 4, 5]
+        client.unload_model(name)
+        status = wait_for(lambda: status_of(client, name), lambda now: now.state == "UNAVAILABLE")
+        assert status.state == "UNAVAILABLE"
+        assert client.is_model_ready(name) is False
+    finally:
+        client.unload_model(name)
+        shutil.rmtree(folder)
 
 
 def test_load_of_a_model_not_in_the_repository(own_client: Any) -> None:
