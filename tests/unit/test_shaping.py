@@ -522,6 +522,9 @@ def test_array_of_the_right_dtype_is_passed_through() -> None:
         (np.array([1.0]), "BOOL"),
         (np.array([1, 0]), "BOOL"),
         (np.array([1 + 2j]), "FP32"),
+        (np.array([1 + 2j]), "BF16"),  # (ml_dtypes' can_cast says yes: the real part went)
+        ([1 + 2j], "BF16"),
+        (np.array([1 + 2j], np.complex64), "FP64"),
         (np.array([1.0]), "BYTES"),
     ],
 )
