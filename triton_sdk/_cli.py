@@ -101,7 +101,9 @@ def _inputs(given: Sequence[str] | None) -> dict[str, InputValue]:
 
 def models(url: str) -> int:
     with Client(url) as client:
-        rows = [(s.name, s.version or "-", s.state or "-", s.reason) for s in client.models()]
+        rows = [
+            (s.name, s.version or "-", s.state or "-", _one_line(s.reason)) for s in client.models()
+        ]
     width = max([len(row[0]) for row in rows] + [5])
     print(f"{'MODEL':<{width}}  VERSION  STATE        REASON")
     for name, version, state, reason in rows:
@@ -449,15 +451,21 @@ def _seconds(text: str) -> float:
 _seconds.__name__ = "seconds"
 
 
+def _one_line(text: str) -> str:
+    """``text`` on one line: a server's message may carry a traceback (a Python model
+    that failed to load), which would break a table's rows or a one-line error."""
+    return re.sub(r"\s*\n\s*", " ", text.strip()) if "\n" in text else text
+
+
 def _complain(line: str) -> None:
-    """Print ``line`` on stderr. With stderr closed (``2>&-``: ``sys.stderr`` is None; a
-    bare ``print`` would then write to stdout, among the command's output) or its reader
-    gone, the line is lost and the exit code alone says what happened."""
+    """Print ``line`` on stderr, on one line. With stderr closed (``2>&-``: ``sys.stderr``
+    is None; a bare ``print`` would then write to stdout, among the command's output) or
+    its reader gone, the line is lost and the exit code alone says what happened."""
     stream = sys.stderr
     if stream is None:
         return
     try:
-        print(line, file=stream, flush=True)
+        print(_one_line(line), file=stream, flush=True)
     except OSError:  # BrokenPipeError, EBADF: there is no one left to tell
         return
 

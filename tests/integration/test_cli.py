@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -279,6 +280,41 @@ def test_load_and_unload(url: str, capsys: Capture) -> None:
     finally:
         assert run(capsys, "load", url, "zeros")[:2] == (0, "loaded zeros\n")
     assert run(capsys, "health", url, "-m", "zeros")[0] == 0
+
+
+BROKEN_MODEL = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("boom")
+"""
+
+
+def test_a_model_that_fails_to_load_is_one_line(
+    url: str, protocol: str, repository: Path, capsys: Capture
+) -> None:
+    # The server's reason carries the model's traceback ("At:\n  .../model.py(3)..."):
+    # it made the error many lines, and broke the rows of the models table.
+    name = f"broken_{protocol}"
+    folder = repository / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+    )
+    (folder / "1" / "model.py").write_text(BROKEN_MODEL)
+    try:
+        code, out, err = run(capsys, "load", url, name)
+        assert code == 2
+        assert len(err.strip().splitlines()) == 1, err
+        assert "boom" in err
+        code, out, err = run(capsys, "models", url)
+    finally:
+        shutil.rmtree(folder)  # (a restarted session server would load it)
+    assert code == 0
+    (row,) = [line for line in out.splitlines() if line.startswith(f"{name} ")]
+    assert "UNAVAILABLE" in row
+    assert "boom" in row
 
 
 def test_bench_reports_throughput_and_latency(url: str, capsys: Capture) -> None:
