@@ -282,7 +282,12 @@ Body: TypeAlias = bytes | bytearray
 
 def decode_json(body: Body, what: str) -> Any:
     try:
-        return json.loads(body)
+        try:
+            return json.loads(body)
+        except UnicodeDecodeError:
+            # Triton writes the bytes of a BYTES output into a JSON string as they are:
+            # bytes that are not UTF-8 stay surrogate escapes (decode_json_output).
+            return json.loads(bytes(body).decode("utf-8", "surrogateescape"))
     except ValueError as exc:
         raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
 

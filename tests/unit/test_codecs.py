@@ -328,6 +328,19 @@ def test_decode_infer_json_data_outputs() -> None:
     assert result.id == ""
 
 
+def test_decode_infer_json_bytes_that_are_not_utf8() -> None:
+    # Triton writes a BYTES output's bytes into the JSON string as they are (checked
+    # against tritonserver 2.51: b"\xff\xfeok" comes as those four bytes between quotes).
+    body = (
+        b'{"model_name":"m","outputs":[{"name":"S","datatype":"BYTES","shape":[2],'
+        b'"data":["\xff\xfeok","fine"]}]}'
+    )
+    result = decode_infer(body, None)  # (was "the server sent a body that is not JSON")
+    assert result["S"].tolist() == [b"\xff\xfeok", b"fine"]
+    with pytest.raises(ts.InferenceError, match="not JSON"):
+        decode_infer(b'{"outputs": [\xff', None)
+
+
 def test_decode_infer_mixes_binary_and_json_outputs() -> None:
     values = np.array([7, 8], dtype="<i8")
     body, length = binary_response(
