@@ -190,6 +190,27 @@ def test_trickled_answer_times_out_at_the_timeout(
     assert not error.retryable
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("protocol", "mode"), TRANSPORTS)
+def test_trickled_metrics_time_out_at_the_timeout(
+    fault_server: LocalServer, loop: LoopThread, protocol: str, mode: str
+) -> None:
+    # The blocking client bounded each read of the metrics page, not the call: a page
+    # that trickled in took seconds past the timeout.
+    relay = Relay("127.0.0.1", fault_server.metrics_port, mode="trickle", trickle_interval=0.02)
+    try:
+        url = f"{protocol}://127.0.0.1:{target_port(fault_server, protocol)}"
+        client = open_client(url, mode, loop, metrics_url=f"http://127.0.0.1:{relay.port}")
+        try:
+            error, elapsed = timed(lambda: client.metrics(timeout=0.5))
+        finally:
+            close_client(client, loop)
+        assert isinstance(error, ts.TritonTimeoutError), f"{error!r} after {elapsed:.2f}s"
+        assert elapsed < 0.5 + MARGIN, f"timeout=0.5 took {elapsed:.2f}s"
+    finally:
+        relay.close()
+
+
 # c. No answer at all: a timeout, one attempt
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -91,7 +92,14 @@ class Frontend(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
-        self.wfile.write(answer)
+        if body["model"] != "trickle":
+            self.wfile.write(answer)
+            return
+        with contextlib.suppress(ConnectionError):  # (the client gives up: it hangs up)
+            for index in range(len(answer)):  # one byte every 20 ms: seconds in all
+                self.wfile.write(answer[index : index + 1])
+                self.wfile.flush()
+                time.sleep(0.02)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -142,3 +150,23 @@ def test_an_answer_of_another_shape_is_an_inference_error(frontend: str, shape: 
                 await c.chat.completions.create(model=shape, messages=MESSAGES)
 
     asyncio.run(asynchronous())
+
+
+def test_an_answer_that_trickles_in_times_out_at_the_timeout(frontend: str) -> None:
+    # The timeout bounded each read, so an answer sent a byte at a time took seconds.
+    def call(client: Any) -> Any:
+        return client.chat.completions.create(model="trickle", messages=MESSAGES, timeout=0.5)
+
+    async def asynchronous() -> float:
+        async with ts.AsyncClient("http://127.0.0.1:9", openai_url=frontend, route="openai") as c:
+            started = time.monotonic()
+            with pytest.raises(ts.TritonTimeoutError):
+                await call(c)
+            return time.monotonic() - started
+
+    with ts.Client("grpc://127.0.0.1:9", openai_url=frontend, route="openai") as client:
+        started = time.monotonic()
+        with pytest.raises(ts.TritonTimeoutError):
+            call(client)
+        assert time.monotonic() - started < 1.5
+    assert asyncio.run(asynchronous()) < 1.5

@@ -31,6 +31,8 @@ __all__ = [
     "EventWait",
     "PoolClosed",
     "body_of",
+    "connection_to",
+    "deadline_of",
     "header_length",
     "hold_socket",
     "interrupt",
@@ -298,6 +300,35 @@ def interrupt(connection: http.client.HTTPConnection) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+def connection_to(
+    host: str,
+    port: int,
+    timeout: float | None,
+    context: ssl.SSLContext | None,
+    server_hostname: str | None = None,
+    deadline: float | None = None,
+) -> _Connection | _HTTPSConnection:
+    """A connection (not yet open) to ``host:port``, over TLS with ``context``; with a
+    ``deadline`` (a ``time.monotonic()`` value) its exchange ends by then, however
+    slowly the peer sends."""
+    connection: _Connection | _HTTPSConnection
+    if context is None:
+        connection = _Connection(host, port, timeout=timeout)
+    else:
+        if context.sslsocket_class is not _DeadlineSSLSocket:
+            context.sslsocket_class = _DeadlineSSLSocket
+        connection = _HTTPSConnection(
+            host, port, timeout=timeout, context=context, server_hostname=server_hostname
+        )
+    connection.deadline = deadline
+    return connection
+
+
+def deadline_of(timeout: float | None) -> float | None:
+    """The ``time.monotonic()`` value by which a call of ``timeout`` seconds ends."""
+    return None if timeout is None else time.monotonic() + timeout
+
+
 class ConnectionPool:
     """Keep-alive ``http.client`` connections, handed to one thread at a time."""
 
@@ -317,8 +348,6 @@ class ConnectionPool:
         self._host = endpoint.host
         self._port = endpoint.port
         self._context = ssl_context(tls) if endpoint.tls else None
-        if self._context is not None:
-            self._context.sslsocket_class = _DeadlineSSLSocket
         self._server_hostname = tls.server_hostname if tls else None
         on_fork(self)
 
@@ -333,17 +362,9 @@ class ConnectionPool:
                 connection.sock = None
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
-        connection: _Connection | _HTTPSConnection
-        if self._context is None:
-            connection = _Connection(self._host, self._port, timeout=timeout)
-        else:
-            connection = _HTTPSConnection(
-                self._host,
-                self._port,
-                timeout=timeout,
-                context=self._context,
-                server_hostname=self._server_hostname,
-            )
+        connection = connection_to(
+            self._host, self._port, timeout, self._context, self._server_hostname
+        )
         if self._max_age is not None:
             connection.retire_at = time.monotonic() + self._max_age
         return connection

@@ -15,7 +15,7 @@ from .._config import TLSConfig, check_metrics_url, redact_url
 from .._errors import TritonError, UnsupportedError
 from .._http_codec import error_from_response
 from ._errors import http_error
-from ._http_pool import ssl_context
+from ._http_pool import connection_to, deadline_of, ssl_context
 
 __all__ = ["fetch_metrics", "fetch_metrics_async"]
 
@@ -47,13 +47,15 @@ def _text(status: int, body: bytes, url: str) -> str:
 def fetch_metrics(url: str, ctx: CallContext, tls: TLSConfig | None) -> str:
     """The metrics text at ``url``, sent with the call's headers and the client's TLS files."""
     parts, port = _checked_url(url)
-    host = parts.hostname or ""
-    if parts.scheme == "https":
-        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-            host, port, timeout=ctx.timeout, context=ssl_context(tls)
-        )
-    else:
-        connection = http.client.HTTPConnection(host, port, timeout=ctx.timeout)
+    tls_on = parts.scheme == "https"
+    # The whole exchange ends by the timeout, however slowly the endpoint sends.
+    connection = connection_to(
+        parts.hostname or "",
+        port or (443 if tls_on else 80),
+        ctx.timeout,
+        ssl_context(tls) if tls_on else None,
+        deadline=deadline_of(ctx.timeout),
+    )
     try:
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         connection.request("GET", target, headers=dict(ctx.headers))

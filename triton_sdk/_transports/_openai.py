@@ -24,6 +24,8 @@ from .._openai_route import error_from_body, event_error
 from .._ops import OpenAIEvents, OpenAIPost
 from ._http_pool import (
     EventWait,
+    connection_to,
+    deadline_of,
     hold_socket,
     interrupt,
     release_socket,
@@ -42,15 +44,19 @@ def _failure(exc: BaseException, url: str, model: str | None, timeout: float | N
 
 
 def _connection(
-    url: str, timeout: float | None, tls: TLSConfig | None
+    url: str, timeout: float | None, tls: TLSConfig | None, stream: bool
 ) -> tuple[http.client.HTTPConnection, str]:
+    """A connection to the frontend, and the path to send to. A stream's timeout bounds
+    the wait for each event (EventWait); a single answer's, the whole exchange."""
     parts = urlsplit(url)
-    if parts.scheme == "https":
-        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-            parts.netloc, timeout=timeout, context=ssl_context(tls)
-        )
-    else:
-        connection = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+    tls_on = parts.scheme == "https"
+    connection = connection_to(
+        parts.hostname or "",
+        parts.port or (443 if tls_on else 80),
+        timeout,
+        ssl_context(tls) if tls_on else None,
+        deadline=None if stream else deadline_of(timeout),
+    )
     return connection, parts.path
 
 
@@ -111,7 +117,7 @@ def _open(
     op: OpenAIPost | OpenAIEvents, ctx: CallContext, tls: TLSConfig | None, stream: bool
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     url, model, timeout = op.url, op.model, ctx.timeout
-    connection, path = _connection(url, timeout, tls)
+    connection, path = _connection(url, timeout, tls, stream)
     try:
         body = json.dumps(op.body).encode()
         connection.request("POST", path, body, _headers(ctx.headers, stream))
@@ -202,12 +208,18 @@ class _Lines:
         return [rest] if rest else []
 
 
-def _session(timeout: float | None) -> aiohttp.ClientSession:
+def _session(timeout: float | None, stream: bool) -> aiohttp.ClientSession:
     import aiohttp  # imported when the first such call is made, as the transports do
 
-    # No Accept-Encoding: a compressed stream would arrive in bursts.
+    # A stream's timeout bounds the wait for each event (EventWait); a single answer's,
+    # the whole exchange. No Accept-Encoding: a compressed stream would arrive in bursts.
+    limit = (
+        aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
+        if stream
+        else aiohttp.ClientTimeout(total=timeout)
+    )
     return aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout),
+        timeout=limit,
         auto_decompress=False,
         skip_auto_headers=("Accept-Encoding",),
     )
@@ -224,7 +236,7 @@ async def _aopen(
 ) -> tuple[aiohttp.ClientSession, aiohttp.ClientResponse]:
     url, model, timeout = op.url, op.model, ctx.timeout
     context: ssl.SSLContext | bool = ssl_context(tls) if url.startswith("https:") else True
-    session = _session(timeout)
+    session = _session(timeout, stream)
     try:
         response = await session.post(
             url,
