@@ -12,12 +12,14 @@ requests in flight wins. Requests of a sequence stay on the endpoint that starte
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Generic, TypeVar, overload
+from typing import Final, Generic, TypeVar, overload
 
 import attrs
 
@@ -356,9 +358,27 @@ def _addresses(answer: object) -> list[str]:
         raise TypeError(f"the resolver answered {answer!r}, not a list of addresses")
     addresses = list(dict.fromkeys(answer))
     for address in addresses:
-        if not isinstance(address, str) or not address:
-            raise TypeError(f"the resolver answered {address!r}, not an address (a str)")
+        if not isinstance(address, str) or not _is_host(address):
+            raise TypeError(
+                f"the resolver answered {address!r}, not an address (an IP address or a host name)"
+            )
     return addresses
+
+
+# A host name: dot-separated labels of letters, digits, "-" and "_" (Kubernetes' names).
+_HOST_NAME: Final = re.compile(
+    r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?"
+)
+
+
+def _is_host(text: str) -> bool:
+    """Whether ``text`` is an IP address or a host name: nothing else may stand in a
+    URL's host (``10.0.0.7@evil``, ``host/path?`` would reach somewhere else)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return len(text) <= 253 and _HOST_NAME.fullmatch(text) is not None
+    return True
 
 
 RESOLVE_GAP = 1.0

@@ -300,7 +300,17 @@ def test_a_dns_client_reports_the_name() -> None:
 
 @pytest.mark.parametrize(
     ("answer", "why"),
-    [("10.0.0.7", "not a list"), ([167772167], "not an address"), ([""], "not an address")],
+    [
+        ("10.0.0.7", "not a list"),
+        ([167772167], "not an address"),
+        ([""], "not an address"),
+        # What would stand in a URL's host as something else: another host, a path, a port.
+        (["10.9.9.9@127.0.0.1"], "not an address"),
+        (["127.0.0.1/x?"], "not an address"),
+        (["10.0.0.7:9000"], "not an address"),
+        (["not an address"], "not an address"),
+        (["-pod.svc"], "not an address"),
+    ],
 )
 def test_a_resolver_answer_that_is_no_list_of_addresses_is_a_failed_resolution(
     answer: object, why: str, caplog: pytest.LogCaptureFixture
@@ -311,6 +321,14 @@ def test_a_resolver_answer_that_is_no_list_of_addresses_is_a_failed_resolution(
     assert dns is not None
     assert Discovery(dns, lambda name: answer, 30.0).resolve() is None  # type: ignore[arg-type, return-value]
     assert why in caplog.text
+
+
+def test_a_resolver_may_answer_ip_addresses_and_host_names() -> None:
+    dns = parse_dns("dns:///fleet:8001")
+    assert dns is not None
+    answer = ["10.0.0.7", "fd00::7", "triton-0.triton.default.svc.cluster.local", "pod_1"]
+    found = Discovery(dns, lambda name: answer, 30.0).resolve()
+    assert [endpoint.host for endpoint in found or []] == answer
 
 
 def test_a_resolver_giving_an_address_twice_makes_one_endpoint() -> None:
