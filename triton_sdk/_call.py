@@ -107,7 +107,8 @@ class CallHook:
     """
 
     def before_send(self, op: AnyOp, ctx: CallContext) -> None:
-        """Called before each attempt is sent; may change ``ctx.headers``/``ctx.timeout``."""
+        """Called before each attempt is sent; may change ``ctx.headers``/``ctx.timeout``
+        (a timeout past the call's retry deadline is cut to it)."""
 
     def after_receive(self, op: AnyOp, ctx: CallContext, result: object) -> None:
         """Called with a call's answer, or with each response of a stream."""
@@ -144,7 +145,8 @@ def run_before_send(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) ->
     if ctx.headers is not headers:
         ctx.headers = MappingProxyType(check_headers(ctx.headers))
     if ctx.timeout is not timeout:
-        ctx.timeout = check_timeout(ctx.timeout)
+        # Still within the call's deadline, whatever the hook asked for.
+        ctx.timeout = attempt_timeout(check_timeout(ctx.timeout), ctx.deadline_at, time.monotonic())
 
 
 @attrs.frozen

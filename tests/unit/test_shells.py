@@ -525,6 +525,25 @@ async def test_a_hook_may_change_the_timeout_of_an_attempt(connect: Connect) -> 
     assert timeouts == [0.5]
 
 
+async def test_a_timeout_a_hook_sets_is_cut_to_the_retry_deadline(connect: Connect) -> None:
+    class LongTimeout(ts.CallHook):
+        def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+            ctx.timeout = 10.0
+
+    timeouts: list[float | None] = []
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        timeouts.append(ctx.timeout)
+        return {"name": "triton"}
+
+    deadline = ts.RetryPolicy(deadline=0.5)
+    client, _ = connect(handler, hooks=[LongTimeout()], timeout=5.0, retry=deadline)
+    await resolve(client.server_metadata())
+    (timeout,) = timeouts
+    assert timeout is not None
+    assert 0 < timeout <= 0.5  # (was the hook's 10 s: the call outlived its deadline)
+
+
 async def test_hooks_see_each_response_of_a_stream(connect: Connect) -> None:
     recorder = Recorder()
     client, _ = connect(hooks=[recorder])
