@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ._checks import NO_LIMIT_FROM
+from ._checks import NO_LIMIT_FROM, numpy_number
 from ._errors import InvalidInputError
 
 __all__ = [
@@ -67,8 +67,22 @@ def _boolean(instance: object, attribute: attrs.Attribute[Any], value: object) -
         raise InvalidInputError(f"{attribute.name} must be a bool, got {type(value).__name__}")
 
 
+def _plain_int(value: int) -> int:
+    """A numpy integer (a number computed with numpy) as the int it holds; anything else
+    as it is, for the validator to judge."""
+    return int(value) if numpy_number(value, integer=True) else value
+
+
+def _plain_float(value: float) -> float:
+    """A numpy number as the Python number it holds (see _plain_int)."""
+    plain: float = value.item() if numpy_number(value, integer=False) else value
+    return plain
+
+
 def _no_limit(value: float | None) -> float | None:
     """A deadline of ``inf``, or of 1e9 s or more, is none, as such a timeout is."""
+    if value is not None:
+        value = _plain_float(value)
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= NO_LIMIT_FROM:
         return None
     return value
@@ -102,8 +116,10 @@ class RetryBudget:
         reserve: retries available at once (the bucket's size), for bursts and restarts.
     """
 
-    ratio: float = attrs.field(default=0.1, validator=_at_least(0))
-    reserve: int = attrs.field(default=100, validator=_at_least(1, integer=True))
+    ratio: float = attrs.field(default=0.1, converter=_plain_float, validator=_at_least(0))
+    reserve: int = attrs.field(
+        default=100, converter=_plain_int, validator=_at_least(1, integer=True)
+    )
 
 
 @attrs.frozen
@@ -128,10 +144,14 @@ class RetryPolicy:
             from 1e9 s on, which become ``None``).
     """
 
-    max_attempts: int = attrs.field(default=3, validator=_at_least(1, integer=True))
-    initial_backoff: float = attrs.field(default=0.1, validator=_at_least(0))
-    max_backoff: float = attrs.field(default=5.0, validator=_at_least(0))
-    multiplier: float = attrs.field(default=2.0, validator=_at_least(1))
+    max_attempts: int = attrs.field(
+        default=3, converter=_plain_int, validator=_at_least(1, integer=True)
+    )
+    initial_backoff: float = attrs.field(
+        default=0.1, converter=_plain_float, validator=_at_least(0)
+    )
+    max_backoff: float = attrs.field(default=5.0, converter=_plain_float, validator=_at_least(0))
+    multiplier: float = attrs.field(default=2.0, converter=_plain_float, validator=_at_least(1))
     jitter: bool = attrs.field(default=True, validator=_boolean)
     deadline: float | None = attrs.field(
         default=None, converter=_no_limit, validator=_optional_positive

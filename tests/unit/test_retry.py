@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import tenacity
 
@@ -593,6 +594,28 @@ def test_retry_budget_is_checked() -> None:
         ts.Client("grpc://test", retry_budget=0.1)  # type: ignore[arg-type]
     with pytest.raises(ts.InvalidInputError):
         ts.RetryBudget(ratio=-1)
+
+
+def test_numbers_computed_with_numpy_are_taken_as_their_values() -> None:
+    # As a timeout is: np.float32(2.0) was refused ("must be a number, got float32").
+    policy = ts.RetryPolicy(
+        max_attempts=np.int64(4),  # type: ignore[arg-type]
+        initial_backoff=np.float32(0.5),  # type: ignore[arg-type]
+        max_backoff=np.float64(2.0),
+        multiplier=np.int32(3),  # type: ignore[arg-type]
+        deadline=np.float32(2.0),  # type: ignore[arg-type]
+    )
+    assert policy == ts.RetryPolicy(
+        max_attempts=4, initial_backoff=0.5, max_backoff=2.0, multiplier=3, deadline=2.0
+    )
+    assert type(policy.max_attempts) is int
+    assert type(policy.deadline) is float
+    assert ts.RetryPolicy(deadline=np.float64(np.inf)).deadline is None
+    budget = ts.RetryBudget(ratio=np.float32(0.5), reserve=np.int8(2))  # type: ignore[arg-type]
+    assert (budget.ratio, budget.reserve) == (0.5, 2)
+    for wrong in (np.float64(2.0), np.bool_(True)):
+        with pytest.raises(ts.InvalidInputError, match="max_attempts must be an int"):
+            ts.RetryPolicy(max_attempts=wrong)  # type: ignore[arg-type]
 
 
 # Calls logged at DEBUG
