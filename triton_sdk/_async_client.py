@@ -123,6 +123,7 @@ from ._sequence import (
     Delivery,
     OpenSequences,
     SequenceState,
+    check_end,
     mark_outcome,
     mark_reached,
 )
@@ -1651,6 +1652,7 @@ class AsyncModelSequence:
         model = self._model
         state = self._state
         state.check_open()
+        end = check_end(end)
         (request,) = model._requests(
             inputs,
             named,

@@ -433,14 +433,15 @@ class ModelCore:
         Requests of a sequence or a stream are never split: their order and flags
         belong to one request.
         """
+        if self.spec.sequence and (sequence is None or self.spec.decoupled):
+            refusal = UnsupportedError if self.spec.decoupled else InvalidInputError
+            raise refusal(stateful_message(self.spec), model=self.name)
         if self.spec.decoupled and not streaming:
             raise InvalidInputError(
                 f"model {self.name!r} is decoupled (it may answer with any number of "
                 "responses): use model.stream(...) or model.generate_stream(...)",
                 model=self.name,
             )
-        if self.spec.sequence and sequence is None:
-            raise InvalidInputError(stateful_message(self.spec), model=self.name)
         prepared = prepare_inputs(
             self.spec,
             named if inputs is None else merge_inputs(inputs, named),

@@ -124,6 +124,7 @@ from ._sequence import (
     Delivery,
     OpenSequences,
     SequenceState,
+    check_end,
     mark_outcome,
     mark_reached,
 )
@@ -1642,6 +1643,7 @@ class ModelSequence:
         model = self._model
         state = self._state
         state.check_open()
+        end = check_end(end)
         (request,) = model._requests(
             inputs,
             named,

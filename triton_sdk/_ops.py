@@ -19,9 +19,9 @@ import attrs
 
 from ._checks import check_model_name, check_version
 from ._config import check_metrics_url, check_openai_url
-from ._errors import InvalidInputError
+from ._errors import InvalidInputError, UnsupportedError
 from ._result import InferResult
-from ._spec import ModelSpec
+from ._spec import ModelSpec, stateful_message
 
 if TYPE_CHECKING:
     from ._request import InferRequest, ParameterValue
@@ -455,6 +455,8 @@ class _GenerateFields:
     parameters: Mapping[str, ParameterValue] | None = None
 
     def __attrs_post_init__(self) -> None:
+        if self.spec.sequence and self.spec.decoupled:
+            raise UnsupportedError(stateful_message(self.spec), model=self.spec.name)
         if self.spec.sequence:
             # Triton refuses a request without a correlation id, and a generate request
             # can carry none: the sequence fields are reserved parameters.

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+import numpy as np
+
 from ._checks import check_text, numpy_number
 from ._errors import InvalidInputError, TritonConnectionError, TritonError
 from ._fork import renew_lock_on_fork
@@ -128,6 +130,19 @@ _START_GOING: Final = 1
 _START_SENT: Final = 2
 
 
+MAX_STR_ID_BYTES: Final = 128
+"""The longest str correlation id the server takes, in bytes of UTF-8."""
+
+
+def check_end(end: object) -> bool:
+    """``end=`` of a sequence's request: a bool (a numpy bool counts as its value)."""
+    if isinstance(end, bool):
+        return end
+    if isinstance(end, np.bool_):
+        return bool(end)
+    raise InvalidInputError(f"end is a bool, got {end!r}")
+
+
 class SequenceState(Generic[G]):
     """Where a sequence is: the flags of its next request, and whether it has ended.
 
@@ -169,6 +184,11 @@ class SequenceState(Generic[G]):
             )
         if isinstance(sequence_id, str):
             check_text(sequence_id, "sequence id")
+            if len(sequence_id.encode()) > MAX_STR_ID_BYTES:
+                raise InvalidInputError(
+                    f"a str sequence id is at most {MAX_STR_ID_BYTES} bytes of UTF-8 (as "
+                    f"the server takes it), got {len(sequence_id.encode())}"
+                )
             if spec.integer_sequence_ids:
                 raise InvalidInputError(
                     f"model {spec.name!r} takes integer sequence ids (its CORRID control is "

@@ -303,6 +303,12 @@ def _tensor_spec(metadata: JSON, config: JSON, max_batch_size: int) -> TensorSpe
 def stateful_message(spec: ModelSpec) -> str:
     """Why a request outside a sequence is refused: Triton refuses one to a model with
     sequence batching ("must specify a non-zero or non-empty correlation ID")."""
+    if spec.decoupled:
+        return (
+            f"model {spec.name!r} is decoupled and stateful (sequence batching): its "
+            "requests are streamed within a sequence, which this SDK does not do yet "
+            "(tritonclient's gRPC stream_infer with a sequence_id does)"
+        )
     return (
         f"model {spec.name!r} is stateful (sequence batching): the server takes its "
         "requests only within a sequence; use model.sequence(...)"

@@ -1170,6 +1170,51 @@ async def test_a_request_the_client_refuses_leaves_the_sequence_where_it_was(kin
 
 
 @pytest.mark.parametrize("kind", [ts.Client, ts.AsyncClient])
+async def test_end_is_a_bool_checked_before_anything_is_sent(kind: Any) -> None:
+    sent: list[tuple[bool, bool]] = []
+
+    def answer(op: Any, ctx: Any) -> Any:
+        sent.append((op.sequence_start, op.sequence_end))
+        assert type(op.sequence_end) is bool  # (np.False_ broke the JSON of HTTP)
+        return {"OUT": np.zeros((1, 1), np.float32)}
+
+    client = kind("grpc://test", transport=MockTransport(answer, models=[SEQ_SPEC]))
+    model = await resolve(client.model("acc"))
+    sequence = model.sequence()
+    for wrong in ("no", 1, None, [True], 0.0):
+        with pytest.raises(ts.InvalidInputError, match="end is a bool"):
+            await resolve(sequence.infer(X=[[1]], end=wrong))
+    assert sent == []  # (a refusal was taken for a request that went out: START was lost)
+    await resolve(sequence.infer(X=[[1]], end=np.False_))
+    assert sequence.ended is False
+    await resolve(sequence.infer_sample(X=[2], end=np.True_))
+    assert sequence.ended is True
+    assert sent == [(True, False), (False, True)]
+
+
+@pytest.mark.parametrize("kind", [ts.Client, ts.AsyncClient])
+async def test_a_decoupled_stateful_model_is_refused_as_unsupported(kind: Any) -> None:
+    spec = make_spec([tensor("X", "INT32", 1)], name="seqdec", sequence=True, decoupled=True)
+    client = kind("grpc://test", transport=MockTransport(lambda op, ctx: {}, models=[spec]))
+    model = await resolve(client.model("seqdec"))
+    # Each refusal pointed to another call that was refused as well.
+    calls = [
+        lambda: model.sequence().infer(X=[[1]]),
+        lambda: model.stream(X=[[1]]),
+        lambda: model.generate_stream(X=1),
+    ]
+    for call in calls:
+        with pytest.raises(ts.UnsupportedError, match="does not do yet"):
+            await resolve(call())
+
+
+def test_a_str_sequence_id_is_at_most_128_bytes() -> None:
+    assert SequenceState(STR_SEQ_SPEC, "é" * 64, Gate).sequence_id == "é" * 64
+    with pytest.raises(ts.InvalidInputError, match="at most 128 bytes"):
+        SequenceState(STR_SEQ_SPEC, "é" * 65, Gate)
+
+
+@pytest.mark.parametrize("kind", [ts.Client, ts.AsyncClient])
 @pytest.mark.parametrize(
     ("failure", "went_out"),
     [
