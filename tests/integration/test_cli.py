@@ -287,6 +287,18 @@ class TritonPythonModel:
     def initialize(self, args):
         raise RuntimeError("boom")
 """
+WORKING_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
 
 
 def test_a_model_that_fails_to_load_is_one_line(
@@ -309,12 +321,21 @@ def test_a_model_that_fails_to_load_is_one_line(
         assert len(err.strip().splitlines()) == 1, err
         assert "boom" in err
         code, out, err = run(capsys, "models", url)
+        assert code == 0
+        (row,) = [line for line in out.splitlines() if line.startswith(f"{name} ")]
+        assert "UNAVAILABLE" in row
+        assert "boom" in row
     finally:
-        shutil.rmtree(folder)  # (a restarted session server would load it)
-    assert code == 0
-    (row,) = [line for line in out.splitlines() if line.startswith(f"{name} ")]
-    assert "UNAVAILABLE" in row
-    assert "boom" in row
+        # A model that failed to load keeps the session server from being ready until a
+        # load of it succeeds (an unload alone does not): load it working, then unload it.
+        (folder / "1" / "model.py").write_text(WORKING_MODEL)
+        assert run(capsys, "load", url, name)[0] == 0
+        assert run(capsys, "unload", url, name)[0] == 0
+        shutil.rmtree(folder)
+    deadline = time.monotonic() + 30
+    while run(capsys, "health", url)[0] != 0:
+        assert time.monotonic() < deadline, "the server is not ready again"
+        time.sleep(0.1)
 
 
 def test_bench_reports_throughput_and_latency(url: str, capsys: Capture) -> None:
