@@ -41,19 +41,22 @@ def tests(session: nox.Session) -> None:
 
 
 # Tests of what no tensor passes through (many servers, faults, retries, timeouts, TLS,
-# server processes and operations, closing, headers, fork, the pytest plugin): numpy 2
-# changes nothing there, and they take half the suite's time, so tests_numpy2 leaves
-# them to the tests session.
+# server processes and operations, closing, headers, fork, the pytest plugin), and of the
+# call shapes built on tensors the other tests cover (LLM chat and completions: text and a
+# few integers; typed stubs: wrappers of infer): numpy 2 changes nothing there, and they
+# take half the suite's time, so tests_numpy2 leaves them to the tests session.
 NUMPY_INDEPENDENT = [
     "tests/integration/test_closing.py",
     "tests/integration/test_fleet.py",
     "tests/integration/test_faults.py",
     "tests/integration/test_fork.py",
     "tests/integration/test_headers.py",
+    "tests/integration/test_llm.py",
     "tests/integration/test_local_server.py",
     "tests/integration/test_operations.py",
     "tests/integration/test_retries.py",
     "tests/integration/test_soak.py",
+    "tests/integration/test_stubgen.py",
     "tests/integration/test_pytest_plugin.py",
     "tests/integration/test_timeouts.py",
     "tests/integration/test_tls.py",
