@@ -14,6 +14,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
+from urllib.parse import SplitResult
 
 if TYPE_CHECKING:
     import aiohttp
@@ -31,6 +32,7 @@ __all__ = [
     "EventWait",
     "PoolClosed",
     "body_of",
+    "connection_for",
     "connection_to",
     "deadline_of",
     "header_length",
@@ -324,6 +326,21 @@ def connection_to(
     return connection
 
 
+def connection_for(
+    url: SplitResult, timeout: float | None, tls: TLSConfig | None, deadline: float | None
+) -> _Connection | _HTTPSConnection:
+    """:func:`connection_to` the host of an ``http(s)://`` URL of its own (the metrics
+    endpoint, the OpenAI-compatible frontend), with the client's TLS files."""
+    tls_on = url.scheme == "https"
+    return connection_to(
+        url.hostname or "",
+        url.port or (443 if tls_on else 80),
+        timeout,
+        ssl_context(tls) if tls_on else None,
+        deadline=deadline,
+    )
+
+
 def deadline_of(timeout: float | None) -> float | None:
     """The ``time.monotonic()`` value by which a call of ``timeout`` seconds ends."""
     return None if timeout is None else time.monotonic() + timeout
@@ -422,7 +439,7 @@ class ConnectionPool:
         headers: Mapping[str, str],
         timeout: float | None,
     ) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_of(timeout)
         try:
             # The whole exchange, connecting included, ends by the deadline.
             connection.timeout = timeout

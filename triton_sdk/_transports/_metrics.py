@@ -15,18 +15,18 @@ from .._config import TLSConfig, check_metrics_url, redact_url
 from .._errors import TritonError, UnsupportedError
 from .._http_codec import error_from_response
 from ._errors import http_error
-from ._http_pool import connection_to, deadline_of, ssl_context
+from ._http_pool import connection_for, deadline_of, ssl_context
 
 __all__ = ["fetch_metrics", "fetch_metrics_async"]
 
 
-def _checked_url(url: str) -> tuple[SplitResult, int | None]:
+def _checked_url(url: str) -> SplitResult:
     """The URL's parts, the path ``/metrics`` when it gives none (as Triton's port
     answers any other path with an empty page)."""
     parts = urlsplit(check_metrics_url(url))
     if parts.path in ("", "/"):
         parts = parts._replace(path="/metrics")
-    return parts, parts.port
+    return parts
 
 
 def _failure(exc: BaseException, url: str, timeout: float | None) -> TritonError:
@@ -46,16 +46,9 @@ def _text(status: int, body: bytes, url: str) -> str:
 
 def fetch_metrics(url: str, ctx: CallContext, tls: TLSConfig | None) -> str:
     """The metrics text at ``url``, sent with the call's headers and the client's TLS files."""
-    parts, port = _checked_url(url)
-    tls_on = parts.scheme == "https"
+    parts = _checked_url(url)
     # The whole exchange ends by the timeout, however slowly the endpoint sends.
-    connection = connection_to(
-        parts.hostname or "",
-        port or (443 if tls_on else 80),
-        ctx.timeout,
-        ssl_context(tls) if tls_on else None,
-        deadline=deadline_of(ctx.timeout),
-    )
+    connection = connection_for(parts, ctx.timeout, tls, deadline_of(ctx.timeout))
     try:
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         connection.request("GET", target, headers=dict(ctx.headers))
@@ -74,7 +67,7 @@ async def fetch_metrics_async(url: str, ctx: CallContext, tls: TLSConfig | None)
 
     import aiohttp
 
-    target = _checked_url(url)[0].geturl()
+    target = _checked_url(url).geturl()
     context: ssl.SSLContext | bool = ssl_context(tls) if url.startswith("https:") else True
     try:
         async with (

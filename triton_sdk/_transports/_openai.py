@@ -24,7 +24,7 @@ from .._openai_route import error_from_body, event_error
 from .._ops import OpenAIEvents, OpenAIPost
 from ._http_pool import (
     EventWait,
-    connection_to,
+    connection_for,
     deadline_of,
     hold_socket,
     interrupt,
@@ -49,15 +49,8 @@ def _connection(
     """A connection to the frontend, and the path to send to. A stream's timeout bounds
     the wait for each event (EventWait); a single answer's, the whole exchange."""
     parts = urlsplit(url)
-    tls_on = parts.scheme == "https"
-    connection = connection_to(
-        parts.hostname or "",
-        parts.port or (443 if tls_on else 80),
-        timeout,
-        ssl_context(tls) if tls_on else None,
-        deadline=None if stream else deadline_of(timeout),
-    )
-    return connection, parts.path
+    deadline = None if stream else deadline_of(timeout)
+    return connection_for(parts, timeout, tls, deadline), parts.path
 
 
 def _headers(headers: Mapping[str, str] | None, stream: bool) -> dict[str, str]:
