@@ -98,12 +98,6 @@ def _streaming(body: dict[str, Any], stream: bool, usage: bool) -> dict[str, Any
     body["stream"] = stream
     if stream and usage:  # usage on the last chunk, as the native route gives it
         body["stream_options"] = {"include_usage": True}
-    try:
-        json.dumps(body, allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise InvalidInputError(
-            f"the request cannot be sent as JSON: {error}", model=str(body["model"])
-        ) from None
     return body
 
 

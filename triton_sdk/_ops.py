@@ -342,11 +342,27 @@ def _openai_url(instance: object, attribute: attrs.Attribute[Any], url: object) 
     check_openai_url(url)
 
 
+def _encoded(fields: _OpenAIFields) -> bytes:
+    """The body as sent: strict JSON (no NaN or infinity, which a frontend's parser
+    refuses), encoded once, when the call is made, so that a body that cannot be sent is
+    refused before anything is."""
+    try:
+        return json.dumps(fields.body, allow_nan=False).encode()
+    except (TypeError, ValueError) as error:
+        raise InvalidInputError(
+            f"the request cannot be sent as JSON: {error}", model=fields.model_name
+        ) from None
+
+
 @attrs.frozen
 class _OpenAIFields:
     url: str = attrs.field(validator=_openai_url)
     body: Mapping[str, Any] = attrs.field(repr=False)
     model_name: str | None = None
+    payload: bytes = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(_encoded, takes_self=True)
+    )
+    """``body`` encoded as JSON: what goes over the wire."""
 
     @property
     def model(self) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import triton_sdk as ts
+from triton_sdk.ops import OpenAIEvents, OpenAIPost
 
 from .._event_stream import open_event_stream, send_event, serving
 
@@ -170,3 +171,13 @@ def test_an_answer_that_trickles_in_times_out_at_the_timeout(frontend: str) -> N
             call(client)
         assert time.monotonic() - started < 1.5
     assert asyncio.run(asynchronous()) < 1.5
+
+
+def test_a_post_is_encoded_once_as_strict_json_when_made() -> None:
+    body = {"model": "m", "messages": MESSAGES, "temperature": 0.5}
+    post = OpenAIPost("http://127.0.0.1:9/v1/chat/completions", body, "m")
+    assert json.loads(post.payload) == body
+    # NaN is no JSON a frontend reads: refused when the operation is made, not sent.
+    with pytest.raises(ts.InvalidInputError, match="cannot be sent as JSON") as caught:
+        OpenAIEvents(post.url, {**body, "temperature": float("nan")}, "m")
+    assert caught.value.model == "m"

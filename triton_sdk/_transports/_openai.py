@@ -112,8 +112,7 @@ def _open(
     url, model, timeout = op.url, op.model, ctx.timeout
     connection, path = _connection(url, timeout, tls, stream)
     try:
-        body = json.dumps(op.body).encode()
-        connection.request("POST", path, body, _headers(ctx.headers, stream))
+        connection.request("POST", path, op.payload, _headers(ctx.headers, stream))
         hold_socket(connection)
         response = connection.getresponse()
         if response.status >= 400:
@@ -233,7 +232,7 @@ async def _aopen(
     try:
         response = await session.post(
             url,
-            data=json.dumps(op.body).encode(),
+            data=op.payload,
             headers=_headers(ctx.headers, stream),
             ssl=context,
         )
