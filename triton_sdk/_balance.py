@@ -2,8 +2,8 @@
 
 A :class:`Balancer` holds one :class:`Member` per endpoint. Each call asks it for a
 :class:`Route` (which endpoint), then reports how the attempt ended; the balancer keeps
-the counters, ejects an endpoint that fails at the connection level, and says when an
-ejected one is due for a readiness probe. The transports in ``_transports/_balanced.py``
+the counters, ejects an endpoint that fails at the connection level (or stops answering), and says
+when an ejected one is due for a readiness probe. The transports in ``_transports/_balanced.py``
 do the sending and the probing.
 
 Picking is "power of two choices": two healthy endpoints at random, the one with fewer
@@ -31,6 +31,7 @@ from ._errors import (
     ServerOverloadedError,
     TritonConnectionError,
     TritonError,
+    TritonTimeoutError,
 )
 from ._ops import Op, StreamOp
 from ._request import InferRequest
@@ -45,6 +46,10 @@ PROBE_FIRST = 0.05
 """Seconds from an ejection to the first readiness probe; doubled after each failed one."""
 PROBE_MAX = 2.0
 
+HUNG_AFTER = 3
+"""Calls in a row that time out on an endpoint, with no answer between them, that eject
+it: it accepts connections but does not answer (a stopped process, a wedged GPU)."""
+
 PIN_IDLE = 3600.0
 """Seconds after its last request that a sequence left open (never sent END) is
 forgotten, so that such sequences do not pile up; far longer than servers keep them."""
@@ -57,8 +62,9 @@ class EndpointState:
 
     Attributes:
         url: the endpoint's address.
-        healthy: False while it is ejected (after a connection-level failure, until a
-            readiness probe succeeds).
+        healthy: False while it is ejected (after a connection-level failure, or after
+            ``HUNG_AFTER`` calls in a row timed out there; until a readiness probe
+            succeeds).
         in_flight: requests sent to it and not answered yet (streams included).
         requests: attempts sent to it so far.
         failures: attempts that failed at the connection level.
@@ -85,6 +91,7 @@ class Member(Generic[T]):
         "probe_at",
         "probe_wait",
         "requests",
+        "timeouts",
         "transport",
     )
 
@@ -96,6 +103,7 @@ class Member(Generic[T]):
         self.requests = 0
         self.failures = 0
         self.ejections = 0
+        self.timeouts = 0  # calls in a row that timed out, with no answer since
         self.probe_at = 0.0
         self.probe_wait = PROBE_FIRST
 
@@ -141,7 +149,9 @@ class Balancer(Generic[T]):
         self._lock = threading.Lock()
         self._random = random.Random(seed)
         # Each sequence's endpoint (None: it failed), when the sequence was last used, and
-        # the endpoint's ejections when the sequence started there.
+        # the endpoint's failures when the sequence started there: once one more call
+        # failed there at the connection level, the server may have lost its state (a
+        # hung server, ejected for its timeouts, has not).
         self._pins: dict[_PinKey, tuple[Member[T] | None, float, int]] = {}
         self._sweep_at = time.monotonic() + _PIN_SWEEP
 
@@ -175,10 +185,10 @@ class Balancer(Generic[T]):
             if request.sequence_start or key not in self._pins:
                 # (A sequence started before this client knew it stays where it goes now.)
                 member = self._take(())
-                self._pins[key] = (member, now, member.ejections)
+                self._pins[key] = (member, now, member.failures)
                 return Route(member, sequence)
-            pinned, _, ejections = self._pins[key]
-            if pinned is None or pinned.ejections != ejections:
+            pinned, _, failures = self._pins[key]
+            if pinned is None or pinned.failures != failures:
                 # Its endpoint failed, maybe seen by other calls only (and may be back,
                 # restarted): the sequence's state there is gone, or may be.
                 if request.sequence_end:
@@ -187,7 +197,7 @@ class Balancer(Generic[T]):
                     self._pins[key] = (None, now, 0)
                 raise _lost(sequence, None if pinned is None else pinned.endpoint)
             self._count(pinned)
-            self._pins[key] = (pinned, now, ejections)
+            self._pins[key] = (pinned, now, failures)
             return Route(pinned, sequence)
 
     def _forget_idle_sequences(self, now: float) -> None:
@@ -227,22 +237,24 @@ class Balancer(Generic[T]):
     def failed(self, route: Route[T], op: AnyOp, error: TritonError | None) -> TritonError | None:
         """Record a failed attempt on ``route.member``; returns the error to raise (a
         sequence's connection failure becomes SequenceLostError). A connection-level
-        failure ejects the endpoint."""
+        failure ejects the endpoint, and so does the last of ``HUNG_AFTER`` calls in a
+        row that timed out there (streams, which may wait long for a response, aside)."""
         member = route.member
         request = _sequence(op)
         with self._lock:
             member.in_flight -= 1
             if error is None or not _connection_failure(error):
-                if request is not None and request.sequence_end:
-                    self._pins.pop(_pin_key(request), None)
+                if isinstance(error, TritonTimeoutError):
+                    if isinstance(op, Op):
+                        member.timeouts += 1
+                        if member.timeouts >= HUNG_AFTER:
+                            self._eject(member, f"{member.timeouts} calls in a row timed out")
+                elif not isinstance(error, TritonConnectionError):  # answered
+                    member.timeouts = 0
+                self._ended(request)
                 return error
             member.failures += 1
-            if member.healthy:
-                logger.info("endpoint %s ejected: %s", member.endpoint, error)
-                member.healthy = False
-                member.ejections += 1
-                member.probe_wait = PROBE_FIRST
-                member.probe_at = time.monotonic() + PROBE_FIRST
+            self._eject(member, error)
             if request is None:
                 return error
             key = _pin_key(request)
@@ -251,6 +263,29 @@ class Balancer(Generic[T]):
             else:
                 self._pins[key] = (None, time.monotonic(), 0)
             return _lost(request.sequence_id, member.endpoint, error)
+
+    def abandoned(self, route: Route[T], op: AnyOp) -> None:
+        """Record an attempt given up before its answer (interrupted, cancelled): it
+        says nothing of the endpoint."""
+        with self._lock:
+            route.member.in_flight -= 1
+            self._ended(_sequence(op))
+
+    def _ended(self, request: InferRequest | None) -> None:
+        """A sequence's END went out (or failed without losing it): forget the sequence."""
+        if request is not None and request.sequence_end:
+            self._pins.pop(_pin_key(request), None)
+
+    @staticmethod
+    def _eject(member: Member[T], why: object) -> None:
+        if not member.healthy:
+            return
+        logger.info("endpoint %s ejected: %s", member.endpoint, why)
+        member.healthy = False
+        member.ejections += 1
+        member.timeouts = 0
+        member.probe_wait = PROBE_FIRST
+        member.probe_at = time.monotonic() + PROBE_FIRST
 
     def update(self, endpoints: list[Endpoint], make: Callable[[Endpoint], T]) -> None:
         """Make ``endpoints`` the members: new ones join (healthy), missing ones retire

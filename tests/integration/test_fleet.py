@@ -410,6 +410,32 @@ def test_a_slow_server_gets_fewer_requests(
     assert requests[0] * 2 < min(requests[1:]), requests
 
 
+def test_a_hung_server_is_ejected_after_calls_time_out_there(
+    fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    # It accepts connections and never answers (a stopped process): each call there
+    # times out, and it is ejected after three in a row; its readiness probe times out too.
+    target = fleet[0].grpc_port if protocol == "grpc" else fleet[0].http_port
+    with Relay("127.0.0.1", target, mode="blackhole") as hung:
+        urls = [f"{protocol}://{hung.address}"]
+        urls += [server_url(server, protocol) for server in fleet[1:]]
+        client = open_client(urls, mode, loop_thread, timeout=0.3, retry=ts.RetryPolicy.none())
+        try:
+            timeouts = 0
+            for _ in range(40):  # (the model's metadata may be asked of it too)
+                try:
+                    answer = client.model("double").infer(X=ONES)["Y"]
+                    assert np.array_equal(answer, 2 * ONES)
+                except ts.TritonTimeoutError:
+                    timeouts += 1
+            ejected = states(client)[0]
+            assert not ejected.healthy
+            assert (ejected.ejections, ejected.failures) == (1, 0)
+            assert timeouts == ejected.requests == 3, ejected
+        finally:
+            close_client(client, loop_thread)
+
+
 # HTTP keep-alive connections with a maximum age
 
 

@@ -14,6 +14,7 @@ import pytest
 
 import triton_sdk as ts
 from triton_sdk._balance import (
+    HUNG_AFTER,
     PIN_IDLE,
     PROBE_FIRST,
     PROBE_MAX,
@@ -27,7 +28,7 @@ from triton_sdk._base import parse_urls
 from triton_sdk._call import CallContext
 from triton_sdk._config import parse_dns, parse_url
 from triton_sdk._errors import classify_status
-from triton_sdk._ops import FetchMetrics, IsServerReady
+from triton_sdk._ops import FetchMetrics, IsServerReady, StreamInfer
 from triton_sdk._request import InferRequest
 from triton_sdk._retry import TokenBucket
 from triton_sdk._transports._balanced import AsyncBalancedTransport, BalancedTransport
@@ -224,6 +225,71 @@ def test_a_sequence_whose_endpoint_other_calls_saw_fail_is_lost_even_once_it_is_
     again = pool.route(step(4, start=True))  # started anew, it goes where a new one goes
     pool.succeeded(again, step(4, start=True))
     assert pool.route(step(4)).member is again.member
+
+
+TIMED_OUT = ts.TritonTimeoutError("timed out after 0.5 s")
+
+
+def test_calls_timing_out_in_a_row_eject_a_hung_endpoint() -> None:
+    pool = balancer(2)
+    hung, other = pool.members
+    for _ in range(HUNG_AFTER - 1):
+        hung.in_flight += 1
+        assert pool.failed(Route(hung), READY, TIMED_OUT) is TIMED_OUT
+    assert pool.states()[0].healthy
+    hung.in_flight += 1
+    pool.failed(Route(hung), READY, TIMED_OUT)
+    state = pool.states()[0]
+    assert (state.healthy, state.failures, state.ejections) == (False, 0, 1)
+    for _ in range(20):  # no calls for it until a probe finds it ready
+        route = pool.route(READY)
+        assert route.member is other
+        pool.succeeded(route, READY)
+    pool.probed(hung, True)
+    assert pool.states()[0].healthy
+
+
+def test_only_timeouts_with_no_answer_between_them_eject() -> None:
+    pool = balancer(2)
+    hung = pool.members[0]
+    stream = StreamInfer(step(0), None)  # (a stream may wait long for its next response)
+    answers: list[tuple[Any, ts.TritonError | None]] = [
+        (READY, None),
+        (READY, FAILED),  # the model failed, but the server answered
+        (stream, TIMED_OUT),
+    ]
+    for op, answer in answers:
+        for _ in range(HUNG_AFTER - 1):
+            hung.in_flight += 1
+            pool.failed(Route(hung), READY, TIMED_OUT)
+        hung.in_flight += 1
+        pool.failed(Route(hung), op, answer)
+        assert hung.healthy, op
+    hung.in_flight += 1
+    pool.abandoned(Route(hung), READY)  # a call given up (cancelled) says nothing
+    hung.in_flight += 1
+    pool.failed(Route(hung), READY, TIMED_OUT)
+    assert not hung.healthy
+
+
+def test_a_hung_endpoint_keeps_its_sequences() -> None:
+    # Ejected for its timeouts, it may still hold the sequences' state: they stay on it;
+    # a connection failure there afterwards loses them.
+    pool = balancer(2)
+    start = pool.route(step(5, start=True))
+    pool.succeeded(start, step(5, start=True))
+    for _ in range(HUNG_AFTER):
+        start.member.in_flight += 1
+        pool.failed(Route(start.member), READY, TIMED_OUT)
+    assert not start.member.healthy
+    route = pool.route(step(5))
+    assert route.member is start.member
+    pool.failed(route, step(5), TIMED_OUT)  # (a timed-out request does not lose it)
+    assert pool.route(step(5)).member is start.member
+    start.member.in_flight += 1
+    pool.failed(Route(start.member), READY, REFUSED)
+    with pytest.raises(ts.SequenceLostError):
+        pool.route(step(5))
 
 
 def test_parse_urls() -> None:

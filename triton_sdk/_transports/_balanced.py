@@ -136,7 +136,7 @@ class BalancedTransport:
                     continue
                 raise
             except BaseException:  # interrupted: nothing to say about the endpoint
-                balancer.succeeded(route, op)
+                balancer.abandoned(route, op)
                 raise
             balancer.succeeded(route, op)
             return result
@@ -292,7 +292,7 @@ class AsyncBalancedTransport:
                     continue
                 raise
             except BaseException:  # cancelled: nothing to say about the endpoint
-                balancer.succeeded(route, op)
+                balancer.abandoned(route, op)
                 raise
             balancer.succeeded(route, op)
             return result
