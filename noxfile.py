@@ -17,6 +17,7 @@ TEST_REQUIREMENTS = [
     "pytest>=8",
     "pytest-asyncio>=0.24",
     "pytest-timeout>=2.2",
+    "pytest-xdist>=3.6",
     "hypothesis>=6.100",
     "mypy==2.4.1",  # tests/unit/test_stubgen.py type-checks generated modules
     "nbclient>=0.10",  # tests/integration/test_notebook.py runs docs/notebooks
@@ -28,6 +29,13 @@ TEST_REQUIREMENTS = [
 ]
 
 
+# Two pytest workers, each with its own session server; a file's tests stay on one worker,
+# so that a module's servers (a fleet of three, a server of its own) start once. Most of
+# the suite waits on servers and sockets rather than the CPU: two workers on two cores
+# take about half the time one does.
+WORKERS = ["--numprocesses=2", "--dist=loadfile"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit and integration tests; the server comes from the `server` extra, Ray (for
@@ -37,7 +45,7 @@ def tests(session: nox.Session) -> None:
     requirements = ["numpy>=1.26,<2", "pyarrow<20", "pandas<3", *TEST_REQUIREMENTS]
     session.install(".[server,ray,otel]", *requirements)
     session.run("python", "-m", "triton_sdk", "install-server")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *WORKERS, *session.posargs)
 
 
 # Tests of what no tensor passes through (many servers, faults, retries, timeouts, TLS,
@@ -77,7 +85,7 @@ def tests_numpy2(session: nox.Session) -> None:
     cache = {"TRITON_SDK_CACHE": str(Path(session.virtualenv.location) / "triton_sdk-cache")}
     session.run("python", "-m", "triton_sdk", "install-server", env=cache)
     chosen = session.posargs or [f"--ignore={path}" for path in NUMPY_INDEPENDENT]
-    session.run("pytest", *chosen, env=cache)
+    session.run("pytest", *WORKERS, *chosen, env=cache)
 
 
 # The Open Inference Protocol servers the oip session runs beside Triton's tests.

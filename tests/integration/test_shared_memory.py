@@ -26,6 +26,7 @@ import triton_sdk as ts
 from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
 
+from .._regions import region_files
 from .conftest import (
     LoopThread,
     close_client,
@@ -58,10 +59,6 @@ def close(client: Any) -> None:
         client.aclose()
 
 
-def dev_shm() -> list[str]:
-    return sorted(name for name in os.listdir("/dev/shm") if name.startswith("triton_sdk-"))
-
-
 @pytest.mark.parametrize("shared_memory", ["auto", "system"])
 def test_large_tensors_go_through_regions_and_come_back_right(
     make_client: Any, shared_memory: str
@@ -71,7 +68,7 @@ def test_large_tensors_go_through_regions_and_come_back_right(
     batch = np.random.default_rng(1).random((3, SAMPLE), dtype=np.float32)
     assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
     assert own(client), "nothing was registered"
-    assert dev_shm() == []  # unlinked as soon as the server had them
+    assert region_files() == []  # unlinked as soon as the server had them
 
 
 def test_regions_are_reused_call_after_call(make_client: Any) -> None:
@@ -290,7 +287,7 @@ def test_a_killed_clients_regions_are_gone_by_the_next_clients_first_use(
         os.kill(pid, signal.SIGKILL)
     finally:
         child.wait(30)
-    assert dev_shm() == []
+    assert region_files() == []
     with ts.Client(url, shared_memory="system") as next_client:
         status = next_client.system_shared_memory_status()
         left = [region.name for region in status if f"-{pid}-" in region.name]
@@ -395,7 +392,7 @@ def test_regions_the_server_lost_are_registered_anew(make_client: Any, server: L
         assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
     assert own(client)
     assert not set(lost) & set(own(client))  # new regions, under new names
-    assert dev_shm() == []
+    assert region_files() == []
 
 
 def test_shared_memory_calls_ride_out_a_server_restart(tmp_path: Any) -> None:
@@ -487,7 +484,7 @@ def test_files_of_a_client_that_died_before_registering_are_removed(make_client:
     try:
         client = make_client(shared_memory="system")
         client.model("big_fixed").infer(X=np.ones((1, SAMPLE), dtype=np.float32))
-        assert left not in dev_shm()
+        assert not os.path.exists(f"/dev/shm/{left}")
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"/dev/shm/{left}")
@@ -508,14 +505,14 @@ def _in_own_dev_shm(
     )
 
 
-def _can_mount_own_dev_shm() -> bool:
+def _can_mount_own_region_files() -> bool:
     try:
         return _in_own_dev_shm("size=1m", "pass").returncode == 0
     except FileNotFoundError:  # no unshare
         return False
 
 
-@pytest.mark.skipif(not _can_mount_own_dev_shm(), reason="needs unshare and mount (root)")
+@pytest.mark.skipif(not _can_mount_own_region_files(), reason="needs unshare and mount (root)")
 @pytest.mark.parametrize("dev_shm_options", ["size=4m", "ro"], ids=["small", "read-only"])
 def test_a_dev_shm_without_room_sends_over_the_socket_in_auto_and_raises_in_system(
     url: str, dev_shm_options: str
