@@ -27,8 +27,8 @@
 The same ``MockTransport`` serves :class:`~triton_sdk.Client` and
 :class:`~triton_sdk.AsyncClient`; the handler may be a plain function or, for the
 asyncio client, a coroutine function. Every call goes through the client's real call
-path (validation, hooks, retries, timeouts), so what your code sees is what it would
-see from a server.
+path (validation, hooks, retries), so what your code sees is what it would see from a
+server.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from ._ops import (
     IsServerReady,
     ListModels,
     Op,
+    StreamInfer,
     StreamOp,
 )
 from ._request import InferRequest
@@ -82,8 +83,10 @@ class MockTransport:
     Answers are what the op answers (see ``triton_sdk.ops``): JSON for metadata, config
     and settings, ``bool`` for health, an :class:`~triton_sdk.InferResult` for an
     :class:`~triton_sdk.ops.InferRequest` (or, simpler, a mapping of output name to
-    array, batch axis included), an iterable of items for a streamed op. A returned
-    :class:`TritonError` is raised.
+    array, batch axis included), an iterable of items for a streamed op (for a
+    :class:`~triton_sdk.ops.StreamInfer`, results or such mappings). A returned
+    :class:`TritonError` is raised. Mappings are read as a server's answers are: text
+    becomes UTF-8 ``bytes``, and only the outputs the request asks for are kept.
 
     ``models`` are served without the handler: their metadata, config and readiness,
     and the repository index (``ListModels``: these models, ready); other names raise
@@ -94,6 +97,10 @@ class MockTransport:
     ready as :attr:`live` and :attr:`ready` say (set ``mock.ready = False`` to test a
     server that is not ready). An op nothing answers raises an InferenceError with
     status ``"UNIMPLEMENTED"``.
+
+    The handler gets each attempt's ``ctx`` (``ctx.timeout`` included) but is not cut
+    off at the timeout: to test how your code meets a timeout, raise (or return)
+    :class:`~triton_sdk.TritonTimeoutError` from the handler.
     """
 
     def __init__(
@@ -126,6 +133,13 @@ class MockTransport:
             return repository_index(self.models.values())
         if isinstance(op, GetModelMetadata | GetModelConfig | IsModelReady):
             spec = self.models.get(op.name)
+            if (
+                spec is not None
+                and op.version
+                and spec.versions
+                and op.version not in spec.versions
+            ):
+                return _not_found(op)  # (a version the spec does not list)
             if spec is None:
                 # Without models, the handler serves the repository; with them, the
                 # handler need not know of other names.
@@ -154,8 +168,16 @@ class MockTransport:
                 model=op.model,
             )
         if isinstance(op, InferRequest) and isinstance(answer, Mapping):
-            return result_of(op.model, answer)
+            return _result(op, answer)
         return answer
+
+    def _items(self, op: StreamOp[Any], answer: object) -> Iterator[Any]:
+        items = cast("Iterable[object]", self._answer(op, answer))
+        if not isinstance(op, StreamInfer):
+            yield from items
+            return
+        for item in items:
+            yield _result(op.request, item) if isinstance(item, Mapping) else item
 
     def _first_answer(self, op: Op[Any] | StreamOp[Any], ctx: CallContext) -> object:
         canned = self._canned(op)
@@ -184,7 +206,7 @@ class MockTransport:
         if inspect.isawaitable(answer):
             cast("Any", answer).close()
             raise TypeError("a coroutine handler serves only AsyncClient")
-        yield from cast("Iterable[T]", self._answer(op, answer))
+        yield from self._items(op, answer)
 
     def close(self) -> None:
         self.closed = True
@@ -199,11 +221,20 @@ class MockTransport:
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         self._record(op, ctx)
         answer = await _awaited(op, self._first_answer(op, ctx))
-        for item in cast("Iterable[T]", self._answer(op, answer)):
+        for item in self._items(op, answer):
             yield item
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+def _result(request: InferRequest, outputs: Mapping[str, Any]) -> InferResult:
+    """A handler's mapping as the server would answer ``request``: the outputs it asks
+    for (all of them when it names none), of the version it names."""
+    if request.outputs is not None:
+        wanted = {output.name for output in request.outputs}
+        outputs = {name: value for name, value in outputs.items() if name in wanted}
+    return result_of(request.model, outputs, model_version=request.version or "1")
 
 
 def _not_answered(op: Op[Any] | StreamOp[Any]) -> object:
@@ -292,15 +323,29 @@ def model_config(spec: ModelSpec) -> JSON:
             config["sequence_batching"]["control_input"] = [{"name": "CORRID", "control": [corrid]}]
     if spec.dynamic_batching:
         config["dynamic_batching"] = {"preferred_batch_size": list(spec.preferred_batch_sizes)}
+    if spec.parameters:
+        config["parameters"] = {
+            key: {"string_value": value} for key, value in spec.parameters.items()
+        }
     return config
 
 
 def result_of(model: str, outputs: Mapping[str, Any], **fields: Any) -> InferResult:
-    """An InferResult of ``outputs`` (name -> array-like, batch axis included)."""
-    arrays = {name: np.asarray(value) for name, value in outputs.items()}
-    arrays = {
-        name: array.astype(np.object_) if array.dtype.kind in "US" else array
-        for name, array in arrays.items()
-    }
+    """An InferResult of ``outputs`` (name -> array-like, batch axis included), as a
+    server sends it: text (``str`` elements) as UTF-8 ``bytes``, since BYTES outputs
+    arrive as bytes. ``fields`` are the result's other fields (``model_version`` is
+    ``"1"`` unless given)."""
+    arrays = {name: _as_sent(np.asarray(value)) for name, value in outputs.items()}
     datatypes = {name: datatype_of(array) for name, array in arrays.items()}
-    return InferResult(arrays, datatypes=datatypes, model_name=model, model_version="1", **fields)
+    return InferResult(
+        arrays, datatypes=datatypes, model_name=model, **{"model_version": "1", **fields}
+    )
+
+
+_encode = np.frompyfunc(lambda item: item.encode() if isinstance(item, str) else item, 1, 1)
+
+
+def _as_sent(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    if array.dtype.kind not in "USO":
+        return array
+    return cast("np.ndarray[Any, Any]", _encode(array.astype(np.object_))).astype(np.object_)

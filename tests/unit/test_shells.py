@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+import attrs
 import numpy as np
 import pytest
 
@@ -1264,6 +1265,7 @@ async def test_models_are_served_without_the_handler(connect: Connect) -> None:
             string_sequence_ids=True,
             dynamic_batching=True,
             preferred_batch_sizes=(4, 8),
+            parameters={"chat_template": TEMPLATE, "note": ""},  # (they were dropped)
         ),
         ts.ModelSpec(
             name="unbatched",
@@ -1281,6 +1283,43 @@ async def test_models_are_served_so_that_the_client_reads_back_the_same_spec(
     client, _ = connect(None, models=(served,))
     model = await resolve(client.model(served.name))
     assert model.spec == served
+
+
+async def test_a_mock_answers_as_a_server_does(connect: Connect) -> None:
+    # Text came back as str (a server sends bytes), outputs not asked for came back, and
+    # a stream's mappings reached the caller as dicts.
+    pair = ts.ModelSpec(
+        name="pair",
+        versions=("1", "2"),
+        max_batch_size=4,
+        inputs={"X": tensor("X")},
+        outputs={
+            "Y": tensor("Y"),
+            "NAME": ts.TensorSpec(name="NAME", datatype="BYTES", shape=(1,)),
+        },
+    )
+    talker = attrs.evolve(pair, name="talker", decoupled=True)
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        request = op.request if isinstance(op, ops.StreamInfer) else op
+        answer = {"Y": request.inputs[0].array * 2, "NAME": np.array([["안녕"]])}
+        return [answer, answer] if isinstance(op, ops.StreamInfer) else answer
+
+    client, _ = connect(handler, models=(pair, talker))
+    model = await resolve(client.model("pair", version="2"))
+    result = await resolve(model.infer(X=[1.0]))
+    assert result["NAME"].tolist() == [["안녕".encode()]]
+    assert result.as_strings("NAME").tolist() == [["안녕"]]
+    assert result.model_version == "2"
+    only = await resolve(model.infer(X=[1.0], outputs=["Y"]))
+    assert list(only) == ["Y"]
+    talking = await resolve(client.model("talker"))
+    streamed = await resolve(talking.stream(X=[[3.0]]))
+    assert [type(item) for item in streamed] == [ts.InferResult, ts.InferResult]
+    assert [item["Y"].tolist() for item in streamed] == [[[6.0]], [[6.0]]]
+    assert not await resolve(client.is_model_ready("pair", "9"))  # a version it lacks
+    with pytest.raises(ts.ModelNotFoundError):
+        await resolve(client.model("pair", version="9"))
 
 
 async def test_mock_records_every_attempt(connect: Connect) -> None:
