@@ -4,7 +4,10 @@ The real servers are in tests/oip."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from http.server import BaseHTTPRequestHandler
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -19,6 +22,9 @@ from triton_sdk._http_codec import HttpCodec, encode_infer_json, error_from_resp
 from triton_sdk._shaping import Tensor
 from triton_sdk._spec import NO_KNOWN_LIMIT
 from triton_sdk.testing import MockTransport
+
+from .._event_stream import serving
+from ._both import resolve
 
 ROWS = {
     "name": "add_sub",
@@ -300,3 +306,75 @@ def test_a_mock_model_without_a_config_is_seen_as_on_another_server() -> None:
 def test_a_mock_serves_specs_of_one_kind_of_server() -> None:
     with pytest.raises(ValueError, match="has_config"):
         MockTransport(models=[UPPER, attrs.evolve(TRITON_UPPER, name="other")])
+
+
+class BrieflyDown(BaseHTTPRequestHandler):
+    """A JSON-only server (MLServer's answers) whose metadata answers 503 once: binary
+    tensors it refuses."""
+
+    protocol_version = "HTTP/1.1"
+    probes: ClassVar[list[int]] = []
+    binary: ClassVar[list[bool]] = []
+
+    def reply(self, status: int, answer: object) -> None:
+        body = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/v2":
+            self.probes.append(1)
+            up = len(self.probes) > 1
+            metadata = {"name": "mlserver", "version": "1.7.1", "extensions": []}
+            self.reply(200, metadata) if up else self.reply(503, {"error": "starting"})
+        elif self.path == "/v2/models/add_sub":
+            self.reply(200, ROWS)
+        else:  # (no config endpoint, as on MLServer)
+            self.reply(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        binary = "Inference-Header-Content-Length" in self.headers
+        self.binary.append(binary)
+        output = {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 4], "data": [2.0] * 4}
+        if binary:
+            self.reply(400, {"error": "binary tensors are not supported"})
+        else:
+            self.reply(200, {"model_name": "add_sub", "outputs": [output]})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_auto_binary_is_not_settled_by_a_server_briefly_down(mode: str) -> None:
+    # The 503 made it binary for the client's life: every later call was refused.
+    BrieflyDown.probes.clear()
+    BrieflyDown.binary.clear()
+    rows = np.ones((1, 4), np.float32)
+    with serving(BrieflyDown) as url:
+
+        async def calls() -> list[object]:
+            options: Any = {"retry": ts.RetryPolicy.none(), "shared_memory": "off"}
+            outcomes: list[object] = []
+            kind = ts.Client if mode == "sync" else ts.AsyncClient
+            client = kind(url, **options)
+            try:
+                model = await resolve(client.model("add_sub"))
+                for _ in range(3):
+                    try:
+                        result = await resolve(model.infer(INPUT0=rows))
+                        outcomes.append(result["OUTPUT0"].tolist())
+                    except ts.TritonError as error:
+                        outcomes.append(error.status)
+            finally:
+                await resolve(client.close() if mode == "sync" else client.aclose())
+            return outcomes
+
+        outcomes = asyncio.run(calls())
+    assert outcomes == [503, [[2.0] * 4], [[2.0] * 4]]  # (the 503 is retried by default)
+    assert BrieflyDown.binary == [False, False]  # (the first call was not sent)
+    assert len(BrieflyDown.probes) == 2

@@ -23,7 +23,7 @@ from .._call import CallContext
 from .._compression import Compression, compress, decompress
 from .._concurrency import aclose_iterator
 from .._config import Endpoint, TLSConfig
-from .._errors import TritonError
+from .._errors import TritonError, TritonTimeoutError
 from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, is_triton
 from .._ops import GetServerMetadata, Op, OpenAIEvents, StreamOp
 from .._request import InferRequest
@@ -115,8 +115,8 @@ class HttpTransport:
         if self._codec.binary is None and isinstance(op, InferRequest):
             try:
                 self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
-            except TritonError:  # no metadata (a gateway, a restricted endpoint): as before
-                self._codec.binary = True
+            except TritonError as refusal:
+                self._codec.binary = _binary_unless_passing(refusal)
         call = self._codec.encode(op)
         body, size = body_of(call.body)
         headers = {**ctx.headers, **call.headers}
@@ -360,8 +360,8 @@ class AsyncHttpTransport:
         if self._codec.binary is None and isinstance(op, InferRequest):
             try:
                 self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
-            except TritonError:  # no metadata (a gateway, a restricted endpoint): as before
-                self._codec.binary = True
+            except TritonError as refusal:
+                self._codec.binary = _binary_unless_passing(refusal)
         call = self._codec.encode(op)
         timeout = aiohttp.ClientTimeout(total=ctx.timeout)
         try:
@@ -493,3 +493,14 @@ def _only_interrupted(task: asyncio.Task[Any] | None) -> bool:
     cancelled it too (Python 3.11+ counts them; before, the stop is taken as the only one)."""
     uncancel = getattr(task, "uncancel", None)
     return uncancel is None or uncancel() == 0
+
+
+def _binary_unless_passing(error: TritonError) -> bool:
+    """After the server's metadata could not be read for ``http_binary="auto"``: binary
+    for good where the server will not say (a gateway, a restricted endpoint), but a
+    failure that may pass (unreachable, timed out, overloaded) decides nothing. The
+    call fails with it, under its retry policy, and the next one asks again: a JSON-only
+    server briefly down would otherwise get binary requests for the client's life."""
+    if error.retryable or isinstance(error, TritonTimeoutError):
+        raise error
+    return True
