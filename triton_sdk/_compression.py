@@ -37,13 +37,15 @@ def compress(body: bytes, compression: str) -> bytes:
 
 
 def decompress(body: bytes, encoding: str | None) -> bytes:
-    """The body of an answer sent with ``Content-Encoding: encoding``."""
-    if not encoding or encoding == "identity":
+    """The body of an answer sent with ``Content-Encoding: encoding`` (whose names are
+    case-insensitive; ``x-gzip`` is gzip, RFC 9110 8.4.1)."""
+    coding = (encoding or "").strip().lower()
+    if not coding or coding == "identity":
         return body
     try:
-        if encoding == "gzip":
+        if coding in ("gzip", "x-gzip"):
             return gzip.decompress(body)
-        if encoding == "deflate":
+        if coding == "deflate":
             return zlib.decompress(body)
     except (OSError, EOFError, zlib.error) as exc:
         raise InferenceError(f"the server sent a {encoding} body that is corrupt: {exc}") from exc

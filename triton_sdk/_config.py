@@ -213,7 +213,9 @@ class TLSConfig:
         cert_file: PEM client certificate, for servers that demand mutual TLS.
         key_file: PEM private key of ``cert_file``.
         server_hostname: the name to check the server certificate against, when it
-            differs from the host in the URL.
+            differs from the host in the URL; it holds for every ``https://`` URL the
+            client reaches (its metrics endpoint and OpenAI frontend too).
+        (A key file with a passphrase is refused: decrypt it first.)
     """
 
     ca_file: str | None = attrs.field(default=None, converter=_path)

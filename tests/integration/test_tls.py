@@ -337,6 +337,27 @@ def test_unusable_tls_files_are_refused_when_the_client_is_made(
         make()
 
 
+@pytest.mark.parametrize("scheme", ["grpcs", "https"])
+def test_a_key_with_a_passphrase_is_refused_rather_than_prompted_for(
+    certificates: Path, tmp_path: Path, scheme: str
+) -> None:
+    # OpenSSL asked for the passphrase on the terminal: making the client waited there
+    # (without a terminal: "cannot use the TLS files: [Errno 22] Invalid argument").
+    encrypted = tmp_path / "encrypted.key"
+    _openssl(
+        "pkey", "-in", str(certificates / "client.key"), "-aes256",
+        "-passout", "pass:secret", "-out", str(encrypted),
+        cwd=tmp_path,
+    )  # fmt: skip
+    tls = ts.TLSConfig(
+        ca_file=str(certificates / "ca.pem"),
+        cert_file=str(certificates / "client.pem"),
+        key_file=str(encrypted),
+    )
+    with pytest.raises(ts.InvalidInputError, match="is encrypted"):
+        ts.Client(f"{scheme}://127.0.0.1:1", tls=tls)
+
+
 @pytest.fixture(scope="module")
 def expired_server(certificates: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     repository = tmp_path_factory.mktemp("expired_repository")
@@ -386,14 +407,50 @@ def test_protocol_mismatches_on_grpc_say_so_and_are_not_retried(
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_the_openai_route_uses_the_clients_tls_files(
+def test_metrics_over_https_check_the_certificate_against_server_hostname(
     certificates: Path, server: LocalServer, mode: str
 ) -> None:
-    # It made a bare HTTPS connection: a frontend whose certificate only the client's
-    # ca_file trusts failed with CERTIFICATE_VERIFY_FAILED.
+    # server_hostname was left out of the metrics request: a certificate for
+    # triton.test, reached at 127.0.0.1, failed as not valid for 127.0.0.1.
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certificates / "local.pem", certificates / "local.key")
-    tls = ts.TLSConfig(ca_file=str(certificates / "ca.pem"))
+    context.load_cert_chain(certificates / "server.pem", certificates / "server.key")
+    relay = _Relay(context, ("127.0.0.1", server.metrics_port))
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    metrics_url = f"https://127.0.0.1:{relay.server_address[1]}/metrics"
+    tls = ts.TLSConfig(ca_file=str(certificates / "ca.pem"), server_hostname="triton.test")
+    try:
+        if mode == "sync":
+            with ts.Client(server.http_url, tls=tls, metrics_url=metrics_url) as client:
+                metrics = client.metrics()
+        else:
+
+            async def run() -> ts.ServerMetrics:
+                async with ts.AsyncClient(
+                    server.http_url, tls=tls, metrics_url=metrics_url
+                ) as client:
+                    return await client.metrics()
+
+            metrics = asyncio.run(run())
+    finally:
+        relay.shutdown()
+        relay.server_close()
+    assert metrics.models  # (the session server's models, read over TLS)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("certificate", ["local", "server"])
+def test_the_openai_route_uses_the_clients_tls_files(
+    certificates: Path, server: LocalServer, mode: str, certificate: str
+) -> None:
+    # It made a bare HTTPS connection: a frontend whose certificate only the client's
+    # ca_file trusts failed with CERTIFICATE_VERIFY_FAILED; and one for triton.test
+    # (server_hostname), reached at 127.0.0.1, was not valid for 127.0.0.1.
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(
+        certificates / f"{certificate}.pem", certificates / f"{certificate}.key"
+    )
+    name = "triton.test" if certificate == "server" else None
+    tls = ts.TLSConfig(ca_file=str(certificates / "ca.pem"), server_hostname=name)
     with OpenAIStandIn(server.http_url, TEMPLATE) as standin:
         port = int(standin.url.split(":")[-1].split("/")[0])
         relay = _Relay(context, ("127.0.0.1", port))

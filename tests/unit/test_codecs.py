@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import gc
+import gzip
 import json
+import zlib
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ from tritonclient.utils import serialize_byte_tensor
 
 import triton_sdk as ts
 from triton_sdk import _ops as ops
+from triton_sdk._compression import decompress
 from triton_sdk._grpc_codec import (
     GrpcCall,
     build_infer_request,
@@ -1049,3 +1052,14 @@ def test_a_small_plain_infer_is_a_cached_head_and_its_contents_byte_for_byte() -
     np.testing.assert_array_equal(
         encoded.read(grpc_response(answer).SerializeToString())["Y"], answer["Y"]
     )
+
+
+def test_content_codings_are_read_whatever_their_case() -> None:
+    # "GZIP" and "x-gzip" were refused as encodings the client did not ask for.
+    body = b"tensors" * 100
+    assert decompress(gzip.compress(body), "GZIP") == body
+    assert decompress(gzip.compress(body), "x-gzip") == body
+    assert decompress(zlib.compress(body), "Deflate") == body
+    assert decompress(body, "Identity") == body
+    with pytest.raises(ts.InferenceError, match="did not ask for: br"):
+        decompress(body, "br")

@@ -61,10 +61,25 @@ def ssl_context(tls: TLSConfig | None) -> ssl.SSLContext:
     try:
         context = ssl.create_default_context(cafile=tls.ca_file)
         if tls.cert_file is not None:
-            context.load_cert_chain(tls.cert_file, tls.key_file)
+            context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_passphrase)
+    except _EncryptedKey:
+        raise InvalidInputError(
+            f"the key file {tls.key_file} is encrypted: TLSConfig takes a key without a "
+            "passphrase (openssl pkey -in KEY -out PLAIN_KEY writes one)"
+        ) from None
     except (OSError, ssl.SSLError) as exc:
         raise InvalidInputError(f"cannot use the TLS files: {exc}") from exc
     return context
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_passphrase() -> str:
+    """Asked for an encrypted key's passphrase: refuse (OpenSSL would otherwise prompt
+    on the terminal, and a client being made would wait there for good)."""
+    raise _EncryptedKey
 
 
 def header_length(value: str | None) -> int | None:
@@ -337,8 +352,15 @@ def connection_for(
         url.port or (443 if tls_on else 80),
         timeout,
         ssl_context(tls) if tls_on else None,
-        deadline=deadline,
+        tls_name(url.geturl(), tls),
+        deadline,
     )
+
+
+def tls_name(url: str, tls: TLSConfig | None) -> str | None:
+    """The name to check the certificate of ``url``'s server against, when not its host:
+    the client's ``server_hostname`` holds for every URL it reaches over TLS."""
+    return tls.server_hostname if tls is not None and url.startswith("https:") else None
 
 
 def deadline_of(timeout: float | None) -> float | None:

@@ -15,7 +15,7 @@ from .._config import TLSConfig, check_metrics_url, redact_url
 from .._errors import TritonError, UnsupportedError
 from .._http_codec import error_from_response
 from ._errors import http_error
-from ._http_pool import connection_for, deadline_of, ssl_context
+from ._http_pool import connection_for, deadline_of, ssl_context, tls_name
 
 __all__ = ["fetch_metrics", "fetch_metrics_async"]
 
@@ -72,7 +72,12 @@ async def fetch_metrics_async(url: str, ctx: CallContext, tls: TLSConfig | None)
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ctx.timeout)) as session,
-            session.get(target, headers=dict(ctx.headers), ssl=context) as response,
+            session.get(
+                target,
+                headers=dict(ctx.headers),
+                ssl=context,
+                server_hostname=tls_name(target, tls),
+            ) as response,
         ):
             body = await response.read()
             status = response.status

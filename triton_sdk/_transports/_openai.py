@@ -31,6 +31,7 @@ from ._http_pool import (
     release_socket,
     socket_of,
     ssl_context,
+    tls_name,
 )
 
 __all__ = ["openai_events", "openai_events_async", "openai_post", "openai_post_async"]
@@ -235,6 +236,7 @@ async def _aopen(
             data=op.payload,
             headers=_headers(ctx.headers, stream),
             ssl=context,
+            server_hostname=tls_name(url, tls),
         )
         if response.status >= 400:
             raw = await response.read()
