@@ -40,6 +40,17 @@ def _size(buffer: bytes | memoryview) -> int:
     return buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
 
 
+def data_size(array: np.ndarray[Any, Any]) -> int:
+    """The bytes of ``array``'s data as they travel: for BYTES (an object array), each
+    element's bytes and its 4-byte length, not the array's pointers."""
+    if array.dtype != np.object_:
+        return int(array.nbytes)
+    return sum(
+        4 + (len(item) if isinstance(item, bytes) else len(str(item).encode()))
+        for item in array.flat
+    )
+
+
 class InferResult(Displayable, Mapping[str, Array]):
     """The outputs of one inference, as numpy arrays, with the response's metadata.
 
@@ -138,9 +149,10 @@ class InferResult(Displayable, Mapping[str, Array]):
 
     @property
     def nbytes(self) -> int:
-        """The bytes of the outputs' data (without reading outputs not read yet)."""
+        """The bytes of the outputs' data, as they travel (BYTES elements with their
+        4-byte lengths), without reading outputs not read yet."""
         return sum(
-            _size(output.buffer) if isinstance(output, Undecoded) else output.nbytes
+            _size(output.buffer) if isinstance(output, Undecoded) else data_size(output)
             for output in self._outputs.values()
         )
 

@@ -32,7 +32,7 @@ from . import __version__
 from ._call import AnyOp, CallContext, CallHook
 from ._errors import TritonError
 from ._request import InferRequest
-from ._result import InferResult
+from ._result import InferResult, data_size
 
 __all__ = ["Tracing"]
 
@@ -114,5 +114,5 @@ def _attributes(op: AnyOp, ctx: CallContext) -> Mapping[str, Any]:
             attributes["triton.model.version"] = op.version
         if op.inputs and op.inputs[0].array.ndim:
             attributes["triton.batch_size"] = int(op.inputs[0].array.shape[0])
-        attributes["triton.request.bytes"] = sum(tensor.array.nbytes for tensor in op.inputs)
+        attributes["triton.request.bytes"] = sum(data_size(tensor.array) for tensor in op.inputs)
     return attributes

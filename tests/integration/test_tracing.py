@@ -59,6 +59,24 @@ def test_an_infer_is_a_span_whose_context_reaches_the_model(
     assert int(parent_id, 16) == span.context.span_id
 
 
+def test_text_is_counted_by_its_bytes_not_the_arrays_pointers(
+    make_client: Any, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    # An object array's nbytes is 8 per element, whatever the text: both sizes were 24.
+    provider, exporter = spans
+    client = make_client(hooks=[Tracing(provider)])
+    model = client.model("upper")
+    exporter.clear()
+    words = ["안녕하세요", "hello", "x" * 1000]
+    result = model.infer(TEXT=words)
+    (span,) = exporter.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    wire = sum(4 + len(word.encode()) for word in words)  # each with its 4-byte length
+    assert attributes["triton.request.bytes"] == wire
+    assert attributes["triton.response.bytes"] == wire
+    assert result.nbytes == wire
+
+
 def test_a_failed_call_is_an_error_span(
     make_client: Any, spans: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
