@@ -120,20 +120,45 @@ class CallHook:
         """Called once when an attempt is over, whatever became of it: after
         ``after_receive`` or ``on_error``, and also when neither came (a stream that ended
         without a response, or was stopped or left before one; a call cancelled; another
-        hook's ``before_send`` raised). The place to release what ``before_send`` took."""
+        hook's ``before_send`` raised). The place to release what ``before_send`` took.
+
+        A hook that raises (a bug of its own) does not stop the other hooks: every hook's
+        ``after_receive``, ``on_error`` and ``on_end`` runs, then the first exception is
+        raised to the caller."""
 
 
-def end_attempt(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) -> None:
-    """Run every hook's ``on_end``, each even when one before it raised (the first
-    exception is raised after the last hook: a span left open is what on_end prevents)."""
+def _each(hooks: tuple[CallHook, ...], run: Callable[[CallHook], None]) -> None:
+    """``run(hook)`` for every hook, each even when one before it raised: the first
+    exception is raised after the last hook (a hook's bug shows, and the others' spans
+    and counters are still told)."""
     failure: Exception | None = None
     for hook in hooks:
         try:
-            hook.on_end(op, ctx)
+            run(hook)
         except Exception as error:
             failure = failure or error
     if failure is not None:
         raise failure
+
+
+def end_attempt(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) -> None:
+    """Run every hook's ``on_end`` (see :func:`_each`)."""
+    _each(hooks, lambda hook: hook.on_end(op, ctx))
+
+
+def run_after_receive(
+    hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext, result: object
+) -> None:
+    """Run every hook's ``after_receive`` (see :func:`_each`)."""
+    _each(hooks, lambda hook: hook.after_receive(op, ctx, result))
+
+
+def run_on_error(
+    hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext, error: TritonError
+) -> None:
+    """Run every hook's ``on_error`` (see :func:`_each`); a hook's own exception is
+    raised with the call's error as its context."""
+    _each(hooks, lambda hook: hook.on_error(op, ctx, error))
 
 
 def run_before_send(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) -> None:

@@ -33,7 +33,16 @@ from ._base import (
     merge_fields,
     with_suggestions,
 )
-from ._call import CallContext, CallHook, CallOptions, StreamStop, end_attempt, run_before_send
+from ._call import (
+    CallContext,
+    CallHook,
+    CallOptions,
+    StreamStop,
+    end_attempt,
+    run_after_receive,
+    run_before_send,
+    run_on_error,
+)
 from ._chat_template import Message
 from ._checks import check_timeout
 from ._classify import Classification, parse_classifications
@@ -464,13 +473,11 @@ class Client:
             except TritonError as error:
                 if sequence_request:
                     mark_outcome(op, error)  # (before a hook's own exception can hide it)
-                for hook in hooks:
-                    hook.on_error(op, ctx, error)
+                run_on_error(hooks, op, ctx, error)
                 raise
             if sequence_request:
                 mark_outcome(op, None)
-            for hook in hooks:
-                hook.after_receive(op, ctx, result)
+            run_after_receive(hooks, op, ctx, result)
             return result
         finally:
             end_attempt(hooks, op, ctx)
@@ -568,14 +575,12 @@ class Client:
                         raise
                     except self._malformed as exc:
                         raise unreadable_answer(exc, op.call, op.model) from exc
-                    for hook in hooks:
-                        hook.after_receive(op, ctx, item)
+                    run_after_receive(hooks, op, ctx, item)
                     yield item
             except TritonError as error:
                 if ctx._stop is not None and ctx._stop.requested:
                     return  # stopped from another thread: the reader's loop just ends
-                for hook in hooks:
-                    hook.on_error(op, ctx, error)
+                run_on_error(hooks, op, ctx, error)
                 if isinstance(error, UnsupportedError) and error.status is not None:
                     raise unsupported_operation(error, op.call, self._url) from error
                 raise

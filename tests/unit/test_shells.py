@@ -609,6 +609,30 @@ async def test_every_hook_sees_the_end_when_an_on_end_raises(connect: Connect) -
     assert [event[0] for event in last.events] == ["before_send", "after_receive", "on_end"]
 
 
+@pytest.mark.parametrize("outcome", ["after_receive", "on_error"])
+async def test_every_hook_sees_the_outcome_when_one_raises_on_it(
+    connect: Connect, outcome: str
+) -> None:
+    # The hooks after the failing one were not told: a tracing span ended "not answered".
+    class Failing(ts.CallHook):
+        def after_receive(self, op: Any, ctx: ts.CallContext, result: object) -> None:
+            raise RuntimeError("the metrics hook has a bug")
+
+        def on_error(self, op: Any, ctx: ts.CallContext, error: ts.TritonError) -> None:
+            raise RuntimeError("the metrics hook has a bug")
+
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        return ts.InferenceError("the model failed") if outcome == "on_error" else answer(op, ctx)
+
+    last = Recorder()
+    client, _ = connect(handler, hooks=[Failing(), last])
+    with pytest.raises(RuntimeError, match="metrics hook") as caught:
+        await resolve(client.server_metadata())
+    assert [event[0] for event in last.events] == ["before_send", outcome, "on_end"]
+    if outcome == "on_error":  # (the call's own error stays in sight)
+        assert isinstance(caught.value.__context__, ts.InferenceError)
+
+
 async def test_every_hook_sees_the_end_when_a_before_send_raises(connect: Connect) -> None:
     class Failing(ts.CallHook):
         def before_send(self, op: Any, ctx: ts.CallContext) -> None:
