@@ -245,7 +245,7 @@ class Balancer(Generic[T]):
             member.in_flight -= 1
             if error is None or not _connection_failure(error):
                 if isinstance(error, TritonTimeoutError):
-                    if isinstance(op, Op):
+                    if isinstance(op, Op) and member.healthy:  # (not those in flight since)
                         member.timeouts += 1
                         if member.timeouts >= HUNG_AFTER:
                             self._eject(member, f"{member.timeouts} calls in a row timed out")
@@ -327,6 +327,7 @@ class Balancer(Generic[T]):
             if ready:
                 logger.info("endpoint %s is ready again", member.endpoint)
                 member.healthy = True
+                member.timeouts = 0  # (the probe was answered)
                 return
             member.probe_wait = min(member.probe_wait * 2, PROBE_MAX)
             member.probe_at = time.monotonic() + member.probe_wait

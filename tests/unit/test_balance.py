@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ from triton_sdk._balance import (
     Route,
 )
 from triton_sdk._base import parse_urls
-from triton_sdk._call import CallContext
+from triton_sdk._call import CallContext, StreamStop
 from triton_sdk._config import parse_dns, parse_url
 from triton_sdk._errors import classify_status
 from triton_sdk._ops import FetchMetrics, IsServerReady, StreamInfer
@@ -547,6 +547,68 @@ async def test_closing_a_stream_closes_the_endpoints_stream_at_once() -> None:
     await stream.aclose()
     assert closed == ["inner"]
     assert [state.in_flight for state in transport.endpoints()] == [0]
+
+
+class Silent:
+    """Transports whose streams send nothing: the async one waits, the blocking one
+    fails as a stream cut by a stop from another thread does."""
+
+    async def astream(self, op: object, ctx: object) -> AsyncIterator[int]:
+        await asyncio.sleep(3600)
+        yield 0
+
+    def stream(self, op: object, ctx: CallContext) -> Iterator[int]:
+        assert ctx._stop is not None
+        ctx._stop.request()
+        raise REFUSED  # (the stop shut the connection)
+        yield 0
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_stream_left_before_a_response_says_nothing_of_its_endpoint() -> None:
+    # It counted as an answer, so a hung endpoint's timeouts started again from zero.
+    endpoints = [parse_url("grpc://127.0.0.1:8001")]
+    transport = AsyncBalancedTransport(endpoints, lambda endpoint: Silent(), {})  # type: ignore[arg-type, return-value]
+    member = transport.balancer.members[0]
+    member.timeouts = HUNG_AFTER - 1
+    ctx = CallContext("stream", None, {}, None)
+    stream: Any = transport.astream(READY, ctx)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(stream), 0.05)
+    await stream.aclose()
+    assert (member.timeouts, member.in_flight, member.healthy) == (HUNG_AFTER - 1, 0, True)
+
+
+def test_a_stream_stopped_from_another_thread_says_nothing_of_its_endpoint() -> None:
+    # Over blocking HTTP the stop cuts the connection: the endpoint was ejected for it,
+    # and the sequences on it were lost.
+    endpoints = [parse_url(f"http://127.0.0.{i}:8000") for i in (1, 2)]
+    transport = BalancedTransport(endpoints, lambda endpoint: Silent(), {})  # type: ignore[arg-type, return-value]
+    ctx = CallContext("stream", None, {}, None)
+    ctx._stop = StreamStop()
+    with pytest.raises(ts.TritonConnectionError):
+        list(transport.stream(READY, ctx))  # type: ignore[arg-type]
+    states = transport.endpoints()
+    assert [(state.healthy, state.failures, state.in_flight) for state in states] == [
+        (True, 0, 0),
+        (True, 0, 0),
+    ]
+    transport.close()
+
+
+def test_timeouts_of_calls_in_flight_at_the_ejection_do_not_count_after_readmission() -> None:
+    pool = balancer(2)
+    hung = pool.members[0]
+    hung.in_flight += HUNG_AFTER + 2
+    for _ in range(HUNG_AFTER + 2):  # two more were in flight when it was ejected
+        pool.failed(Route(hung), READY, TIMED_OUT)
+    assert (hung.healthy, hung.ejections) == (False, 1)
+    pool.probed(hung, True)
+    hung.in_flight += 1
+    pool.failed(Route(hung), READY, TIMED_OUT)  # one timeout after the readmission
+    assert (hung.healthy, hung.ejections) == (True, 1)
 
 
 class MetricsDown:

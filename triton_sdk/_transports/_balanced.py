@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
-from .._balance import Balancer, Discovery, EndpointState, Member
+from .._balance import Balancer, Discovery, EndpointState, Member, Route
 from .._call import CallContext, CallHook, run_before_send
 from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
@@ -43,6 +43,28 @@ def _probe_context(headers: Mapping[str, str], member: Member[Any]) -> CallConte
     ctx = CallContext(_READY.call, None, headers, PROBE_TIMEOUT)
     ctx.url = str(member.endpoint)
     return ctx
+
+
+def _stream_over(
+    balancer: Balancer[Any],
+    route: Route[Any],
+    op: StreamOp[Any],
+    ctx: CallContext,
+    failure: TritonError | None,
+    answered: bool,
+) -> bool:
+    """Record how a stream on ``route`` ended; True when it failed there. A stream the
+    caller stopped (from another thread: its connection is cut, which reads as a failure)
+    or left before any response says nothing of the endpoint."""
+    stopped = ctx._stop is not None and ctx._stop.requested
+    if failure is not None and not stopped:
+        balancer.failed(route, op, failure)
+        return True
+    if answered:
+        balancer.succeeded(route, op)
+    else:
+        balancer.abandoned(route, op)
+    return False
 
 
 def _next_wait(waits: list[float | None]) -> float | None:
@@ -153,16 +175,17 @@ class BalancedTransport:
             self._after_failure()
             raise
         failure: TritonError | None = None
+        answered = False
         try:
-            yield from route.member.transport.stream(op, ctx)
+            for item in route.member.transport.stream(op, ctx):
+                answered = True
+                yield item
+            answered = True  # (the server ended it)
         except TritonError as error:
             failure = error
             raise
         finally:
-            if failure is None:
-                self.balancer.succeeded(route, op)
-            else:
-                self.balancer.failed(route, op, failure)
+            if _stream_over(self.balancer, route, op, ctx, failure, answered):
                 self._after_failure()
 
     def close(self) -> None:
@@ -312,10 +335,13 @@ class AsyncBalancedTransport:
             self._after_failure()
             raise
         failure: TritonError | None = None
+        answered = False
         responses = route.member.transport.astream(op, ctx)
         try:
             async for item in responses:
+                answered = True
                 yield item
+            answered = True  # (the server ended it)
         except TritonError as error:
             failure = error
             raise
@@ -323,10 +349,7 @@ class AsyncBalancedTransport:
             try:
                 await aclose_iterator(responses)  # cancels the call now, not when collected
             finally:
-                if failure is None:
-                    self.balancer.succeeded(route, op)
-                else:
-                    self.balancer.failed(route, op, failure)
+                if _stream_over(self.balancer, route, op, ctx, failure, answered):
                     self._after_failure()
 
     async def aclose(self) -> None:
