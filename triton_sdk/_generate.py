@@ -39,6 +39,7 @@ __all__ = [
 
 
 _RESPONSE_METADATA = frozenset({"model_name", "model_version", "id"})
+_NOT_IN_JSON = frozenset({"FP16", "BF16"})  # (Triton's JSON tensors refuse them)
 
 
 def _plain(value: Any, errors: str = "replace") -> JSONValue:
@@ -78,6 +79,18 @@ def generate_body(
     :func:`check_generate`)."""
     if spec is not None:
         check_generate(spec, fields, parameters)
+        halves = sorted(
+            name
+            for name, tensor in spec.inputs.items()
+            if name in fields and tensor.datatype in _NOT_IN_JSON
+        )
+        if halves:
+            raise InvalidInputError(
+                f"input {', '.join(map(repr, halves))} is FP16 or BF16, which Triton does "
+                "not read from JSON: generate over HTTP cannot carry it (use a gRPC client, "
+                "or model.infer)",
+                model=spec.name,
+            )
     body = {name: _plain(value, "strict") for name, value in fields.items()}
     if request_id:
         body["id"] = request_id
@@ -96,6 +109,27 @@ def check_generate(
     extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
     check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
     check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
+    _check_fields(spec, extra, parameters)
+
+
+def _check_fields(
+    spec: ModelSpec, extra: Mapping[str, object], parameters: Mapping[str, object] | None
+) -> None:
+    """Refuse fields (not inputs) that the protocols would send differently: over HTTP a
+    field is a key of the body beside ``parameters`` and ``id``, so the server would get
+    a parameter twice, or read the field as the request's id."""
+    twice = sorted(extra.keys() & (parameters or {}).keys())
+    if twice:
+        raise InvalidInputError(
+            f"{', '.join(map(repr, twice))} given both as a field and in parameters",
+            model=spec.name,
+        )
+    if "id" in extra:
+        raise InvalidInputError(
+            "a field named 'id' is the request's id in the generate extension, not a "
+            "parameter: give it in parameters={'id': ...}",
+            model=spec.name,
+        )
 
 
 def generate_request(
@@ -107,6 +141,7 @@ def generate_request(
     """An inference request for generate over gRPC, built the way the HTTP extension does:
     fields named like inputs are one sample of that input, other fields are parameters."""
     extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
+    _check_fields(spec, extra, parameters)
     merged: dict[str, Any] = {**extra, **(parameters or {})}
     return InferRequest(
         model=spec.name,

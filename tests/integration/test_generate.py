@@ -188,6 +188,28 @@ def test_a_field_the_input_cannot_take_is_refused_before_sending(
     assert inference_count(server, "generator") == before
 
 
+def test_fields_the_protocols_would_send_apart_are_refused_on_both(
+    client: Any, server: LocalServer, protocol: str
+) -> None:
+    # HTTP sent k twice (the model got both values), read id as the request's id (the
+    # server failed to parse it), and sent FP16 as JSON (refused); gRPC took all three.
+    model = client.model("all_dtypes")
+    before = inference_count(server, "all_dtypes")
+    with pytest.raises(ts.InvalidInputError, match="'k' given both as a field and in"):
+        model.generate(IN_INT32=[1], k=1, parameters={"k": 2})
+    with pytest.raises(ts.InvalidInputError, match="'id' is the request's id"):
+        model.generate(IN_INT32=[1], id=5)
+    with pytest.raises(ts.InvalidInputError, match="'k' given both"):
+        model.generate_stream(IN_INT32=[1], k=1, parameters={"k": 2})
+    assert json.loads(model.generate(IN_INT32=[1], parameters={"id": 5})["PARAMETERS"]) == {"id": 5}
+    if protocol == "http":
+        with pytest.raises(ts.InvalidInputError, match="'IN_FP16' is FP16 or BF16"):
+            model.generate(IN_FP16=[1.5])
+    else:
+        assert model.generate(IN_FP16=[1.5])["OUT_FP16"] == 1.5
+    assert inference_count(server, "all_dtypes") == before + (1 if protocol == "http" else 2)
+
+
 async def test_async_generate_streams_run_concurrently(url: str) -> None:
     async with ts.AsyncClient(url) as client:
         model = await client.model("generator")
