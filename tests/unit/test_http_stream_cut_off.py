@@ -18,7 +18,7 @@ import pytest
 
 import triton_sdk as ts
 
-from .._event_stream import open_event_stream, send_event, send_keep_alive, serving
+from .._event_stream import open_event_stream, send_event, send_json, send_keep_alive, serving
 
 METADATA = {
     "name": "upper",
@@ -38,12 +38,7 @@ class MLServerLike(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def _json(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, body)
 
     def do_GET(self) -> None:
         if self.path == "/v2/models/upper":

@@ -23,7 +23,7 @@ from triton_sdk._shaping import Tensor
 from triton_sdk._spec import NO_KNOWN_LIMIT
 from triton_sdk.testing import MockTransport
 
-from .._event_stream import serving
+from .._event_stream import send_json, serving
 from ._both import resolve
 
 ROWS = {
@@ -317,12 +317,7 @@ class BrieflyDown(BaseHTTPRequestHandler):
     binary: ClassVar[list[bool]] = []
 
     def reply(self, status: int, answer: object) -> None:
-        body = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, status, answer)
 
     def do_GET(self) -> None:
         if self.path == "/v2":
