@@ -289,6 +289,12 @@ def tls_failure(exc: BaseException) -> bool:
     return False
 
 
+def _connect_timeout(exc: BaseException) -> bool:
+    """No connection within the timeout (aiohttp's own error for it): nothing was sent,
+    so it is a connection failure (the blocking pool raises a ConnectionError for it)."""
+    return type(exc).__name__ == "ConnectionTimeoutError" and _from_aiohttp(exc)
+
+
 def _from_aiohttp(exc: BaseException) -> bool:
     module = type(exc).__module__
     return module == "aiohttp" or module.startswith("aiohttp.")
@@ -311,7 +317,8 @@ def classify_transport_error(
     detail = str(exc) or type(exc).__name__
     if tls_failure(exc):
         return TritonConnectionError(f"TLS failure: {detail}", model=model, request_id=request_id)
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):  # distinct before Python 3.11
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError) and not _connect_timeout(exc):
+        # (TimeoutError and asyncio.TimeoutError are distinct before Python 3.11)
         return TritonTimeoutError(
             timeout_message(model, timeout, detail),
             model=model,

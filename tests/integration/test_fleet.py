@@ -6,6 +6,7 @@ The balancer's decisions alone are tested in tests/unit/test_balance.py.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -434,6 +435,49 @@ def test_a_hung_server_is_ejected_after_calls_time_out_there(
             assert timeouts == ejected.requests == 3, ejected
         finally:
             close_client(client, loop_thread)
+
+
+@contextlib.contextmanager
+def dropping_connections() -> Iterator[int]:
+    """A port whose connections are never made: its accept queue is full, so the
+    kernel drops new SYNs (as a host gone from the network does)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = []
+    try:
+        for _ in range(3):
+            waiting = socket.socket()
+            waiting.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                waiting.connect(("127.0.0.1", port))
+            queued.append(waiting)
+        time.sleep(0.1)
+        yield port
+    finally:
+        for waiting in queued:
+            waiting.close()
+        listener.close()
+
+
+def test_a_connection_that_cannot_be_made_in_time_fails_over_at_once(
+    server: LocalServer, mode: str, loop_thread: LoopThread
+) -> None:
+    # A connect timeout was a timeout after which "the server may still run the
+    # request": the call failed, and the endpoint kept its share of the calls.
+    with dropping_connections() as port:
+        urls = [f"http://127.0.0.1:{port}", server.http_url]
+        client = open_client(urls, mode, loop_thread, timeout=0.5)
+        try:
+            model = client.model("double")
+            for _ in range(6):
+                assert np.array_equal(model.infer(X=ONES)["Y"], 2 * ONES)
+            unreachable = states(client)[0]
+        finally:
+            close_client(client, loop_thread)
+    assert not unreachable.healthy
+    assert unreachable.failures >= 1
 
 
 # HTTP keep-alive connections with a maximum age

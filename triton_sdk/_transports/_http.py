@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import http.client
 import io
+import math
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -363,7 +364,7 @@ class AsyncHttpTransport:
             except TritonError as refusal:
                 self._codec.binary = _binary_unless_passing(refusal)
         call = self._codec.encode(op)
-        timeout = aiohttp.ClientTimeout(total=ctx.timeout)
+        timeout = _call_timeout(ctx.timeout)
         try:
             async with self._request(call, ctx, timeout) as response:
                 self._reading.add(response)
@@ -380,7 +381,7 @@ class AsyncHttpTransport:
                 raise closed_in_flight() from exc
             error = http_error(exc, op, ctx.timeout, self._url)
             # Failing to connect is the one failure that proves nothing went out.
-            error.may_have_run = not isinstance(exc, aiohttp.ClientConnectorError)
+            error.may_have_run = not isinstance(exc, _NOT_CONNECTED)
             raise error from exc
         except asyncio.CancelledError as exc:
             raise_if_cut_by_close(exc, self._closed)
@@ -504,3 +505,21 @@ def _binary_unless_passing(error: TritonError) -> bool:
     if error.retryable or isinstance(error, TritonTimeoutError):
         raise error
     return True
+
+
+_NOT_CONNECTED: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+_CONNECT_MARGIN: Final = 0.005
+
+
+def _call_timeout(seconds: float | None) -> aiohttp.ClientTimeout:
+    """aiohttp's bounds for a call of ``seconds``: connecting has a bound of its own, a
+    hair shorter than the whole call's, so that a connection that cannot be made (a
+    host that drops packets) fails as such, since nothing was sent, and not as a
+    timeout after which the server may still run the request. No rounding of the
+    deadlines to whole seconds (aiohttp's default above 5 s), which would make the two
+    fire together."""
+    if seconds is None:
+        return aiohttp.ClientTimeout(total=None)
+    return aiohttp.ClientTimeout(
+        total=seconds + _CONNECT_MARGIN, sock_connect=seconds, ceil_threshold=math.inf
+    )

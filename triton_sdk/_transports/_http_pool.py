@@ -12,7 +12,7 @@ import time
 import types
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import SplitResult
 
@@ -223,7 +223,8 @@ class _Connection(http.client.HTTPConnection):
     retire_at = math.inf  # not reused from then on (a client's max_connection_age)
 
     def connect(self) -> None:
-        super().connect()
+        with _connecting(self.timeout):
+            super().connect()
         self.sock = _with_deadline(self.sock, self.deadline)
 
     def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
@@ -264,11 +265,27 @@ class _HTTPSConnection(http.client.HTTPSConnection):
         self._tls_name = server_hostname or host
 
     def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        plain = _with_deadline(self.sock, self.deadline)
-        wrapped = self._tls_context.wrap_socket(plain, server_hostname=self._tls_name)
+        with _connecting(self.timeout):
+            http.client.HTTPConnection.connect(self)
+            plain = _with_deadline(self.sock, self.deadline)
+            wrapped = self._tls_context.wrap_socket(plain, server_hostname=self._tls_name)
         cast("_DeadlineSSLSocket", wrapped).deadline = self.deadline
         self.sock = wrapped
+
+
+class ConnectTimedOut(ConnectionError):
+    """No connection (nor TLS handshake) within the timeout: nothing was sent, so it is
+    a connection failure, which another endpoint or a retry may take, not a timeout
+    after which the server may still run the request."""
+
+
+@contextlib.contextmanager
+def _connecting(timeout: float | None) -> Iterator[None]:
+    try:
+        yield
+    except TimeoutError as exc:  # (socket.timeout and ssl's handshake timeout too)
+        within = "" if timeout is None else f" within {timeout:g} s"
+        raise ConnectTimedOut(f"could not connect{within} ({exc})") from exc
 
 
 class AnswerLost(Exception):
