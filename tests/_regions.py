@@ -8,7 +8,7 @@ import os
 from triton_sdk._shm import HOST, PREFIX
 
 
-def region_files() -> list[str]:
-    """The names of this process's region files, sorted."""
-    ours = f"{PREFIX}{HOST}-{os.getpid()}-"
+def region_files(pid: int | None = None) -> list[str]:
+    """The names of the region files of process ``pid`` (this one by default), sorted."""
+    ours = f"{PREFIX}{HOST}-{os.getpid() if pid is None else pid}-"
     return sorted(name for name in os.listdir("/dev/shm") if name.startswith(ours))

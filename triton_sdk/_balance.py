@@ -25,6 +25,7 @@ import attrs
 
 from ._config import DnsName, Endpoint
 from ._errors import (
+    InvalidInputError,
     ModelNotFoundError,
     ModelNotReadyError,
     SequenceLostError,
@@ -125,6 +126,12 @@ class Route(Generic[T]):
     member: Member[T]
     sequence: int | str = 0
     tried: list[Member[T]] = attrs.field(factory=list)
+    # The member's ejections when the attempt was sent: a timeout of an attempt sent
+    # before the last ejection says nothing of the member since its readmission.
+    ejections: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.ejections = self.member.ejections
 
 
 def _sequence(op: Op[object] | StreamOp[object]) -> InferRequest | None:
@@ -224,6 +231,7 @@ class Balancer(Generic[T]):
             if len(route.tried) >= len(self.members) or not allowed():
                 return False
             route.member = self._take(route.tried)
+            route.ejections = route.member.ejections
             return True
 
     def succeeded(self, route: Route[T], op: AnyOp) -> None:
@@ -245,12 +253,12 @@ class Balancer(Generic[T]):
             member.in_flight -= 1
             if error is None or not _connection_failure(error):
                 if isinstance(error, TritonTimeoutError):
-                    if isinstance(op, Op) and member.healthy:  # (not those in flight since)
+                    if isinstance(op, Op) and route.ejections == member.ejections:
                         member.timeouts += 1
                         if member.timeouts >= HUNG_AFTER:
                             self._eject(member, f"{member.timeouts} calls in a row timed out")
-                elif not isinstance(error, TritonConnectionError):  # answered
-                    member.timeouts = 0
+                elif not isinstance(error, TritonConnectionError | InvalidInputError):
+                    member.timeouts = 0  # answered (a refusal found here was never sent)
                 self._ended(request)
                 return error
             member.failures += 1

@@ -575,7 +575,8 @@ class Client:
                         raise
                     except self._malformed as exc:
                         raise unreadable_answer(exc, op.call, op.model) from exc
-                    run_after_receive(hooks, op, ctx, item)
+                    if hooks:
+                        run_after_receive(hooks, op, ctx, item)
                     yield item
             except TritonError as error:
                 if ctx._stop is not None and ctx._stop.requested:
@@ -1405,7 +1406,8 @@ class Model(ModelCore):
 
         The fields are checked when it is called, as :meth:`stream`'s inputs are."""
         merged = merge_fields(self.spec, fields, named_fields)
-        check_generate(self.spec, merged, parameters)
+        http = self._client._settings.endpoint.protocol == "http"
+        check_generate(self.spec, merged, parameters, http=http)
         op = GenerateStream(self.spec, self.version, merged, parameters)
         return self._client._stream(op, self._client._options(timeout, headers))
 

@@ -213,8 +213,9 @@ class TLSConfig:
         cert_file: PEM client certificate, for servers that demand mutual TLS.
         key_file: PEM private key of ``cert_file``.
         server_hostname: the name to check the server certificate against, when it
-            differs from the host in the URL; it holds for every ``https://`` URL the
-            client reaches (its metrics endpoint and OpenAI frontend too).
+            differs from the host in the URL; it holds for the metrics endpoint and
+            the OpenAI frontend too when they are on the client's host (one elsewhere
+            is checked against its own host).
         (A key file with a passphrase is refused: decrypt it first.)
     """
 

@@ -78,19 +78,7 @@ def generate_body(
     """The JSON body of a generate request; with ``spec``, checked first (see
     :func:`check_generate`)."""
     if spec is not None:
-        check_generate(spec, fields, parameters)
-        halves = sorted(
-            name
-            for name, tensor in spec.inputs.items()
-            if name in fields and tensor.datatype in _NOT_IN_JSON
-        )
-        if halves:
-            raise InvalidInputError(
-                f"input {', '.join(map(repr, halves))} is FP16 or BF16, which Triton does "
-                "not read from JSON: generate over HTTP cannot carry it (use a gRPC client, "
-                "or model.infer)",
-                model=spec.name,
-            )
+        check_generate(spec, fields, parameters, http=True)
     body = {name: _plain(value, "strict") for name, value in fields.items()}
     if request_id:
         body["id"] = request_id
@@ -100,16 +88,34 @@ def generate_body(
 
 
 def check_generate(
-    spec: ModelSpec, fields: Mapping[str, object], parameters: Mapping[str, object] | None
+    spec: ModelSpec,
+    fields: Mapping[str, object],
+    parameters: Mapping[str, object] | None,
+    *,
+    http: bool = False,
 ) -> None:
     """Refuse a generate request that cannot be sent, as the gRPC path would: the fields
     named like inputs are checked as one sample of them, the others (the server makes
-    them parameters) and ``parameters`` as parameters."""
+    them parameters) and ``parameters`` as parameters. ``http``: it goes through the
+    HTTP extension, whose JSON Triton (a server with model configs) does not read FP16
+    or BF16 from."""
     _generate_inputs(spec, fields)
+    halves = sorted(
+        name
+        for name, tensor in spec.inputs.items()
+        if http and spec.has_config and name in fields and tensor.datatype in _NOT_IN_JSON
+    )
+    if halves:
+        raise InvalidInputError(
+            f"input {', '.join(map(repr, halves))} is FP16 or BF16, which Triton does not "
+            "read from JSON: generate over HTTP cannot carry it (use a gRPC client, or "
+            "model.infer)",
+            model=spec.name,
+        )
     extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
+    _check_fields(spec, extra, parameters)
     check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
     check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
-    _check_fields(spec, extra, parameters)
 
 
 def _check_fields(
@@ -122,6 +128,12 @@ def _check_fields(
     if twice:
         raise InvalidInputError(
             f"{', '.join(map(repr, twice))} given both as a field and in parameters",
+            model=spec.name,
+        )
+    if "parameters" in extra:
+        raise InvalidInputError(
+            "a field named 'parameters' is where the HTTP extension reads the request's "
+            "parameters: give them in parameters={...}",
             model=spec.name,
         )
     if "id" in extra:

@@ -348,4 +348,4 @@ _encode = np.frompyfunc(lambda item: item.encode() if isinstance(item, str) else
 def _as_sent(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if array.dtype.kind not in "USO":
         return array
-    return cast("np.ndarray[Any, Any]", _encode(array.astype(np.object_))).astype(np.object_)
+    return np.asarray(_encode(array.astype(np.object_)), dtype=np.object_)

@@ -199,12 +199,16 @@ def test_fields_the_protocols_would_send_apart_are_refused_on_both(
         model.generate(IN_INT32=[1], k=1, parameters={"k": 2})
     with pytest.raises(ts.InvalidInputError, match="'id' is the request's id"):
         model.generate(IN_INT32=[1], id=5)
+    with pytest.raises(ts.InvalidInputError, match="'parameters' is where"):
+        model.generate({"IN_INT32": [1], "parameters": {"a": 1}})
     with pytest.raises(ts.InvalidInputError, match="'k' given both"):
         model.generate_stream(IN_INT32=[1], k=1, parameters={"k": 2})
     assert json.loads(model.generate(IN_INT32=[1], parameters={"id": 5})["PARAMETERS"]) == {"id": 5}
     if protocol == "http":
         with pytest.raises(ts.InvalidInputError, match="'IN_FP16' is FP16 or BF16"):
             model.generate(IN_FP16=[1.5])
+        with pytest.raises(ts.InvalidInputError, match="'IN_FP16' is FP16 or BF16"):
+            model.generate_stream(IN_FP16=[1.5])  # at the call, before any iteration
     else:
         assert model.generate(IN_FP16=[1.5])["OUT_FP16"] == 1.5
     assert inference_count(server, "all_dtypes") == before + (1 if protocol == "http" else 2)

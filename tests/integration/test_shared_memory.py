@@ -287,7 +287,7 @@ def test_a_killed_clients_regions_are_gone_by_the_next_clients_first_use(
         os.kill(pid, signal.SIGKILL)
     finally:
         child.wait(30)
-    assert region_files() == []
+    assert region_files(pid) == []  # (the killed client's files)
     with ts.Client(url, shared_memory="system") as next_client:
         status = next_client.system_shared_memory_status()
         left = [region.name for region in status if f"-{pid}-" in region.name]
@@ -505,14 +505,14 @@ def _in_own_dev_shm(
     )
 
 
-def _can_mount_own_region_files() -> bool:
+def _can_mount_own_dev_shm() -> bool:
     try:
         return _in_own_dev_shm("size=1m", "pass").returncode == 0
     except FileNotFoundError:  # no unshare
         return False
 
 
-@pytest.mark.skipif(not _can_mount_own_region_files(), reason="needs unshare and mount (root)")
+@pytest.mark.skipif(not _can_mount_own_dev_shm(), reason="needs unshare and mount (root)")
 @pytest.mark.parametrize("dev_shm_options", ["size=4m", "ro"], ids=["small", "read-only"])
 def test_a_dev_shm_without_room_sends_over_the_socket_in_auto_and_raises_in_system(
     url: str, dev_shm_options: str

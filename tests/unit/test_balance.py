@@ -599,16 +599,29 @@ def test_a_stream_stopped_from_another_thread_says_nothing_of_its_endpoint() -> 
 
 
 def test_timeouts_of_calls_in_flight_at_the_ejection_do_not_count_after_readmission() -> None:
+    # A model slow everywhere: they ejected the endpoint again at its first new timeout.
     pool = balancer(2)
     hung = pool.members[0]
-    hung.in_flight += HUNG_AFTER + 2
-    for _ in range(HUNG_AFTER + 2):  # two more were in flight when it was ejected
-        pool.failed(Route(hung), READY, TIMED_OUT)
+    in_flight = [Route(hung) for _ in range(HUNG_AFTER + 2)]
+    hung.in_flight += len(in_flight)
+    for route in in_flight[:HUNG_AFTER]:
+        pool.failed(route, READY, TIMED_OUT)
     assert (hung.healthy, hung.ejections) == (False, 1)
     pool.probed(hung, True)
+    for route in in_flight[HUNG_AFTER:]:  # sent before the ejection, time out after
+        pool.failed(route, READY, TIMED_OUT)
     hung.in_flight += 1
-    pool.failed(Route(hung), READY, TIMED_OUT)  # one timeout after the readmission
-    assert (hung.healthy, hung.ejections) == (True, 1)
+    pool.failed(Route(hung), READY, TIMED_OUT)  # one timeout since the readmission
+    assert (hung.healthy, hung.ejections, hung.timeouts) == (True, 1, 1)
+
+
+def test_a_refusal_found_on_the_client_is_no_answer() -> None:
+    pool = balancer(2)
+    hung = pool.members[0]
+    for error in [TIMED_OUT, TIMED_OUT, ts.InvalidInputError("FP16 over JSON"), TIMED_OUT]:
+        hung.in_flight += 1
+        pool.failed(Route(hung), READY, error)
+    assert not hung.healthy
 
 
 class MetricsDown:

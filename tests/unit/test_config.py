@@ -14,6 +14,7 @@ import pytest
 import triton_sdk as ts
 from triton_sdk._base import ClientSettings
 from triton_sdk._config import NOT_GIVEN, NotGiven, RetryPolicy, TLSConfig, parse_url
+from triton_sdk._transports._own_url import OwnTLS
 
 
 @pytest.mark.parametrize(
@@ -405,3 +406,14 @@ def test_a_failed_tls_setup_leaves_no_noise_on_stderr(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stderr == ""
+
+
+def test_server_hostname_holds_for_urls_of_its_own_on_the_clients_hosts_only() -> None:
+    # A frontend on another host has a certificate of its own, checked against that host.
+    tls = ts.TLSConfig(ca_file=None, server_hostname="triton.test")
+    own = OwnTLS(tls, lambda: ("10.0.0.7",))
+    assert own("https://10.0.0.7:8002/metrics") is tls
+    elsewhere = own("https://frontend.example/v1")
+    assert elsewhere is not None
+    assert elsewhere.server_hostname is None
+    assert OwnTLS(None, lambda: ())("https://frontend.example/v1") is None

@@ -1496,3 +1496,9 @@ def test_closing_a_blocking_client_drops_the_chunks_not_started_without_waiting(
     assert isinstance(error, ts.TritonError)
     assert "closed" in str(error), error
     assert len(mock.calls) == MAX_CHUNKS_IN_FLIGHT
+
+
+def test_result_of_reads_text_of_any_shape_as_bytes() -> None:
+    assert result_of("m", {"Y": "hello"})["Y"] == np.array(b"hello", dtype=object)
+    assert result_of("m", {"Y": [["a", b"b"]]})["Y"].tolist() == [[b"a", b"b"]]
+    assert result_of("m", {"Y": [1.5]})["Y"].dtype == np.float64

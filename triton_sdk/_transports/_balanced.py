@@ -26,7 +26,7 @@ from .._fork import on_fork
 from .._ops import IsModelReady, IsServerLive, IsServerReady, Op, OpenAIEvents, StreamOp
 from .._retry import TokenBucket
 from ._openai import openai_events, openai_events_async
-from ._own_url import OWN_URL_CALLS, own_url_acall, own_url_call
+from ._own_url import OWN_URL_CALLS, OwnTLS, own_url_acall, own_url_call
 from ._protocol import AsyncTransport, Transport
 
 __all__ = ["AsyncBalancedTransport", "BalancedTransport"]
@@ -99,7 +99,7 @@ class BalancedTransport:
         self._open = open_endpoint
         self._headers = headers
         self._hooks = hooks
-        self._tls = tls  # (for calls to URLs of their own: see own_url_call)
+        self._own_tls = OwnTLS(tls, self._hosts)  # (for calls to URLs of their own)
         self._discovery = discovery
         self._allowed = _always if budget is None else budget.withdraw
         if discovery is not None:
@@ -134,11 +134,14 @@ class BalancedTransport:
     def endpoints(self) -> list[EndpointState]:
         return self.balancer.states()
 
+    def _hosts(self) -> list[str]:
+        return [member.endpoint.host for member in self.balancer.members]
+
     def call(self, op: Op[T], ctx: CallContext) -> T:
         if self._restart_upkeep:
             self._resume_upkeep()
         if isinstance(op, OWN_URL_CALLS):  # (no endpoint is picked: see own_url_call)
-            return own_url_call(op, ctx, self._tls)  # type: ignore[no-any-return]
+            return own_url_call(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         balancer = self.balancer
         try:
             route = balancer.route(op)
@@ -167,7 +170,7 @@ class BalancedTransport:
         if self._restart_upkeep:
             self._resume_upkeep()
         if isinstance(op, OpenAIEvents):
-            yield from openai_events(op, ctx, self._tls)  # type: ignore[misc]
+            yield from openai_events(op, ctx, self._own_tls(op.url))  # type: ignore[misc]
             return
         try:
             route = self.balancer.route(op)
@@ -278,7 +281,7 @@ class AsyncBalancedTransport:
         self._open = open_endpoint
         self._headers = headers
         self._hooks = hooks
-        self._tls = tls  # (for calls to URLs of their own: see own_url_call)
+        self._own_tls = OwnTLS(tls, self._hosts)  # (for calls to URLs of their own)
         self._discovery = discovery
         self._allowed = _always if budget is None else budget.withdraw
         if discovery is not None:
@@ -291,12 +294,15 @@ class AsyncBalancedTransport:
     def endpoints(self) -> list[EndpointState]:
         return self.balancer.states()
 
+    def _hosts(self) -> list[str]:
+        return [member.endpoint.host for member in self.balancer.members]
+
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
         balancer = self.balancer
         if self._upkeep is None and self._discovery is not None:
             self._start_upkeep()
         if isinstance(op, OWN_URL_CALLS):  # (no endpoint is picked: see own_url_call)
-            return await own_url_acall(op, ctx, self._tls)  # type: ignore[no-any-return]
+            return await own_url_acall(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         try:
             route = balancer.route(op)
         except TritonError:
@@ -322,7 +328,7 @@ class AsyncBalancedTransport:
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         if isinstance(op, OpenAIEvents):
-            own = openai_events_async(op, ctx, self._tls)
+            own = openai_events_async(op, ctx, self._own_tls(op.url))
             try:
                 async for event in own:
                     yield event  # type: ignore[misc]

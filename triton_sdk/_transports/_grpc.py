@@ -46,7 +46,7 @@ from ._errors import (
 from ._http_pool import ssl_context
 from ._loop import check_loop
 from ._openai import openai_events, openai_events_async
-from ._own_url import OWN_URL_CALLS, own_url_acall, own_url_call
+from ._own_url import OWN_URL_CALLS, OwnTLS, own_url_acall, own_url_call
 
 __all__ = ["AsyncGrpcTransport", "GrpcTransport", "channel_options"]
 
@@ -240,6 +240,7 @@ class GrpcTransport:
         self, endpoint: Endpoint, *, tls: TLSConfig | None, compression: Compression = None
     ) -> None:
         self.endpoint = endpoint
+        self._own_tls = OwnTLS(tls, lambda: (endpoint.host,))
         self._tls = tls
         self._compression = _ALGORITHMS[compression]
         target = endpoint.authority
@@ -256,7 +257,7 @@ class GrpcTransport:
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, OWN_URL_CALLS):
-            return own_url_call(op, ctx, self._tls)  # type: ignore[no-any-return]
+            return own_url_call(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             items: list[Any] = []
@@ -287,7 +288,7 @@ class GrpcTransport:
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         if isinstance(op, OpenAIEvents):
-            yield from openai_events(op, ctx, self._tls)  # type: ignore[misc]
+            yield from openai_events(op, ctx, self._own_tls(op.url))  # type: ignore[misc]
             return
         encoded = encode_stream(op)
         if isinstance(encoded, GrpcCall):
@@ -413,6 +414,7 @@ class AsyncGrpcTransport:
         self, endpoint: Endpoint, *, tls: TLSConfig | None, compression: Compression = None
     ) -> None:
         self.endpoint = endpoint
+        self._own_tls = OwnTLS(tls, lambda: (endpoint.host,))
         self._tls = tls
         self._compression = _ALGORITHMS[compression]
         self._credentials = _credentials(tls) if endpoint.tls else None
@@ -441,7 +443,7 @@ class AsyncGrpcTransport:
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, OWN_URL_CALLS):
-            return await own_url_acall(op, ctx, self._tls)  # type: ignore[no-any-return]
+            return await own_url_acall(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         encoded = encode(op)
         if isinstance(encoded, GrpcCollect):
             items: list[Any] = []
@@ -476,7 +478,7 @@ class AsyncGrpcTransport:
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         if isinstance(op, OpenAIEvents):
-            events = openai_events_async(op, ctx, self._tls)
+            events = openai_events_async(op, ctx, self._own_tls(op.url))
             try:
                 async for event in events:
                     yield event  # type: ignore[misc]

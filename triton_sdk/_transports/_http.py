@@ -48,7 +48,7 @@ from ._http_pool import (
 )
 from ._loop import check_loop
 from ._openai import openai_events, openai_events_async
-from ._own_url import OWN_URL_CALLS, own_url_acall, own_url_call
+from ._own_url import OWN_URL_CALLS, OwnTLS, own_url_acall, own_url_call
 
 __all__ = ["AsyncHttpTransport", "HttpTransport"]
 
@@ -104,6 +104,7 @@ class HttpTransport:
         binary: bool | Literal["auto"] = "auto",
     ) -> None:
         self.endpoint = endpoint
+        self._own_tls = OwnTLS(tls, lambda: (endpoint.host,))
         self._url = str(endpoint)
         self._tls = tls
         self._compression = compression
@@ -112,7 +113,7 @@ class HttpTransport:
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, OWN_URL_CALLS):
-            return own_url_call(op, ctx, self._tls)  # type: ignore[no-any-return]
+            return own_url_call(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         if self._codec.binary is None and isinstance(op, InferRequest):
             try:
                 self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
@@ -142,7 +143,7 @@ class HttpTransport:
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
         """The events of one answer; the timeout bounds the wait for each read."""
         if isinstance(op, OpenAIEvents):
-            yield from openai_events(op, ctx, self._tls)  # type: ignore[misc]
+            yield from openai_events(op, ctx, self._own_tls(op.url))  # type: ignore[misc]
             return
         call = self._codec.encode_stream(op)
         body, size = body_of(call.body)
@@ -263,6 +264,7 @@ class AsyncHttpTransport:
         binary: bool | Literal["auto"] = "auto",
     ) -> None:
         self.endpoint = endpoint
+        self._own_tls = OwnTLS(tls, lambda: (endpoint.host,))
         self._url = str(endpoint)
         self._max_age = max_connection_age
         self._renew_at = 0.0
@@ -357,7 +359,7 @@ class AsyncHttpTransport:
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, OWN_URL_CALLS):
-            return await own_url_acall(op, ctx, self._tls)  # type: ignore[no-any-return]
+            return await own_url_acall(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         if self._codec.binary is None and isinstance(op, InferRequest):
             try:
                 self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
@@ -390,7 +392,7 @@ class AsyncHttpTransport:
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         if isinstance(op, OpenAIEvents):
-            events = openai_events_async(op, ctx, self._tls)
+            events = openai_events_async(op, ctx, self._own_tls(op.url))
             try:
                 async for event in events:
                     yield event  # type: ignore[misc]
@@ -503,12 +505,13 @@ def _binary_unless_passing(error: TritonError) -> bool:
     call fails with it, under its retry policy, and the next one asks again: a JSON-only
     server briefly down would otherwise get binary requests for the client's life."""
     if error.retryable or isinstance(error, TritonTimeoutError):
+        error.may_have_run = False  # (the inference itself was not sent)
         raise error
     return True
 
 
 _NOT_CONNECTED: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-_CONNECT_MARGIN: Final = 0.005
+_CONNECT_MARGIN: Final = 0.02
 
 
 def _call_timeout(seconds: float | None) -> aiohttp.ClientTimeout:
