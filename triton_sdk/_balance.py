@@ -2,9 +2,9 @@
 
 A :class:`Balancer` holds one :class:`Member` per endpoint. Each call asks it for a
 :class:`Route` (which endpoint), then reports how the attempt ended; the balancer keeps
-the counters, ejects an endpoint that fails at the connection level (or stops answering), and says
-when an ejected one is due for a readiness probe. The transports in ``_transports/_balanced.py``
-do the sending and the probing.
+the counters, ejects an endpoint that fails at the connection level (or stops
+answering), and says when an ejected one is due for a readiness probe. The transports in
+``_transports/_balanced.py`` do the sending and the probing.
 
 Picking is "power of two choices": two healthy endpoints at random, the one with fewer
 requests in flight wins. Requests of a sequence stay on the endpoint that started it.

@@ -100,10 +100,19 @@ def check_generate(
     HTTP extension, whose JSON Triton (a server with model configs) does not read FP16
     or BF16 from."""
     _generate_inputs(spec, fields)
+    if http and spec.has_config:
+        _refuse_halves(spec, fields)
+    extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
+    _check_fields(spec, extra, parameters)
+    check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
+    check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
+
+
+def _refuse_halves(spec: ModelSpec, fields: Mapping[str, object]) -> None:
     halves = sorted(
         name
         for name, tensor in spec.inputs.items()
-        if http and spec.has_config and name in fields and tensor.datatype in _NOT_IN_JSON
+        if name in fields and tensor.datatype in _NOT_IN_JSON
     )
     if halves:
         raise InvalidInputError(
@@ -112,10 +121,6 @@ def check_generate(
             "model.infer)",
             model=spec.name,
         )
-    extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
-    _check_fields(spec, extra, parameters)
-    check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
-    check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
 
 
 def _check_fields(

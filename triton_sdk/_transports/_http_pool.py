@@ -376,7 +376,8 @@ def connection_for(
 
 def tls_name(url: str, tls: TLSConfig | None) -> str | None:
     """The name to check the certificate of ``url``'s server against, when not its host:
-    the client's ``server_hostname`` holds for every URL it reaches over TLS."""
+    ``tls.server_hostname`` for an ``https`` URL (the transports hand URLs of their own
+    the TLS that :class:`~._own_url.OwnTLS` gives for them)."""
     return tls.server_hostname if tls is not None and url.startswith("https:") else None
 
 
