@@ -635,12 +635,13 @@ class Client:
             )
             if ready:
                 return
-            if time.monotonic() + _POLL_INTERVAL > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 what = "the server" if model is None else f"model {model!r}"
                 raise TritonTimeoutError(
                     f"{what} at {self._where()} was not ready after {timeout}s"
                 )
-            sleep(_POLL_INTERVAL)
+            sleep(min(_POLL_INTERVAL, left))  # (the last probe is at the deadline)
 
     def _where(self) -> str:
         """The server's URL, or each of the client's endpoints (or its DNS name)."""

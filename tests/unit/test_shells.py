@@ -950,6 +950,26 @@ async def test_a_mock_server_that_is_not_ready(connect: Connect) -> None:
     assert not await resolve(client.is_live())
 
 
+class ProbeTimes(ts.CallHook):
+    def __init__(self) -> None:
+        self.sent: list[float] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        self.sent.append(time.monotonic())
+
+
+async def test_waiting_for_readiness_probes_once_more_at_the_deadline(connect: Connect) -> None:
+    # It gave up at the last poll that would end past the deadline, up to 0.1 s early,
+    # and said it had waited the whole time: a server ready in that stretch was missed.
+    probes = ProbeTimes()
+    client, mock = connect(hooks=[probes])
+    mock.ready = False
+    started = time.monotonic()
+    with pytest.raises(ts.TritonTimeoutError, match="not ready after 0.35s"):
+        await resolve(client.wait_until_ready(timeout=0.35))
+    assert probes.sent[-1] >= started + 0.35
+
+
 async def test_without_models_the_handler_serves_the_models_metadata(connect: Connect) -> None:
     # models=() answered "not found" for every name without asking the handler.
     metadata = {
