@@ -965,7 +965,7 @@ async def test_waiting_for_readiness_probes_once_more_at_the_deadline(connect: C
     client, mock = connect(hooks=[probes])
     mock.ready = False
     started = time.monotonic()
-    with pytest.raises(ts.TritonTimeoutError, match="not ready after 0.35s"):
+    with pytest.raises(ts.TritonTimeoutError, match=r"not ready after 0\.35s"):
         await resolve(client.wait_until_ready(timeout=0.35))
     assert probes.sent[-1] >= started + 0.35
 
