@@ -183,6 +183,7 @@ DEFAULT_RETRY: Final = RetryPolicy()
 DEFAULT_BUDGET: Final = RetryBudget()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
+_REGISTRATIONS_WAIT: Final = 5.0
 _ONE_SERVER_SHM: Final = (
     'shared_memory="system" (or "cuda") needs a client of one server; a client over many '
     "endpoints sends every tensor over sockets"
@@ -377,6 +378,10 @@ class AsyncClient:
         """Whether the server refuses to unregister a region a request uses (None: not
         asked yet); see _free_abandoned."""
         self._closed = False
+        self._closing = False
+        """Set when close begins: from then on, no call places tensors in shared memory."""
+        self._registering: set[AnyRegion] = set()
+        """Regions whose registration is in flight: close waits for them, then drains."""
         self._llm_models: dict[str, AsyncModel] = {}
         self._sequences = OpenSequences()
         self._has_config = True  # False once the server showed it has no config endpoint
@@ -936,6 +941,8 @@ class AsyncClient:
         named regions the server had lost."""
         if on_sockets(plan, mode, self._server_reads_our_memory):
             return await self._run(request, options)
+        if self._closing:  # (its regions would be made after close drained the pool)
+            raise closed_error("AsyncClient")
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
         forced = mode != "auto"
         try:
@@ -1037,6 +1044,10 @@ class AsyncClient:
         for region in regions:
             if region.registered:
                 continue
+            self._registering.add(region)  # (before the check: see _registrations_done)
+            if self._closing:
+                self._registering.discard(region)
+                raise closed_error("AsyncClient")
             try:
                 await self._run(region.register_op(), once)
             except (InferenceError, UnsupportedError) as error:
@@ -1067,6 +1078,7 @@ class AsyncClient:
                 pool.registered(region)
                 raise
             finally:
+                self._registering.discard(region)
                 region.unlink()  # the server has it mapped now (or never will)
             pool.registered(region)
             if pool.device is None:
@@ -1139,10 +1151,12 @@ class AsyncClient:
 
         ``headers`` go with the calls that unregister the client's shared-memory regions.
         """
-        if self._closed:
-            return
+        if self._closed or self._closing:
+            return  # (a close already under way finishes the job)
         options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
+        self._closing = True
         try:
+            await self._registrations_done()
             await self._drain_regions(options)
         finally:
             self._closed = True
@@ -1150,6 +1164,17 @@ class AsyncClient:
                 await self._transport.aclose()  # first: it ends the chunks in flight
             finally:
                 self._chunks.close()
+
+    async def _registrations_done(self) -> None:
+        """Wait for the registrations in flight (a few milliseconds each; at most
+        _REGISTRATIONS_WAIT in all), so that the regions they register are drained.
+
+        A call adds its region to ``_registering`` before it looks at ``_closing``, and
+        close sets ``_closing`` before it looks here: either close sees that region, or
+        the call sees the client closing and registers nothing."""
+        deadline = time.monotonic() + _REGISTRATIONS_WAIT
+        while self._registering and time.monotonic() < deadline:
+            await asleep(0.005)
 
     async def _drain_regions(self, options: CallOptions) -> None:
         """Unregister and free the client's regions, but not memory the server may still

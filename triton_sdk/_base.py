@@ -14,7 +14,14 @@ import attrs
 
 from ._call import CallHook, CallOptions
 from ._chat_template import ChatTemplate, ChatTemplateError, Message, load_chat_template
-from ._checks import check_headers, check_int, check_text, check_timeout
+from ._checks import (
+    check_header_size,
+    check_headers,
+    check_int,
+    check_text,
+    check_timeout,
+    overlay_headers,
+)
 from ._compression import Compression, check_compression
 from ._config import (
     NOT_GIVEN,
@@ -231,11 +238,7 @@ def check_retry(retry: object) -> RetryPolicy:
 
 def merge_headers(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
     """``base`` with ``extra`` on top; names compare case-insensitively (as HTTP's do)."""
-    extra = check_headers(extra)
-    replaced = {name.lower() for name in extra}
-    merged = {name: value for name, value in base.items() if name.lower() not in replaced}
-    merged.update(extra)
-    return merged
+    return check_header_size(overlay_headers(base, check_headers(extra)))
 
 
 def default_metrics_url(endpoint: Endpoint) -> str:

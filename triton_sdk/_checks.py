@@ -19,6 +19,7 @@ from ._errors import InvalidInputError
 
 __all__ = [
     "NO_LIMIT_FROM",
+    "check_header_size",
     "check_headers",
     "check_int",
     "check_model_name",
@@ -26,6 +27,7 @@ __all__ = [
     "check_timeout",
     "check_version",
     "numpy_number",
+    "overlay_headers",
 ]
 
 NO_LIMIT_FROM: Final = 1e9
@@ -38,8 +40,13 @@ server closes the connection on a URL it will not read."""
 
 # Names both HTTP and gRPC metadata carry: gRPC takes no other punctuation.
 _HEADER_NAME: Final = re.compile(r"[0-9A-Za-z_.-]+")
-# No tab: HTTP would carry one, gRPC metadata would not (grpc refuses the call).
-_HEADER_VALUE: Final = re.compile(r"[\x20-\x7e]*")
+# No tab: HTTP would carry one, gRPC metadata would not (grpc refuses the call). No space
+# at either end: HTTP drops those, gRPC keeps them.
+_HEADER_VALUE: Final = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?)?")
+MAX_HEADER_BYTES: Final = 7680
+"""The most bytes of names and values (with ": " and a line end each) a call's headers may
+take. Triton's HTTP endpoint closes the connection on a head of more than 8 KiB (the
+transport's own headers take the rest), and its gRPC endpoint refuses 16 KiB of metadata."""
 # Names the transports set themselves: a user's value would contradict the framing.
 _RESERVED_HEADERS: Final = frozenset(
     {
@@ -183,11 +190,33 @@ def check_headers(headers: object) -> dict[str, str]:
         if not isinstance(given, str) or not _HEADER_VALUE.fullmatch(given):
             # The value is not shown: headers often carry credentials.
             raise InvalidInputError(
-                f"header {name!r}: values must be printable ASCII without line breaks"
+                f"header {name!r}: values must be printable ASCII, without line breaks "
+                "or spaces at either end (HTTP drops those, gRPC keeps them)"
             )
         previous = spelt.get(lowered)
         if previous is not None:
             del checked[previous]
         spelt[lowered] = name
         checked[name] = given
-    return checked
+    return check_header_size(checked)
+
+
+def check_header_size(headers: dict[str, str]) -> dict[str, str]:
+    """``headers``, refused when they take more than MAX_HEADER_BYTES."""
+    size = sum(len(name) + len(value) + 4 for name, value in headers.items())
+    if size > MAX_HEADER_BYTES:
+        largest = max(headers, key=lambda name: len(headers[name]))
+        raise InvalidInputError(
+            f"headers take {size} bytes, more than the {MAX_HEADER_BYTES} servers take "
+            f"(Triton's HTTP endpoint closes the connection); the largest is {largest!r}"
+        )
+    return headers
+
+
+def overlay_headers(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with ``extra`` on top; names compare case-insensitively (as HTTP's do),
+    so one header per name is sent."""
+    replaced = {name.lower() for name in extra}
+    merged = {name: value for name, value in base.items() if name.lower() not in replaced}
+    merged.update(extra)
+    return merged

@@ -184,6 +184,7 @@ DEFAULT_RETRY: Final = RetryPolicy()
 DEFAULT_BUDGET: Final = RetryBudget()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
+_REGISTRATIONS_WAIT: Final = 5.0
 _ONE_SERVER_SHM: Final = (
     'shared_memory="system" (or "cuda") needs a client of one server; a client over many '
     "endpoints sends every tensor over sockets"
@@ -378,6 +379,10 @@ class Client:
         """Whether the server refuses to unregister a region a request uses (None: not
         asked yet); see _free_abandoned."""
         self._closed = False
+        self._closing = False
+        """Set when close begins: from then on, no call places tensors in shared memory."""
+        self._registering: set[AnyRegion] = set()
+        """Regions whose registration is in flight: close waits for them, then drains."""
         self._llm_models: dict[str, Model] = {}
         self._sequences = OpenSequences()
         self._has_config = True  # False once the server showed it has no config endpoint
@@ -931,6 +936,8 @@ class Client:
         named regions the server had lost."""
         if on_sockets(plan, mode, self._server_reads_our_memory):
             return self._run(request, options)
+        if self._closing:  # (its regions would be made after close drained the pool)
+            raise closed_error("Client")
         pool = self._regions if mode in _SYSTEM else self._cuda_pool(mode)
         forced = mode != "auto"
         try:
@@ -1030,6 +1037,10 @@ class Client:
         for region in regions:
             if region.registered:
                 continue
+            self._registering.add(region)  # (before the check: see _registrations_done)
+            if self._closing:
+                self._registering.discard(region)
+                raise closed_error("Client")
             try:
                 self._run(region.register_op(), once)
             except (InferenceError, UnsupportedError) as error:
@@ -1060,6 +1071,7 @@ class Client:
                 pool.registered(region)
                 raise
             finally:
+                self._registering.discard(region)
                 region.unlink()  # the server has it mapped now (or never will)
             pool.registered(region)
             if pool.device is None:
@@ -1130,10 +1142,12 @@ class Client:
 
         ``headers`` go with the calls that unregister the client's shared-memory regions.
         """
-        if self._closed:
-            return
+        if self._closed or self._closing:
+            return  # (a close already under way finishes the job)
         options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
+        self._closing = True
         try:
+            self._registrations_done()
             self._drain_regions(options)
         finally:
             self._closed = True
@@ -1141,6 +1155,17 @@ class Client:
                 self._transport.close()  # first: it ends the chunks in flight
             finally:
                 self._chunks.close()
+
+    def _registrations_done(self) -> None:
+        """Wait for the registrations in flight (a few milliseconds each; at most
+        _REGISTRATIONS_WAIT in all), so that the regions they register are drained.
+
+        A call adds its region to ``_registering`` before it looks at ``_closing``, and
+        close sets ``_closing`` before it looks here: either close sees that region, or
+        the call sees the client closing and registers nothing."""
+        deadline = time.monotonic() + _REGISTRATIONS_WAIT
+        while self._registering and time.monotonic() < deadline:
+            sleep(0.005)
 
     def _drain_regions(self, options: CallOptions) -> None:
         """Unregister and free the client's regions, but not memory the server may still

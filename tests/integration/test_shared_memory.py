@@ -25,6 +25,7 @@ import pytest
 import triton_sdk as ts
 from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
+from triton_sdk.ops import UnregisterSystemSharedMemory
 
 from .._regions import region_files
 from .conftest import (
@@ -33,6 +34,7 @@ from .conftest import (
     inference_count,
     open_client,
     request_count,
+    server_url,
     wait_until,
 )
 
@@ -553,3 +555,62 @@ def test_json_http_sends_over_the_socket_in_auto_and_refuses_system_before_regis
         close_client(client, loop_thread)
     with pytest.raises(ts.InvalidInputError, match="http_binary=True"):
         ts.Client(server.http_url, http_binary=False, shared_memory="system")
+
+
+def test_two_closes_at_once_leave_no_region_registered(make_client: Any) -> None:
+    # Both passed the "closed?" check; the one that found the pool drained closed the
+    # connection under the other's unregister calls, and its regions stayed registered.
+    client = make_client(shared_memory="system")
+    for rows in (1, 2, 4):  # regions of three sizes: the drain takes a while
+        client.model("big_fixed").infer(X=np.ones((rows, SAMPLE), dtype=np.float32))
+    tag = getattr(client, "target", client)._regions._tag + "-"
+    assert own(client)
+    together = threading.Barrier(2)
+
+    def closing() -> None:
+        together.wait()
+        close(client)
+
+    closers = [threading.Thread(target=closing) for _ in range(2)]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join()
+    other = make_client()
+    assert not [name for name in ours(other) if name.startswith(tag)]
+
+
+class CallDuringClose(ts.CallHook):
+    """Makes a shared-memory call while close is unregistering the client's regions."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.refused: list[ts.TritonError] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        if isinstance(op, UnregisterSystemSharedMemory) and not self.refused:
+            try:
+                self.model.infer(X=np.ones((3, SAMPLE), dtype=np.float32))
+            except ts.TritonError as error:
+                self.refused.append(error)
+
+
+def test_a_call_made_while_the_client_closes_registers_nothing(
+    server: LocalServer, protocol: str, loop_thread: LoopThread
+) -> None:
+    # It made and registered new regions after close had drained the pool: they stayed
+    # registered for the life of the process. (Blocking client only: a hook of an
+    # AsyncClient cannot wait for a call of its own loop; both share this code.)
+    hook = CallDuringClose()
+    url = server_url(server, protocol)
+    client = open_client(url, "sync", loop_thread, shared_memory="system", hooks=[hook])
+    hook.model = client.model("big_fixed")
+    hook.model.infer(X=np.ones((1, SAMPLE), dtype=np.float32))
+    tag = client._regions._tag + "-"
+    client.close()
+    assert [str(error) for error in hook.refused] == ["this Client is closed"]
+    other = open_client(url, "sync", loop_thread)
+    try:
+        assert not [name for name in ours(other) if name.startswith(tag)]
+    finally:
+        other.close()

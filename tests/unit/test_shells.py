@@ -285,6 +285,12 @@ INVALID_HEADERS = [
     pytest.param({"": "x"}, id="empty-name"),
     pytest.param({"X-Ok": "a\r\nInjected: 1"}, id="line-break-in-value"),
     pytest.param({"X-Ok": "caf\u00e9"}, id="non-ascii-value"),
+    # HTTP dropped the spaces, gRPC kept them: the model saw another value on each.
+    pytest.param({"X-Ok": " padded"}, id="space-before-value"),
+    pytest.param({"X-Ok": "padded "}, id="space-after-value"),
+    # Over HTTP, Triton closed the connection (retried as "may run twice"); over gRPC it
+    # refused the call with an InferenceError.
+    pytest.param({"X-Big": "v" * 7700}, id="too-large"),
 ]
 
 
@@ -298,6 +304,13 @@ async def test_invalid_per_call_headers_raise_and_send_nothing(
     with pytest.raises(ts.InvalidInputError):
         await resolve(CALLS[call](shell, headers))
     assert shell.mock.calls == []
+
+
+async def test_client_and_call_headers_too_large_together_are_refused(connect: Connect) -> None:
+    client, mock = connect(headers={"x-client": "c" * 5000})
+    with pytest.raises(ts.InvalidInputError, match=r"headers take 10\d\d\d bytes"):
+        await resolve(client.server_metadata(headers={"x-call": "c" * 5000}))
+    assert mock.calls == []
 
 
 @pytest.mark.parametrize("headers", INVALID_HEADERS)

@@ -43,6 +43,7 @@ from ._http_pool import (
     body_of,
     header_length,
     interrupt,
+    merge_headers,
     socket_of,
     ssl_context,
 )
@@ -121,11 +122,12 @@ class HttpTransport:
                 self._codec.binary = _binary_unless_passing(refusal)
         call = self._codec.encode(op)
         body, size = body_of(call.body)
-        headers = {**ctx.headers, **call.headers}
+        headers = dict(call.headers)
         if self._compression is not None:
             body, size = _compressed(call, body, size, self._compression, headers)
         if body is not None:
             headers["Content-Length"] = str(size)
+        headers = merge_headers(headers, ctx.headers)
         try:
             status, length, data = self._pool.request(
                 call.method, call.path, body, headers, ctx.timeout
@@ -147,7 +149,7 @@ class HttpTransport:
             return
         call = self._codec.encode_stream(op)
         body, size = body_of(call.body)
-        headers = {**ctx.headers, **call.headers, "Content-Length": str(size)}
+        headers = merge_headers({**call.headers, "Content-Length": str(size)}, ctx.headers)
         stop = ctx._stop
         try:
             connection, response = self._pool.open_stream(
@@ -341,9 +343,10 @@ class AsyncHttpTransport:
         body, _ = body_of(call.body)
         if body is not None and not isinstance(body, bytes):
             body = b"".join(body)
-        headers = {**ctx.headers, **call.headers}
+        headers = dict(call.headers)
         if self._compression is not None and isinstance(call, HttpCall):
             body, _ = _compressed(call, body, 0, self._compression, headers)
+        headers = merge_headers(headers, ctx.headers)
         if body is not None and len(body) >= _LARGE_BODY:
             # aiohttp sends a large body in pieces from a file-like object, and warns
             # (an error in strict test runs) when it is given raw bytes.

@@ -19,6 +19,7 @@ from urllib.parse import SplitResult
 if TYPE_CHECKING:
     import aiohttp
 
+from .._checks import overlay_headers
 from .._compression import decompress
 from .._concurrency import within
 from .._config import Endpoint, TLSConfig
@@ -38,10 +39,19 @@ __all__ = [
     "header_length",
     "hold_socket",
     "interrupt",
+    "merge_headers",
     "release_socket",
     "socket_of",
     "ssl_context",
 ]
+
+
+def merge_headers(own: dict[str, str], given: Mapping[str, str]) -> dict[str, str]:
+    """A request's headers: the transport's ``own``, and the caller's ``given``, which
+    replace those of the same name in any case. Only the names callers may give can
+    meet: ``Accept`` and ``Accept-Encoding``."""
+    return overlay_headers(own, given) if given else own
+
 
 JOIN_BELOW: Final = 64 * 1024
 """Bodies smaller than this are joined and sent in one write; larger ones part by part."""

@@ -28,6 +28,7 @@ from ._http_pool import (
     deadline_of,
     hold_socket,
     interrupt,
+    merge_headers,
     release_socket,
     socket_of,
     ssl_context,
@@ -56,7 +57,7 @@ def _connection(
 
 def _headers(headers: Mapping[str, str] | None, stream: bool) -> dict[str, str]:
     accept = "text/event-stream" if stream else "application/json"
-    return {"Content-Type": "application/json", "Accept": accept, **(headers or {})}
+    return merge_headers({"Content-Type": "application/json", "Accept": accept}, headers or {})
 
 
 def _json(data: bytes, url: str, model: str | None) -> JSONObject:
