@@ -161,6 +161,7 @@ from ._spec import ModelSpec
 from ._status import CudaSharedMemoryRegion, ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import AsyncResponseStream
 from ._transports._balanced import AsyncBalancedTransport
+from ._transports._loop import refuse_another_loop
 from ._transports._protocol import AsyncTransport
 
 __all__ = [
@@ -1154,6 +1155,8 @@ class AsyncClient:
         if self._closed or self._closing:
             return  # (a close already under way finishes the job)
         options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
+        # An AsyncClient closes in its own loop (blocking transports have none).
+        refuse_another_loop(self._transport)
         self._closing = True
         try:
             await self._registrations_done()

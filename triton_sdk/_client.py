@@ -162,6 +162,7 @@ from ._spec import ModelSpec
 from ._status import CudaSharedMemoryRegion, ModelStatus, ServerMetadata, SharedMemoryRegion
 from ._streams import ResponseStream
 from ._transports._balanced import BalancedTransport
+from ._transports._loop import refuse_another_loop
 from ._transports._protocol import Transport
 
 __all__ = [
@@ -1145,6 +1146,8 @@ class Client:
         if self._closed or self._closing:
             return  # (a close already under way finishes the job)
         options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
+        # An Client closes in its own loop (blocking transports have none).
+        refuse_another_loop(self._transport)
         self._closing = True
         try:
             self._registrations_done()

@@ -614,3 +614,26 @@ def test_a_call_made_while_the_client_closes_registers_nothing(
         assert not [name for name in ours(other) if name.startswith(tag)]
     finally:
         other.close()
+
+
+def test_an_async_client_closed_in_another_loop_refuses_and_stays_open(
+    server: LocalServer, protocol: str, loop_thread: LoopThread
+) -> None:
+    # It was marked closed with its regions left registered for the life of the process
+    # (each unregister call failed in the wrong loop), or raised aiohttp's RuntimeError.
+    client = ts.AsyncClient(server_url(server, protocol), shared_memory="system")
+    model = loop_thread.run(client.model("big_fixed"))
+    batch = np.ones((1, SAMPLE), dtype=np.float32)
+    loop_thread.run(model.infer(X=batch))
+    tag = client._regions._tag + "-"
+    try:
+        with pytest.raises(ts.TritonError, match="first used in another event loop"):
+            asyncio.run(client.aclose())
+        assert np.array_equal(loop_thread.run(model.infer(X=batch))["Y"], 2 * batch)
+    finally:
+        loop_thread.run(client.aclose())
+    other = open_client(server_url(server, protocol), "sync", loop_thread)
+    try:
+        assert not [name for name in ours(other) if name.startswith(tag)]
+    finally:
+        other.close()

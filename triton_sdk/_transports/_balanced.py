@@ -25,6 +25,7 @@ from .._errors import TritonError
 from .._fork import on_fork
 from .._ops import IsModelReady, IsServerLive, IsServerReady, Op, OpenAIEvents, StreamOp
 from .._retry import TokenBucket
+from ._loop import refuse_another_loop
 from ._openai import openai_events, openai_events_async
 from ._own_url import OWN_URL_CALLS, OwnTLS, own_url_acall, own_url_call
 from ._protocol import AsyncTransport, Transport
@@ -358,7 +359,14 @@ class AsyncBalancedTransport:
                 if _stream_over(self.balancer, route, op, ctx, failure, answered):
                     self._after_failure()
 
+    def refuse_other_loop(self) -> None:
+        """Raise the documented TritonError when called in a loop other than the one
+        its endpoints' connections were opened in."""
+        for member in [*self.balancer.members, *self.balancer.retired]:
+            refuse_another_loop(member.transport)
+
     async def aclose(self) -> None:
+        self.refuse_other_loop()
         self._closed = True
         if self._upkeep is not None:
             self._upkeep.cancel()

@@ -569,7 +569,12 @@ class AsyncGrpcTransport:
     ) -> TritonError:
         return _call_error(exc, op, ctx, self.endpoint.tls, self._closed)
 
+    def refuse_other_loop(self) -> None:
+        """Raise the documented TritonError when called in a loop other than its own."""
+        check_loop(self._loop)
+
     async def aclose(self) -> None:
+        self.refuse_other_loop()
         self._closed = True
         if self._channel is not None:
             await self._channel.close()

@@ -478,7 +478,12 @@ class AsyncHttpTransport:
         self._closing.add(closing)
         closing.add_done_callback(self._closing.discard)
 
+    def refuse_other_loop(self) -> None:
+        """Raise the documented TritonError when called in a loop other than its own."""
+        check_loop(self._loop)
+
     async def aclose(self) -> None:
+        self.refuse_other_loop()  # (aiohttp raised a RuntimeError of its own)
         self._closed = True
         # Closing a session drops its connections without telling the answers being read,
         # whose readers would then wait forever: tell them.

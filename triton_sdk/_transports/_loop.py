@@ -6,7 +6,7 @@ import asyncio
 
 from .._errors import TritonError
 
-__all__ = ["check_loop"]
+__all__ = ["check_loop", "refuse_another_loop"]
 
 
 def check_loop(bound: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
@@ -18,3 +18,11 @@ def check_loop(bound: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEvent
             "belong to that loop: open one AsyncClient per event loop"
         )
     return running
+
+
+def refuse_another_loop(transport: object) -> None:
+    """Raise check_loop's error when ``transport``'s connections belong to a loop other
+    than the running one. (Transports of the SDK say so; a test double needs not.)"""
+    refuse = getattr(transport, "refuse_other_loop", None)
+    if refuse is not None:
+        refuse()
