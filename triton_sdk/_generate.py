@@ -17,7 +17,7 @@ import numpy as np
 
 from ._errors import InferenceError, InvalidInputError, classify_message
 from ._ops import JSONValue
-from ._request import InferRequest, ParameterValue, check_parameters
+from ._request import InferRequest, ParameterValue, check_parameters, reserved_parameter
 from ._result import InferResult, decode_json_output
 from ._shaping import Tensor, prepare_inputs
 from ._spec import ModelSpec
@@ -145,6 +145,16 @@ def _check_fields(
         raise InvalidInputError(
             "a field named 'id' is the request's id in the generate extension, not a "
             "parameter: give it in parameters={'id': ...}",
+            model=spec.name,
+        )
+    reserved = sorted(name for name in extra if reserved_parameter(name))
+    if reserved:
+        # (Over gRPC, Triton reads "priority" or "timeout" as the request's own; its HTTP
+        # extension hands them to the model.)
+        raise InvalidInputError(
+            f"{', '.join(map(repr, reserved))} cannot be a generate field: the inference "
+            "protocol reserves the name, and the two protocols would send it differently "
+            "(generate has no such option; infer takes priority=)",
             model=spec.name,
         )
 

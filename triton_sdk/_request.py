@@ -132,13 +132,18 @@ def check_priority(priority: int, model: str) -> int:
     return priority
 
 
+def reserved_parameter(name: str) -> bool:
+    """Whether the protocol (or Triton) reserves the parameter ``name``."""
+    return name in _RESERVED_PARAMETERS or name.startswith("triton_")
+
+
 def check_parameter_names(names: Iterable[object], model: str) -> None:
     """Refuse parameter names that are not text or that the protocol reserves."""
     for name in names:
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"parameter names must be non-empty str, got {name!r}")
         check_text(name, "a parameter name")
-        if name in _RESERVED_PARAMETERS or name.startswith("triton_"):
+        if reserved_parameter(name):
             raise InvalidInputError(
                 f"parameter {name!r} is reserved by the inference protocol; "
                 "use the call's own options instead",

@@ -203,6 +203,11 @@ def test_fields_the_protocols_would_send_apart_are_refused_on_both(
         model.generate({"IN_INT32": [1], "parameters": {"a": 1}})
     with pytest.raises(ts.InvalidInputError, match="'k' given both"):
         model.generate_stream(IN_INT32=[1], k=1, parameters={"k": 2})
+    # The error said "use the call's own options instead", of which generate has none.
+    with pytest.raises(ts.InvalidInputError, match="'priority' cannot be a generate field"):
+        model.generate(IN_INT32=[1], priority=1)
+    with pytest.raises(ts.InvalidInputError, match="'sequence_id' cannot be a generate"):
+        model.generate_stream(IN_INT32=[1], sequence_id=3)
     assert json.loads(model.generate(IN_INT32=[1], parameters={"id": 5})["PARAMETERS"]) == {"id": 5}
     if protocol == "http":
         with pytest.raises(ts.InvalidInputError, match="'IN_FP16' is FP16 or BF16"):
