@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import time
+import warnings
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Generic, Literal, NoReturn, TypeVar, overload
@@ -389,6 +390,21 @@ class AsyncClient:
 
     def __repr__(self) -> str:
         return client_repr("AsyncClient", self._settings)
+
+    def __del__(self) -> None:
+        # Collected without close: its registrations stay on the server until this
+        # process has ended and a later client on this host sweeps them.
+        if getattr(self, "_closed", True):  # (closed, or its constructor raised)
+            return
+        pools = [self._regions, *self._cuda_regions.values()]
+        if any(pool.holds_registrations() for pool in pools):
+            warnings.warn(
+                f"{self!r} was not closed: its shared-memory regions stay registered on "
+                "the server until this process ends",
+                ResourceWarning,
+                stacklevel=1,
+                source=self,
+            )
 
     def __reduce__(self) -> NoReturn:
         # (copy.copy and deepcopy come here too: a copy would share the connections, and

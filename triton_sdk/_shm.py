@@ -395,6 +395,11 @@ class RegionPool:
             self._all.append(region)
         return region
 
+    def holds_registrations(self) -> bool:
+        """Whether any of the pool's regions is registered with the server."""
+        with self._lock:
+            return any(region.registered for region in self._all)
+
     def give_back(self, regions: Iterable[AnyRegion]) -> None:
         with self._lock:
             for region in regions:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import mmap
 import os
 import signal
@@ -637,3 +638,34 @@ def test_an_async_client_closed_in_another_loop_refuses_and_stays_open(
         assert not [name for name in ours(other) if name.startswith(tag)]
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
+def test_a_client_collected_unclosed_with_regions_registered_warns(
+    server: LocalServer, protocol: str, loop_thread: LoopThread, kind: str
+) -> None:
+    # Nothing said so: its regions stayed registered for the life of the process.
+    client = getattr(ts, kind)(server_url(server, protocol), shared_memory="system")
+    resolved = client.model("big_fixed")
+    model = loop_thread.run(resolved) if kind == "AsyncClient" else resolved
+    outcome = model.infer(X=np.ones((1, SAMPLE), dtype=np.float32))
+    if kind == "AsyncClient":
+        loop_thread.run(outcome)
+    tag = client._regions._tag + "-"
+    held = [client, model, resolved, outcome]
+    del client, model, resolved, outcome
+    with pytest.warns(ResourceWarning, match="was not closed: its shared-memory regions"):
+        collect(held)
+    other = open_client(server_url(server, protocol), "sync", loop_thread)
+    try:
+        left = [name for name in ours(other) if name.startswith(tag)]
+    finally:
+        other.close()
+    assert left  # (as the warning says; unregistered here, for the tests that follow)
+    unregister_behind_its_back(server, left)
+
+
+def collect(held: list[Any]) -> None:
+    """Drop the last references to ``held`` and collect what they kept."""
+    held.clear()
+    gc.collect()
