@@ -1162,7 +1162,7 @@ class Client:
         if self._closed or self._closing:
             return  # (a close already under way finishes the job)
         options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
-        # An Client closes in its own loop (blocking transports have none).
+        # Connections of asyncio are closed in their own loop (blocking ones have none).
         refuse_another_loop(self._transport)
         self._closing = True
         try:
