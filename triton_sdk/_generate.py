@@ -152,8 +152,8 @@ def _check_fields(
         # (Over gRPC, Triton reads "priority" or "timeout" as the request's own; its HTTP
         # extension hands them to the model.)
         raise InvalidInputError(
-            f"{', '.join(map(repr, reserved))} cannot be a generate field: the inference "
-            "protocol reserves the name, and the two protocols would send it differently "
+            f"{', '.join(map(repr, reserved))} cannot be a generate field: the name is "
+            "reserved by the inference protocol, and the two protocols would send it apart "
             "(generate has no such option; infer takes priority=)",
             model=spec.name,
         )
