@@ -84,17 +84,19 @@ def triton_url(triton_server: LocalServer, pytestconfig: pytest.Config) -> str:
 
 
 @pytest.fixture
-def triton_client(triton_url: str) -> Iterator[Client]:
-    """A Client of triton_server, closed after the test."""
-    with Client(triton_url) as client:
+def triton_client(triton_server: LocalServer, triton_url: str) -> Iterator[Client]:
+    """A Client of triton_server (its metrics URL too), closed after the test."""
+    with Client(triton_url, metrics_url=triton_server.metrics_url) as client:
         yield client
 
 
 @pytest.fixture
-async def triton_async_client(triton_url: str) -> AsyncIterator[AsyncClient]:
-    """An AsyncClient of triton_server, closed after the test (needs pytest-asyncio or
-    another plugin that runs async fixtures)."""
-    async with AsyncClient(triton_url) as client:
+async def triton_async_client(
+    triton_server: LocalServer, triton_url: str
+) -> AsyncIterator[AsyncClient]:
+    """An AsyncClient of triton_server (its metrics URL too), closed after the test
+    (needs pytest-asyncio or another plugin that runs async fixtures)."""
+    async with AsyncClient(triton_url, metrics_url=triton_server.metrics_url) as client:
         yield client
 
 

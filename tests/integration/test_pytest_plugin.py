@@ -29,6 +29,19 @@ async def test_the_async_client(triton_async_client):
     assert await triton_async_client.is_ready()
 
 
+# The clients read metrics from port 8002 of the host, not from this server's port.
+def test_the_client_reads_the_servers_metrics(triton_client):
+    triton_client.model("add_sub").infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    assert any(entry.model == "add_sub" for entry in triton_client.metrics().models)
+
+
+async def test_the_async_client_reads_the_servers_metrics(triton_async_client):
+    model = await triton_async_client.model("add_sub")
+    await model.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1])
+    metrics = await triton_async_client.metrics()
+    assert any(entry.model == "add_sub" for entry in metrics.models)
+
+
 def test_the_mock_needs_no_server(triton_mock):
     triton_mock.handler = lambda op, ctx: {"name": "mocked"}
     with ts.Client("grpc://test", transport=triton_mock) as client:
@@ -52,7 +65,7 @@ def test_a_project_tests_against_a_real_server(pytester: pytest.Pytester, protoc
     )
     pytester.makepyfile(test_service=PROJECT_TESTS.replace("PROTOCOL", protocol))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=6)
 
 
 def test_without_a_repository_the_server_fixture_says_what_to_set(
