@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -142,7 +142,8 @@ def infer(
             output_dir.mkdir(parents=True, exist_ok=True)
             for name, array in outputs.items():
                 path = output_dir / files[name]
-                np.save(path, array, allow_pickle=array.dtype == object)
+                saved = _without_objects(array)
+                np.save(path, saved, allow_pickle=saved.dtype == object)
                 print(f"{name}: {array.dtype} {list(array.shape)} -> {path}")
         except OSError as error:
             raise UsageError(f"cannot write the outputs to {output_dir}: {error}") from None
@@ -152,6 +153,17 @@ def infer(
             print(f"{name}: {array.dtype} {list(array.shape)}")
             print(f"  {np.array2string(_shown(array), prefix='  ')}")
     return 0
+
+
+def _without_objects(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A BYTES output as fixed-width bytes, which loads without pickle (and so goes back in
+    as ``-i NAME=@file.npy``); one with an element that ends in NUL, which that dtype
+    would drop, stays an object array (pickled)."""
+    if array.dtype != object:
+        return array
+    if all(isinstance(item, bytes) and not item.endswith(b"\0") for item in array.flat):
+        return array.astype(np.bytes_)
+    return array
 
 
 def _output_files(outputs: Mapping[str, object]) -> dict[str, str]:
@@ -289,6 +301,7 @@ def serve(repository: Path, ports: tuple[int, int, int] | None) -> int:
                 time.sleep(1)
             print(f"The server stopped on its own; log {server.log_path}:")
             print(server.log_tail())
+            server.stop(keep_log=True)  # (the path above is the one to read)
             return 1
         except KeyboardInterrupt:
             print("Stopping.")
@@ -431,9 +444,14 @@ def _port(text: str) -> int:
 _port.__name__ = "port"  # (argparse names the type in its message: "invalid port value")
 
 
+MAX_BENCH_THREADS: Final = 1024
+"""More threads than this measure the machine, not the server (and a huge count hung
+while the threads were made)."""
+
+
 def _threads(text: str) -> int:
     count = int(text)
-    if count < 1:
+    if not 1 <= count <= MAX_BENCH_THREADS:
         raise ValueError(text)
     return count
 

@@ -360,10 +360,11 @@ def _tail(path: Path, lines: int = 40) -> str:
 # Kills the server's process group once its stdin closes: when the LocalServer stops it,
 # or when this Python process dies without stopping it (SIGKILL, a crash), so that no
 # tritonserver outlives the program that started it. It then removes the Python backend's
-# shared-memory files, which a killed server leaves in /dev/shm.
+# shared-memory files, which a killed server leaves in /dev/shm, and, when the program died
+# (the LocalServer says "stopped" first otherwise), the server's temporary folder.
 _WATCHDOG: Final = """
-import glob, os, signal, sys, time
-sys.stdin.buffer.read()
+import glob, os, shutil, signal, sys, time
+told = sys.stdin.buffer.read()
 group = int(sys.argv[1])
 try:
     os.killpg(group, signal.SIGKILL)
@@ -373,21 +374,27 @@ try:
         time.sleep(0.05)
 except (ProcessLookupError, PermissionError):
     pass
-if len(sys.argv) > 2:
-    for path in glob.glob("/dev/shm/" + glob.escape(sys.argv[2]) + "*"):
+if sys.argv[3]:
+    for path in glob.glob("/dev/shm/" + glob.escape(sys.argv[3]) + "*"):
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
+if not told and sys.argv[2]:
+    shutil.rmtree(sys.argv[2], ignore_errors=True)
 """
+_STOPPED: Final = b"stopped"
+"""What a LocalServer tells its watchdog before it lets it go: it cleans up itself."""
 # The Python backend's option naming its /dev/shm files; each server gets a prefix of its own.
 _BACKEND_SHM_PREFIX_OPTION: Final = "shm-region-prefix-name"
 
 
-def _start_watchdog(pid: int, backend_shm_prefix: str | None) -> subprocess.Popen[bytes]:
-    prefix = [backend_shm_prefix] if backend_shm_prefix else []
+def _start_watchdog(
+    pid: int, workdir: Path | None, backend_shm_prefix: str | None
+) -> subprocess.Popen[bytes]:
+    folder = "" if workdir is None else str(workdir)
     return subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, str(pid), *prefix],
+        [sys.executable, "-c", _WATCHDOG, str(pid), folder, backend_shm_prefix or ""],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,
@@ -519,8 +526,8 @@ class LocalServer:
 
     @property
     def pid(self) -> int | None:
-        """The server's process id while it runs."""
-        return self._process.pid if self._process is not None else None
+        """The server's process id while it runs, else ``None``."""
+        return self._process.pid if self.running and self._process is not None else None
 
     def client(self, protocol: Literal["grpc", "http"] = "grpc", **options: Any) -> Client:
         """A :class:`~triton_sdk.Client` for this server, its metrics URL filled in."""
@@ -647,7 +654,7 @@ class LocalServer:
                 env=env,
                 start_new_session=True,
             )
-        self._watchdog = _start_watchdog(self._process.pid, self._backend_shm_prefix)
+        self._watchdog = _start_watchdog(self._process.pid, self._workdir, self._backend_shm_prefix)
         _running.add(self)
         # Ready: the HTTP port answers ready, and this server, still alive, listens on
         # each of its ports (an answer can come from another server on a port it could
@@ -726,11 +733,14 @@ class LocalServer:
         self._process = self._watchdog = self._workdir = None
         _running.discard(self)
 
-    def stop(self) -> None:
+    def stop(self, *, keep_log: bool = False) -> None:
         """Stop the server (SIGTERM, then SIGKILL after the exit timeout) and clean up.
-        In a process forked from the one that started it, this does nothing."""
+        In a process forked from the one that started it, this does nothing.
+
+        ``keep_log``: leave the server's log at :attr:`log_path` (a temporary one is
+        otherwise removed with the rest of the server's temporary folder)."""
         self._cleanup_process()
-        self._remove_workdir()
+        self._remove_workdir(keep_log=keep_log)
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would; ports stay reserved for restart.
@@ -750,7 +760,11 @@ class LocalServer:
         if watchdog is not None:
             # Closing its stdin makes it kill the (already stopped) server group and exit.
             if watchdog.stdin is not None:
-                watchdog.stdin.close()
+                with contextlib.suppress(BrokenPipeError):  # (it died: nothing to tell)
+                    watchdog.stdin.write(_STOPPED)
+                    watchdog.stdin.flush()
+                with contextlib.suppress(BrokenPipeError):
+                    watchdog.stdin.close()
             watchdog.wait()
 
     def restart(self) -> LocalServer:

@@ -135,6 +135,7 @@ def test_failures_are_one_line_and_exit_2(
         (["serve", "--http-port", "70000", "--grpc-port", "1", "--metrics-port", "2"], "port"),
         (["serve", "--http-port", "0", "--grpc-port", "1", "--metrics-port", "2"], "port"),
         (["bench", "{url}", "add_sub", "-c", "0"], "thread count"),
+        (["bench", "{url}", "add_sub", "-c", "100000000000"], "thread count"),  # it hung
         (["bench", "{url}", "add_sub", "--seconds", "-1"], "seconds"),
         (["bench", "{url}", "add_sub", "--seconds", "nan"], "seconds"),
         (["bench", "{url}", "add_sub", "--seconds", "inf"], "seconds"),  # it ran forever
@@ -147,6 +148,19 @@ def test_numbers_out_of_range_are_refused_by_the_parser(
         main([part.format(url=url) for part in argv])
     assert info.value.code == 2
     assert f"invalid {expected} value" in capsys.readouterr().err
+
+
+def test_a_bytes_output_written_with_o_goes_back_in_as_an_input(
+    url: str, capsys: Capture, tmp_path: Path
+) -> None:
+    # It was written pickled, and -i NAME=@file.npy reads no pickles.
+    code, _, _ = run(
+        capsys, "infer", url, "upper", "-i", 'TEXT=["abc", "안녕"]', "-o", str(tmp_path)
+    )
+    assert code == 0
+    code, out, err = run(capsys, "infer", url, "upper", "-i", f"TEXT=@{tmp_path / 'UPPER.npy'}")
+    assert (code, err) == (0, "")
+    assert "['ABC' '안녕']" in out
 
 
 def test_bytes_outputs_print_as_text(url: str, capsys: Capture) -> None:
@@ -389,6 +403,43 @@ def test_serve_on_chosen_ports_until_sigterm(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 128 + signal.SIGTERM
+
+
+def children_named(parent: int, name: str) -> list[int]:
+    """The processes whose parent is ``parent`` and whose command line holds ``name``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and name.encode() in command:
+            found.append(int(entry.name))
+    return found
+
+
+def test_serve_keeps_the_log_it_names_when_the_server_stops_on_its_own() -> None:
+    # It printed the log's path, then removed the log with the rest of its folder.
+    command = [sys.executable, "-m", "triton_sdk", "serve", str(EXAMPLES)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(6)]
+        assert lines[4].split()[0] == "log"
+        (server,) = children_named(process.pid, "tritonserver")
+        os.kill(server, signal.SIGSEGV)
+        rest, _ = process.communicate(timeout=60)
+        assert process.returncode == 1
+        log = Path(lines[4].split()[1])
+        assert f"The server stopped on its own; log {log}:" in rest
+        assert log.is_file()
+        shutil.rmtree(log.parent)
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_install_server_says_where_the_server_and_the_models_run(capsys: Capture) -> None:

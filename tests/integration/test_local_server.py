@@ -187,7 +187,7 @@ def test_server_does_not_outlive_a_killed_program() -> None:
         "import sys, time\n"
         "from triton_sdk.local import LocalServer\n"
         "server = LocalServer(sys.argv[1]).start()\n"
-        "print(server.pid, flush=True)\n"
+        "print(server.pid, server.log_path.parent, flush=True)\n"
         "time.sleep(600)\n"
     )
     program = subprocess.Popen(
@@ -195,8 +195,10 @@ def test_server_does_not_outlive_a_killed_program() -> None:
     )
     try:
         assert program.stdout is not None
-        server_pid = int(program.stdout.readline())
+        pid, folder = program.stdout.readline().split()
+        server_pid, workdir = int(pid), Path(folder)
         assert _process_group_alive(server_pid)
+        assert (workdir / "tritonserver.log").exists()
         backend_files = _backend_shm_files(server_pid)
         assert backend_files  # the Python backend's, for add_sub and text_embed
         program.kill()
@@ -211,6 +213,8 @@ def test_server_does_not_outlive_a_killed_program() -> None:
             "the backend's files are removed",
             timeout=20,
         )
+        # So did its temporary folder: it was left, log and links, in /tmp.
+        wait_until(lambda: not workdir.exists(), "the server's folder is removed", timeout=20)
     finally:
         program.kill()
         program.wait()
@@ -239,6 +243,7 @@ def test_a_crashed_server_reports_its_exit_code_and_restarts_on_its_ports() -> N
         while server.running and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.exit_code == -signal.SIGSEGV
+        assert server.pid is None  # (it was the dead process's)
         server.restart()
         assert server.running
         assert server.exit_code is None
