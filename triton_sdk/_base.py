@@ -13,7 +13,13 @@ from typing import Final, Literal, NamedTuple
 import attrs
 
 from ._call import CallHook, CallOptions
-from ._chat_template import ChatTemplate, ChatTemplateError, Message, load_chat_template
+from ._chat_template import (
+    PLAIN_TOKENS,
+    ChatTemplate,
+    ChatTemplateError,
+    Message,
+    load_chat_template,
+)
 from ._checks import (
     check_header_size,
     check_headers,
@@ -354,7 +360,8 @@ class ModelCore:
             return load_chat_template(given)
         source = self.spec.parameters.get("chat_template")
         if source:  # Jinja source: a path in the config would name the server's files
-            return ChatTemplate({"default": source}, {}, f"the config of model {self.name!r}")
+            origin = f"the config of model {self.name!r}"
+            return ChatTemplate({"default": source}, PLAIN_TOKENS, origin)
         raise ChatTemplateError(
             f"model {self.name!r} has no chat template, and chat never joins messages by "
             "guesswork: pass chat_template= (a Jinja template, or the path of a "

@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from ._errors import InvalidInputError
 
-__all__ = ["ChatTemplate", "ChatTemplateError", "Message", "load_chat_template"]
+__all__ = ["PLAIN_TOKENS", "ChatTemplate", "ChatTemplateError", "Message", "load_chat_template"]
 
 Message = Mapping[str, Any]
 """A chat message as OpenAI's API has it: ``{"role": ..., "content": ...}`` and optional
@@ -42,6 +42,19 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 # What a template without a tokenizer config sees: templates that close each turn with
 # eos_token (most do) render instead of failing on an undefined name.
 PLAIN_TOKENS: Mapping[str, str] = {"bos_token": "", "eos_token": ""}
+_SET_BY_CHAT: Final = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+"""The variables every render sets itself."""
+
+
+def _check_tools(tools: object) -> None:
+    """Refuse ``tools`` that are not a list of mappings, as the OpenAI route does."""
+    if tools is None:
+        return
+    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+        raise ChatTemplateError(f"tools is a list of mappings, got {type(tools).__name__}")
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            raise ChatTemplateError(f"tool {index} is a {type(tool).__name__}, not a mapping")
 
 
 class ChatTemplateError(InvalidInputError):
@@ -95,6 +108,13 @@ class ChatTemplate:
             raise ChatTemplateError(
                 f"chat_template_kwargs is a mapping of names to values, got {variables!r:.80}"
             )
+        taken = sorted(_SET_BY_CHAT.intersection(variables or {}))
+        if taken:
+            raise ChatTemplateError(
+                f"chat_template_kwargs cannot set {', '.join(map(repr, taken))}: the chat "
+                "call sets it (messages=, tools=)"
+            )
+        _check_tools(tools)
         name = "tool_use" if tools is not None and "tool_use" in self.templates else "default"
         template = _compile(self.templates[name])
         context = {**self.special_tokens, **(variables or {})}
@@ -123,6 +143,12 @@ def load_chat_template(value: str | os.PathLike[str], origin: str | None = None)
         raise ChatTemplateError(
             "chat_template is Jinja source or the path of a tokenizer_config.json or .jinja "
             f"file, got {type(value).__name__}"
+        )
+    if isinstance(value, str) and not value.strip():
+        # (Path("") is the working directory: a tokenizer_config.json there was read.)
+        raise ChatTemplateError(
+            "chat_template is empty: give Jinja source or the path of a "
+            "tokenizer_config.json or .jinja file"
         )
     if isinstance(value, str) and ("{{" in value or "{%" in value):
         return ChatTemplate(

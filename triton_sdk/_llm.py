@@ -224,6 +224,8 @@ def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str,
         value: object = given  # (None, a numpy scalar or an array of none, despite the type)
         if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
             value = value.item()
+        elif isinstance(value, np.ndarray):  # (token ids, say)
+            value = value.tolist()
         if value is not None and (
             (name in _INTEGER_OPTIONS and (type(value) is not int))
             or (name in _NUMBER_OPTIONS and type(value) not in (int, float))
@@ -238,6 +240,14 @@ def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str,
             value = list(value)
         plain[name] = cast("SamplingValue", value)
     return plain
+
+
+def _json_option(value: object, name: str, model: str) -> str:
+    """``value`` as strict JSON text (no NaN), or an InvalidInputError naming the option."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidInputError(f"{name} cannot be sent as JSON: {error}", model=model) from None
 
 
 def _stop_list(value: SamplingValue | None) -> list[str]:
@@ -312,6 +322,8 @@ class VLLM(LLMAdapter):
         if "stop" in options:
             sampling["stop"] = _stop_list(options["stop"])
         fields: dict[str, object] = {"text_input": prompt, "stream": stream}
+        for name, value in sampling.items():
+            _json_option(value, name, self.spec.name)  # (names the one that cannot go)
         if sampling:
             fields["sampling_parameters"] = json.dumps(sampling)
         fields.update((flag, True) for flag in self._flags if self._has(flag))
@@ -554,7 +566,7 @@ class Custom(LLMAdapter):
             ):
                 fields[name] = value
             else:  # a request parameter is a scalar: lists travel as JSON text
-                fields[name] = json.dumps(list(value))
+                fields[name] = _json_option(list(value), name, self.spec.name)
         if self.schema.stream is not None:
             fields[self.schema.stream] = stream
         return fields
@@ -828,14 +840,16 @@ class StreamAssembler(Generic[T]):
         return chunks
 
     def _new_text(self, choice: int, whole: str, *, final: bool) -> str:
-        """The part of a cumulative text not sent yet. A detokenizer may rewrite its last
-        characters (a half-decoded character is U+FFFD until its bytes are complete), so
-        what is sent stops before a trailing U+FFFD, and text that changed is not resent."""
+        """The part of a cumulative text not sent yet: what lies past the length of the
+        text sent. A detokenizer may rewrite its last characters (a half-decoded character
+        is U+FFFD until its bytes are complete; a clean-up turns "Hello " into "Hello."),
+        so what is sent stops before a trailing U+FFFD; characters rewritten after they
+        were sent stay as they were sent, and the text after them still comes."""
         if not final:
             whole = whole.rstrip("\ufffd")
         sent = self._seen[choice]
-        if not whole.startswith(sent):
-            return ""  # rewritten behind what was sent: nothing new to add yet
+        if len(whole) <= len(sent):
+            return ""
         self._seen[choice] = whole
         return whole[len(sent) :]
 

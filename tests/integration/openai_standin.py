@@ -276,6 +276,7 @@ class OpenAIStandIn:
         self.created = int(time.time())
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         environment.globals["raise_exception"] = _raise_exception
+        environment.globals.update(bos_token="", eos_token="")  # (a tokenizer's, here none)
         self._template = environment.from_string(chat_template)
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.standin = self

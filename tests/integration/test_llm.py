@@ -30,7 +30,7 @@ from .conftest import inference_count
 from .openai_standin import OpenAIStandIn
 
 TEMPLATE = (
-    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content + eos_token }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]

@@ -184,6 +184,36 @@ def test_bad_templates_say_why(value: str, message: str) -> None:
         load_chat_template(value).render([{"role": "user", "content": "x"}])
 
 
+def test_an_empty_template_is_refused_not_read_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Path("") is ".": a tokenizer_config.json in the working directory was used.
+    tokenizer_directory(tmp_path, "FROM CWD {{ messages[0].content }}", bos_as_object=False)
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "  "):
+        with pytest.raises(ChatTemplateError, match="chat_template is empty"):
+            load_chat_template(empty)
+
+
+def test_tools_that_are_not_a_list_of_mappings_are_refused_as_on_the_openai_route() -> None:
+    # The template saw tools=["a", "b", "c"] for tools="abc".
+    template = load_chat_template("{{ tools }}")
+    messages = [{"role": "user", "content": "x"}]
+    with pytest.raises(ChatTemplateError, match="tools is a list of mappings, got str"):
+        template.render(messages, tools="abc")  # type: ignore[arg-type]
+    with pytest.raises(ChatTemplateError, match="tool 1 is a int, not a mapping"):
+        template.render(messages, tools=[{"type": "function"}, 2])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("name", ["add_generation_prompt", "messages", "tools", "documents"])
+def test_kwargs_cannot_set_what_the_call_sets(name: str) -> None:
+    # The template was blamed: "failed: TypeError: got multiple values for keyword ...".
+    with pytest.raises(ChatTemplateError, match=f"chat_template_kwargs cannot set '{name}'"):
+        load_chat_template("{{ x }}").render(
+            [{"role": "user", "content": "x"}], variables={name: 1}
+        )
+
+
 def test_no_messages_is_refused() -> None:
     with pytest.raises(ChatTemplateError, match="at least one message"):
         load_chat_template("{{ messages }}").render([])

@@ -5,6 +5,7 @@ tensors pick, what each sends, and how responses become choices, chunks and usag
 from __future__ import annotations
 
 import json
+import math
 import threading
 from typing import Any, cast
 
@@ -199,6 +200,19 @@ def test_max_completion_tokens_is_max_tokens_on_the_native_route() -> None:
         LLMCall.plan(VLLM(VLLM_SPEC), "hi", both, stream=False, prefix="c")
 
 
+def test_vllm_options_that_are_not_json_are_refused_by_name() -> None:
+    # json.dumps raised a raw TypeError ("Object of type set is not JSON serializable").
+    for value in ({1, 2}, range(3)):
+        with pytest.raises(ts.InvalidInputError, match="stop_token_ids cannot be sent as JSON"):
+            LLMCall.plan(VLLM(VLLM_SPEC), "hi", {"stop_token_ids": value}, stream=False, prefix="c")
+    with pytest.raises(ts.InvalidInputError, match="temperature cannot be sent as JSON"):
+        LLMCall.plan(VLLM(VLLM_SPEC), "hi", {"temperature": math.nan}, stream=False, prefix="c")
+    # Token ids in a numpy array are a list.
+    ids = np.array([1, 2])
+    call = LLMCall.plan(VLLM(VLLM_SPEC), "hi", {"stop_token_ids": ids}, stream=False, prefix="c")
+    assert json.loads(str(call.fields["sampling_parameters"])) == {"stop_token_ids": [1, 2]}
+
+
 def test_an_old_vllm_echo_is_cut_off() -> None:
     call = LLMCall.plan(VLLM(OLD_VLLM), "Q: hi", {}, stream=False, prefix="cmpl")
     answer = call.completion([{"text_output": "Q: hi A: hello"}])
@@ -232,6 +246,22 @@ def test_a_cumulative_stream_becomes_deltas() -> None:
     assert "".join(chunk.text for chunk in stream(call, events, chat=False)) == "café!"
     assert chunks[0].choices[0].delta.role == "assistant"
     assert [chunk.finish_reason for chunk in chunks] == [None, None, None, "stop"]
+
+
+def test_text_rewritten_after_it_was_sent_does_not_stop_the_stream() -> None:
+    # A rewrite behind what was sent ("Hello " became "Hello.") made every later delta
+    # empty: " World!" was lost. What was sent stays; what lies past it still comes.
+    call = LLMCall.plan(TensorRTLLMAPI(LLMAPI), "p", {}, stream=True, prefix="cmpl")
+    events = [
+        {"text_output": "Hello", "finish_reason": "None"},
+        {"text_output": "Hello ", "finish_reason": "None"},
+        {"text_output": "Hello.", "finish_reason": "None"},
+        {"text_output": "Hello", "finish_reason": "None"},  # (shorter for a moment)
+        {"text_output": "Hello. World", "finish_reason": "None"},
+        {"text_output": "Hello. World!", "finish_reason": "stop"},
+    ]
+    texts = [chunk.text for chunk in stream(call, events, chat=False)]
+    assert texts == ["Hello", " ", " World", "!"]
 
 
 def test_a_stream_without_finish_reasons_gets_one_per_choice_and_usage_last() -> None:
