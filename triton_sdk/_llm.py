@@ -700,8 +700,10 @@ class LLMCall:
         prefix: str,
     ) -> LLMCall:
         options = plain_options(options, adapter.spec.name)
-        if "max_completion_tokens" in options and "max_completion_tokens" not in adapter.options:
-            options = _with_max_tokens(options)
+        takes = adapter.options
+        if "max_completion_tokens" in options and "max_completion_tokens" not in takes:
+            if "max_tokens" in takes:  # (else refused by the name it was given)
+                options = _with_max_tokens(options)
         adapter.check(options)
         return cls(
             adapter,

@@ -213,6 +213,15 @@ def test_vllm_options_that_are_not_json_are_refused_by_name() -> None:
     assert json.loads(str(call.fields["sampling_parameters"])) == {"stop_token_ids": [1, 2]}
 
 
+def test_max_completion_tokens_is_refused_by_its_own_name() -> None:
+    # On a model that takes neither, the error named 'max_tokens', which was not given.
+    spec = model("plain", {"text_input": "BYTES"}, {"text_output": "BYTES"})
+    adapter = adapter_for(spec, custom(prompt="text_input", text="text_output"))
+    assert "max_tokens" not in adapter.options
+    with pytest.raises(ts.InvalidInputError, match="does not take 'max_completion_tokens'"):
+        LLMCall.plan(adapter, "hi", {"max_completion_tokens": 4}, stream=False, prefix="c")
+
+
 def test_an_old_vllm_echo_is_cut_off() -> None:
     call = LLMCall.plan(VLLM(OLD_VLLM), "Q: hi", {}, stream=False, prefix="cmpl")
     answer = call.completion([{"text_output": "Q: hi A: hello"}])
