@@ -701,9 +701,10 @@ class LLMCall:
     ) -> LLMCall:
         options = plain_options(options, adapter.spec.name)
         takes = adapter.options
-        if "max_completion_tokens" in options and "max_completion_tokens" not in takes:
-            if "max_tokens" in takes:  # (else refused by the name it was given)
-                options = _with_max_tokens(options)
+        # (A model that takes neither name refuses it by the name it was given.)
+        renamed = "max_completion_tokens" not in takes and "max_tokens" in takes
+        if "max_completion_tokens" in options and renamed:
+            options = _with_max_tokens(options)
         adapter.check(options)
         return cls(
             adapter,
