@@ -42,7 +42,7 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 # What a template without a tokenizer config sees: templates that close each turn with
 # eos_token (most do) render instead of failing on an undefined name.
 PLAIN_TOKENS: Mapping[str, str] = {"bos_token": "", "eos_token": ""}
-_SET_BY_CHAT: Final = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+_SET_BY_CHAT: Final = frozenset({"messages", "tools", "add_generation_prompt"})
 """The variables every render sets itself."""
 
 
@@ -112,18 +112,18 @@ class ChatTemplate:
         if taken:
             raise ChatTemplateError(
                 f"chat_template_kwargs cannot set {', '.join(map(repr, taken))}: the chat "
-                "call sets it (messages=, tools=)"
+                "call sets it (messages, tools=, a generation prompt)"
             )
         _check_tools(tools)
         name = "tool_use" if tools is not None and "tool_use" in self.templates else "default"
         template = _compile(self.templates[name])
-        context = {**self.special_tokens, **(variables or {})}
+        # documents (for retrieval templates) come as transformers takes them: a variable.
+        context = {"documents": None, **self.special_tokens, **(variables or {})}
         try:
             return str(
                 template.render(
                     messages=conversation,
                     tools=list(tools) if tools is not None else None,
-                    documents=None,
                     add_generation_prompt=add_generation_prompt,
                     **context,
                 )

@@ -43,10 +43,11 @@ _HEADER_NAME: Final = re.compile(r"[0-9A-Za-z_.-]+")
 # No tab: HTTP would carry one, gRPC metadata would not (grpc refuses the call). No space
 # at either end: HTTP drops those, gRPC keeps them.
 _HEADER_VALUE: Final = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?)?")
-MAX_HEADER_BYTES: Final = 7680
-"""The most bytes of names and values (with ": " and a line end each) a call's headers may
-take. Triton's HTTP endpoint closes the connection on a head of more than 8 KiB (the
-transport's own headers take the rest), and its gRPC endpoint refuses 16 KiB of metadata."""
+MAX_HEADER_BYTES: Final = 7168
+"""The most a call's headers may take, counted as gRPC counts metadata: each header's name
+and value and 32 bytes. Above 8 KiB in all (its own metadata takes about 500 bytes), gRPC
+refuses calls at random, and Triton's HTTP endpoint closes the connection on a head of
+more than 8 KiB."""
 # Names the transports set themselves: a user's value would contradict the framing.
 _RESERVED_HEADERS: Final = frozenset(
     {
@@ -203,12 +204,13 @@ def check_headers(headers: object) -> dict[str, str]:
 
 def check_header_size(headers: dict[str, str]) -> dict[str, str]:
     """``headers``, refused when they take more than MAX_HEADER_BYTES."""
-    size = sum(len(name) + len(value) + 4 for name, value in headers.items())
+    size = sum(len(name) + len(value) + 32 for name, value in headers.items())
     if size > MAX_HEADER_BYTES:
         largest = max(headers, key=lambda name: len(headers[name]))
         raise InvalidInputError(
-            f"headers take {size} bytes, more than the {MAX_HEADER_BYTES} servers take "
-            f"(Triton's HTTP endpoint closes the connection); the largest is {largest!r}"
+            f"headers take {size} bytes (32 per header, as gRPC counts them), more than "
+            f"the {MAX_HEADER_BYTES} servers take without refusing calls; the largest is "
+            f"{largest!r}"
         )
     return headers
 

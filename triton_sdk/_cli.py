@@ -158,12 +158,17 @@ def infer(
 def _without_objects(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """A BYTES output as fixed-width bytes, which loads without pickle (and so goes back in
     as ``-i NAME=@file.npy``); one with an element that ends in NUL, which that dtype
-    would drop, stays an object array (pickled)."""
+    would drop, or whose longest element would pad the rest to far more than the text
+    takes, stays an object array (pickled)."""
     if array.dtype != object:
         return array
-    if all(isinstance(item, bytes) and not item.endswith(b"\0") for item in array.flat):
-        return array.astype(np.bytes_)
-    return array
+    items = list(array.flat)
+    if not all(isinstance(item, bytes) and not item.endswith(b"\0") for item in items):
+        return array
+    padded = max((len(item) for item in items), default=0) * len(items)
+    if padded > 2 * sum(len(item) for item in items) + (1 << 20):
+        return array
+    return array.astype(np.bytes_)
 
 
 def _output_files(outputs: Mapping[str, object]) -> dict[str, str]:

@@ -79,7 +79,7 @@ from ._errors import (
     unreadable_answer,
     unsupported_operation,
 )
-from ._generate import JSONValue, check_generate
+from ._generate import JSONValue, check_generate, check_not_inputs
 from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler, plain_options
 from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
@@ -1401,6 +1401,7 @@ class Model(ModelCore):
         without model configs (MLServer) is streamed its own way, and the iteration ends
         when it closes the stream (see docs/servers.md).
         """
+        check_not_inputs(self.spec, parameters)
         (request,) = self._requests(
             inputs,
             named_inputs,

@@ -123,12 +123,28 @@ def _refuse_halves(spec: ModelSpec, fields: Mapping[str, object]) -> None:
         )
 
 
+def check_not_inputs(spec: ModelSpec, parameters: object) -> None:
+    """Refuse parameters named like inputs of a Triton model: its generate extension (HTTP
+    streams and generate) reads such a parameter as that input, gRPC as a parameter."""
+    if not spec.has_config or not isinstance(parameters, Mapping):
+        return
+    clash = sorted(name for name in parameters if name in spec.inputs)
+    if clash:
+        raise InvalidInputError(
+            f"parameter {', '.join(map(repr, clash))} is named like an input of model "
+            f"{spec.name!r}: over HTTP Triton reads it as that input, over gRPC as a "
+            "parameter; give it as an input",
+            model=spec.name,
+        )
+
+
 def _check_fields(
     spec: ModelSpec, extra: Mapping[str, object], parameters: Mapping[str, object] | None
 ) -> None:
     """Refuse fields (not inputs) that the protocols would send differently: over HTTP a
     field is a key of the body beside ``parameters`` and ``id``, so the server would get
     a parameter twice, or read the field as the request's id."""
+    check_not_inputs(spec, parameters)
     twice = sorted(extra.keys() & (parameters or {}).keys())
     if twice:
         raise InvalidInputError(

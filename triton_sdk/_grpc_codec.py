@@ -610,7 +610,9 @@ def _stream_of(request: InferRequest, spec: ModelSpec | None = None) -> GrpcStre
         if response.error_message:
             raise classify_message(response.error_message, model=model, request_id=request_id)
         answer = response.infer_response
-        return decode_infer_response(answer) if answer.outputs else None
+        if not answer.outputs and is_final_response(response):
+            return None  # (the flag that ends the request, asked for, not a response)
+        return decode_infer_response(answer)
 
     return GrpcStream(_stream_message(request), read)
 

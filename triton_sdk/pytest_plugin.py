@@ -84,19 +84,29 @@ def triton_url(triton_server: LocalServer, pytestconfig: pytest.Config) -> str:
 
 
 @pytest.fixture
-def triton_client(triton_server: LocalServer, triton_url: str) -> Iterator[Client]:
-    """A Client of triton_server (its metrics URL too), closed after the test."""
-    with Client(triton_url, metrics_url=triton_server.metrics_url) as client:
+def triton_client(request: pytest.FixtureRequest, triton_url: str) -> Iterator[Client]:
+    """A Client of triton_url (with triton_server's metrics URL when triton_url is that
+    server's), closed after the test."""
+    with Client(triton_url, metrics_url=_metrics_url(request)) as client:
         yield client
+
+
+def _metrics_url(request: pytest.FixtureRequest) -> str | None:
+    """triton_server's metrics URL, when the test's triton_url comes from it; None (the
+    client's default) when a project overrides triton_url with a server of its own."""
+    if "triton_server" not in request.fixturenames:
+        return None
+    server: LocalServer = request.getfixturevalue("triton_server")
+    return server.metrics_url
 
 
 @pytest.fixture
 async def triton_async_client(
-    triton_server: LocalServer, triton_url: str
+    request: pytest.FixtureRequest, triton_url: str
 ) -> AsyncIterator[AsyncClient]:
-    """An AsyncClient of triton_server (its metrics URL too), closed after the test
-    (needs pytest-asyncio or another plugin that runs async fixtures)."""
-    async with AsyncClient(triton_url, metrics_url=triton_server.metrics_url) as client:
+    """An AsyncClient of triton_url, as triton_client, closed after the test (needs
+    pytest-asyncio or another plugin that runs async fixtures)."""
+    async with AsyncClient(triton_url, metrics_url=_metrics_url(request)) as client:
         yield client
 
 

@@ -77,7 +77,7 @@ def _session_server_outlives_the_test(request: pytest.FixtureRequest) -> Iterato
     if "server" not in request.fixturenames:
         return
     server: LocalServer = request.getfixturevalue("server")
-    if server.pid is None or server.running:
+    if server.exit_code is None:  # (running, or stopped by a test: not a crash)
         return
     died = f"the session tritonserver exited (code {server.exit_code}) during this test; "
     died += f"its log ends:\n{server.log_tail(120)}"

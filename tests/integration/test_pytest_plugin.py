@@ -92,3 +92,33 @@ def test_a_repository_on_the_command_line_is_found_from_where_pytest_runs(
         "-p", "no:cacheprovider", "--triton-repository", "models"
     )
     result.assert_outcomes(passed=1)
+
+
+def test_a_project_that_gives_its_own_url_starts_no_server(pytester: pytest.Pytester) -> None:
+    # The client fixtures asked for triton_server (for its metrics URL), which wants a
+    # model repository, though the project's triton_url names a server of its own.
+    pytester.makeconftest(
+        textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.fixture(scope="session")
+            def triton_url():
+                return "grpc://127.0.0.1:9"
+            """
+        )
+    )
+    pytester.makepyfile(
+        test_service=textwrap.dedent(
+            """
+            async def test_async(triton_async_client):
+                assert not await triton_async_client.is_live()
+
+            def test_sync(triton_client):
+                assert not triton_client.is_live()
+            """
+        )
+    )
+    pytester.makeini("[pytest]\nasyncio_mode = auto\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)

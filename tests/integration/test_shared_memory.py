@@ -669,3 +669,19 @@ def collect(held: list[Any]) -> None:
     """Drop the last references to ``held`` and collect what they kept."""
     held.clear()
     gc.collect()
+
+
+# (aiohttp cannot close its connections once their loop has closed: it warns.)
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_an_async_client_whose_loop_has_ended_still_closes(
+    server: LocalServer, protocol: str
+) -> None:
+    # asyncio.run(use(client)), then asyncio.run(client.aclose()): the first loop is gone,
+    # so refusing to close in another loop would leave the client open for good.
+    client = ts.AsyncClient(server_url(server, protocol))
+    assert asyncio.run(client.server_metadata()).name == "triton"
+    asyncio.run(client.aclose())
+    with pytest.raises(ts.TritonError, match="this AsyncClient is closed"):
+        asyncio.run(client.server_metadata())
+    del client
+    gc.collect()  # (aiohttp's warnings, now, under this test's filter)

@@ -64,6 +64,19 @@ def test_stream_of_generated_text(client: Any) -> None:
     assert [int(res["index"][0]) for res in results] == [0, 1, 2, 3, 4]
 
 
+def test_a_parameter_named_like_an_input_is_refused_on_both_protocols(
+    client: Any, server: LocalServer
+) -> None:
+    # HTTP's generate extension took it as the input (2 tokens), gRPC as a parameter (4).
+    model = client.model("generator")
+    before = inference_count(server, "generator")
+    with pytest.raises(ts.InvalidInputError, match="'max_tokens' is named like an input"):
+        model.stream(text_input="a b c", parameters={"max_tokens": 2})
+    with pytest.raises(ts.InvalidInputError, match="'max_tokens' is named like an input"):
+        model.generate(text_input="a b c", parameters={"max_tokens": 2})
+    assert inference_count(server, "generator") == before
+
+
 def test_outputs_selects(client: Any) -> None:
     results = list(client.model("repeat").stream(IN=[5, 6], outputs=["OUT"]))
     assert [res["OUT"].tolist() for res in results] == [[5], [6]]

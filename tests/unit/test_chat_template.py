@@ -205,7 +205,16 @@ def test_tools_that_are_not_a_list_of_mappings_are_refused_as_on_the_openai_rout
         template.render(messages, tools=[{"type": "function"}, 2])  # type: ignore[list-item]
 
 
-@pytest.mark.parametrize("name", ["add_generation_prompt", "messages", "tools", "documents"])
+def test_documents_reach_the_template_as_transformers_passes_them() -> None:
+    template = load_chat_template("{% for d in documents %}[{{ d.text }}]{% endfor %}")
+    documents = [{"text": "a"}, {"text": "b"}]
+    rendered = template.render(
+        [{"role": "user", "content": "x"}], variables={"documents": documents}
+    )
+    assert rendered == "[a][b]"
+
+
+@pytest.mark.parametrize("name", ["add_generation_prompt", "messages", "tools"])
 def test_kwargs_cannot_set_what_the_call_sets(name: str) -> None:
     # The template was blamed: "failed: TypeError: got multiple values for keyword ...".
     with pytest.raises(ChatTemplateError, match=f"chat_template_kwargs cannot set '{name}'"):

@@ -301,3 +301,19 @@ async def test_within_keeps_a_cancellation_that_arrives_as_the_wait_ends() -> No
     with pytest.raises(asyncio.TimeoutError):
         await within(loop.create_future(), 0.01)
     assert await within(asyncio.sleep(0, result=2), None) == 2
+
+
+def test_a_response_without_outputs_is_a_result_unless_it_is_the_final_flag() -> None:
+    # gRPC dropped it (HTTP yields it): a stream of (Y), (nothing), (Y) gave two results,
+    # and with outputs= naming what some responses lack, results went missing.
+    from triton_sdk._grpc_codec import GrpcStream, encode_stream
+    from triton_sdk._ops import StreamInfer
+    from triton_sdk._request import InferRequest
+
+    stream = encode_stream(StreamInfer(InferRequest(model="talker", inputs=[]), None))
+    assert isinstance(stream, GrpcStream)
+    empty = stream.read(response(outputs=False, final=False))
+    assert empty is not None
+    assert dict(empty) == {}
+    assert stream.read(response(outputs=False, final=True)) is None
+    assert stream.read(response(outputs=True, final=True)) is not None

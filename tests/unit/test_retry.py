@@ -526,6 +526,23 @@ def test_grpc_unavailable_says_whether_the_request_may_have_run(
     assert error.may_have_run is may_have_run
 
 
+def test_a_grpc_status_without_details_reads_as_its_code() -> None:
+    # The message was grpc's repr: "<_InactiveRpcError of RPC that terminated with: ...".
+    class Cancelled(Exception):
+        def code(self) -> Any:
+            return type("Code", (), {"name": "CANCELLED"})()
+
+        def details(self) -> str:
+            return ""
+
+        def __str__(self) -> str:
+            return "<_InactiveRpcError of RPC that terminated with: ...>"
+
+    error = grpc_error(Cancelled(), None)
+    assert error.message == "the call ended with CANCELLED, without a message"
+    assert error.status == "CANCELLED"
+
+
 def test_timeouts_may_have_run() -> None:
     assert classify_status("DEADLINE_EXCEEDED", "Deadline Exceeded").may_have_run
     timeout = classify_transport_error(TimeoutError("timed out"))

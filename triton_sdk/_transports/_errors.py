@@ -74,9 +74,10 @@ def grpc_error(
     request_id = None if op is None else op.request_id
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     details = exc.details() if callable(getattr(exc, "details", None)) else None
-    message = details or str(exc)
     if code is None:
-        return TritonConnectionError(message, model=model, request_id=request_id)
+        return TritonConnectionError(details or str(exc), model=model, request_id=request_id)
+    # (Without details, str(exc) is grpc's repr of the whole call.)
+    message = details or f"the call ended with {code.name}, without a message"
     lowered = message.lower()
     if code.name == "UNAVAILABLE" and _closed_while_connecting(lowered):
         # The port answered and hung up before gRPC could begin: not a server that is

@@ -570,8 +570,10 @@ class AsyncGrpcTransport:
         return _call_error(exc, op, ctx, self.endpoint.tls, self._closed)
 
     def refuse_other_loop(self) -> None:
-        """Raise the documented TritonError when called in a loop other than its own."""
-        check_loop(self._loop)
+        """Raise the documented TritonError when called in a loop other than its own,
+        while that loop is open (after ``asyncio.run`` ended it, closing goes on)."""
+        if self._loop is not None and not self._loop.is_closed():
+            check_loop(self._loop)
 
     async def aclose(self) -> None:
         self.refuse_other_loop()

@@ -479,8 +479,10 @@ class AsyncHttpTransport:
         closing.add_done_callback(self._closing.discard)
 
     def refuse_other_loop(self) -> None:
-        """Raise the documented TritonError when called in a loop other than its own."""
-        check_loop(self._loop)
+        """Raise the documented TritonError when called in a loop other than its own,
+        while that loop is open (after ``asyncio.run`` ended it, closing goes on)."""
+        if self._loop is not None and not self._loop.is_closed():
+            check_loop(self._loop)
 
     async def aclose(self) -> None:
         self.refuse_other_loop()  # (aiohttp raised a RuntimeError of its own)
