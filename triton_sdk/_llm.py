@@ -250,6 +250,17 @@ def _json_option(value: object, name: str, model: str) -> str:
         raise InvalidInputError(f"{name} cannot be sent as JSON: {error}", model=model) from None
 
 
+def _json_options(options: Mapping[str, object], model: str) -> str:
+    """``options`` as one strict JSON object; when that fails, the error names the option
+    that cannot be sent."""
+    try:
+        return json.dumps(options, allow_nan=False)
+    except (TypeError, ValueError):
+        for name, value in options.items():
+            _json_option(value, name, model)
+        raise
+
+
 def _stop_list(value: SamplingValue | None) -> list[str]:
     if value is None:
         return []
@@ -322,10 +333,8 @@ class VLLM(LLMAdapter):
         if "stop" in options:
             sampling["stop"] = _stop_list(options["stop"])
         fields: dict[str, object] = {"text_input": prompt, "stream": stream}
-        for name, value in sampling.items():
-            _json_option(value, name, self.spec.name)  # (names the one that cannot go)
         if sampling:
-            fields["sampling_parameters"] = json.dumps(sampling)
+            fields["sampling_parameters"] = _json_options(sampling, self.spec.name)
         fields.update((flag, True) for flag in self._flags if self._has(flag))
         return fields
 

@@ -44,7 +44,7 @@ from ._errors import (
     task_cancelled,
 )
 from ._http_pool import ssl_context
-from ._loop import check_loop
+from ._loop import check_loop, check_open_loop
 from ._openai import openai_events, openai_events_async
 from ._own_url import OWN_URL_CALLS, OwnTLS, own_url_acall, own_url_call
 
@@ -570,10 +570,9 @@ class AsyncGrpcTransport:
         return _call_error(exc, op, ctx, self.endpoint.tls, self._closed)
 
     def refuse_other_loop(self) -> None:
-        """Raise the documented TritonError when called in a loop other than its own,
-        while that loop is open (after ``asyncio.run`` ended it, closing goes on)."""
-        if self._loop is not None and not self._loop.is_closed():
-            check_loop(self._loop)
+        """Raise the documented TritonError when called in a loop other than its own
+        (see check_open_loop)."""
+        check_open_loop(self._loop)
 
     async def aclose(self) -> None:
         self.refuse_other_loop()

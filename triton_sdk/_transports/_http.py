@@ -43,11 +43,11 @@ from ._http_pool import (
     body_of,
     header_length,
     interrupt,
-    merge_headers,
+    request_headers,
     socket_of,
     ssl_context,
 )
-from ._loop import check_loop
+from ._loop import check_loop, check_open_loop
 from ._openai import openai_events, openai_events_async
 from ._own_url import OWN_URL_CALLS, OwnTLS, own_url_acall, own_url_call
 
@@ -127,7 +127,7 @@ class HttpTransport:
             body, size = _compressed(call, body, size, self._compression, headers)
         if body is not None:
             headers["Content-Length"] = str(size)
-        headers = merge_headers(headers, ctx.headers)
+        headers = request_headers(headers, ctx.headers)
         try:
             status, length, data = self._pool.request(
                 call.method, call.path, body, headers, ctx.timeout
@@ -149,7 +149,7 @@ class HttpTransport:
             return
         call = self._codec.encode_stream(op)
         body, size = body_of(call.body)
-        headers = merge_headers({**call.headers, "Content-Length": str(size)}, ctx.headers)
+        headers = request_headers({**call.headers, "Content-Length": str(size)}, ctx.headers)
         stop = ctx._stop
         try:
             connection, response = self._pool.open_stream(
@@ -346,7 +346,7 @@ class AsyncHttpTransport:
         headers = dict(call.headers)
         if self._compression is not None and isinstance(call, HttpCall):
             body, _ = _compressed(call, body, 0, self._compression, headers)
-        headers = merge_headers(headers, ctx.headers)
+        headers = request_headers(headers, ctx.headers)
         if body is not None and len(body) >= _LARGE_BODY:
             # aiohttp sends a large body in pieces from a file-like object, and warns
             # (an error in strict test runs) when it is given raw bytes.
@@ -479,10 +479,9 @@ class AsyncHttpTransport:
         closing.add_done_callback(self._closing.discard)
 
     def refuse_other_loop(self) -> None:
-        """Raise the documented TritonError when called in a loop other than its own,
-        while that loop is open (after ``asyncio.run`` ended it, closing goes on)."""
-        if self._loop is not None and not self._loop.is_closed():
-            check_loop(self._loop)
+        """Raise the documented TritonError when called in a loop other than its own
+        (see check_open_loop)."""
+        check_open_loop(self._loop)
 
     async def aclose(self) -> None:
         self.refuse_other_loop()  # (aiohttp raised a RuntimeError of its own)

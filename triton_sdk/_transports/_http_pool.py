@@ -39,14 +39,14 @@ __all__ = [
     "header_length",
     "hold_socket",
     "interrupt",
-    "merge_headers",
     "release_socket",
+    "request_headers",
     "socket_of",
     "ssl_context",
 ]
 
 
-def merge_headers(own: dict[str, str], given: Mapping[str, str]) -> dict[str, str]:
+def request_headers(own: dict[str, str], given: Mapping[str, str]) -> dict[str, str]:
     """A request's headers: the transport's ``own``, and the caller's ``given``, which
     replace those of the same name in any case. Only the names callers may give can
     meet: ``Accept`` and ``Accept-Encoding``."""

@@ -6,7 +6,7 @@ import asyncio
 
 from .._errors import TritonError
 
-__all__ = ["check_loop", "refuse_another_loop"]
+__all__ = ["check_loop", "check_open_loop", "refuse_another_loop"]
 
 
 def check_loop(bound: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
@@ -18,6 +18,13 @@ def check_loop(bound: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEvent
             "belong to that loop: open one AsyncClient per event loop"
         )
     return running
+
+
+def check_open_loop(bound: asyncio.AbstractEventLoop | None) -> None:
+    """check_loop while ``bound`` is open; once ``asyncio.run`` has ended it, there is no
+    loop left to close its connections in, and nothing to refuse."""
+    if bound is not None and not bound.is_closed():
+        check_loop(bound)
 
 
 def refuse_another_loop(transport: object) -> None:

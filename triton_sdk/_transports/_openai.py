@@ -28,8 +28,8 @@ from ._http_pool import (
     deadline_of,
     hold_socket,
     interrupt,
-    merge_headers,
     release_socket,
+    request_headers,
     socket_of,
     ssl_context,
     tls_name,
@@ -57,7 +57,7 @@ def _connection(
 
 def _headers(headers: Mapping[str, str] | None, stream: bool) -> dict[str, str]:
     accept = "text/event-stream" if stream else "application/json"
-    return merge_headers({"Content-Type": "application/json", "Accept": accept}, headers or {})
+    return request_headers({"Content-Type": "application/json", "Accept": accept}, headers or {})
 
 
 def _json(data: bytes, url: str, model: str | None) -> JSONObject:
