@@ -353,12 +353,9 @@ def error_from_response(
     """The error of a non-200 answer, from its status and its ``{"error": ...}`` body."""
     message = body.decode("utf-8", "replace").strip()
     if message.startswith("data:"):
-        # generate_stream refuses a request with an event-stream body.
-        message = "\n".join(
-            line.removeprefix("data:").strip()
-            for line in message.splitlines()
-            if line.startswith("data:")
-        )
+        # generate_stream refuses a request with an event-stream body: the error is its
+        # first event, followed by any responses the model sent after it.
+        message = message.splitlines()[0].removeprefix("data:").strip()
     try:
         decoded = json.loads(message)
     except ValueError:

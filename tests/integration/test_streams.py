@@ -183,6 +183,14 @@ def test_responses_sent_just_before_an_error_all_arrive(client: Any) -> None:
         assert not caught.value.retryable
 
 
+def test_an_error_sent_first_and_not_last_reads_as_its_message(client: Any) -> None:
+    # `repeat` sends an error response without the final flag for -100, then goes on:
+    # Triton's HTTP endpoint answers 400 with that error event and the later responses.
+    with pytest.raises(ts.InferenceError) as caught:
+        list(client.model("repeat").stream(IN=[-100, 2]))
+    assert str(caught.value) == "far too negative: -100"
+
+
 def test_infer_on_a_decoupled_model_is_refused(client: Any, server: LocalServer) -> None:
     model = client.model("repeat")
     assert model.spec.decoupled

@@ -26,6 +26,10 @@ class TritonPythonModel:
         for index, value in enumerate(values):
             if sender.is_cancelled():
                 break
+            if value <= -100:
+                error = pb_utils.TritonError(f"far too negative: {value}")
+                sender.send(pb_utils.InferenceResponse(error=error))
+                continue
             if value < 0:
                 error = pb_utils.TritonError(f"no negative numbers: {value}")
                 sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
