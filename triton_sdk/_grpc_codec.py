@@ -203,6 +203,8 @@ def _infer_message(request: InferRequest) -> tuple[pb.ModelInferRequest, list[Te
             if slot is not None:
                 _set_region(requested.parameters, slot)
     parameters = message.parameters
+    if not request.typed_parameters:
+        _refuse_untyped(request)
     for key, value in (request.parameters or {}).items():
         _set_parameter(parameters[key], value)
     if request.sequence_id:
@@ -210,8 +212,34 @@ def _infer_message(request: InferRequest) -> tuple[pb.ModelInferRequest, list[Te
         parameters["sequence_start"].bool_param = request.sequence_start
         parameters["sequence_end"].bool_param = request.sequence_end
     if request.priority:
-        parameters["priority"].uint64_param = request.priority
+        if request.typed_parameters:
+            parameters["priority"].uint64_param = request.priority
+        else:
+            parameters["priority"].int64_param = request.priority
     return message, with_contents
+
+
+def _refuse_untyped(request: InferRequest) -> None:
+    """Refuse what the gRPC protocol of a server without model configs (MLServer, KServe)
+    cannot carry: it drops double parameters without a word, and reads no uint64."""
+    floats = sorted(
+        key for key, value in (request.parameters or {}).items() if type(value) is float
+    )
+    if floats:
+        raise InvalidInputError(
+            f"parameter {', '.join(map(repr, floats))} is a float, which the gRPC protocol "
+            "of this server does not carry (its parameters are bool, int or str; the "
+            "server would drop it): send it as a str, or use an HTTP URL",
+            model=request.model,
+            request_id=request.request_id or None,
+        )
+    if request.priority >= 2**63:
+        raise InvalidInputError(
+            f"priority must be below 2**63 for this server (its gRPC protocol carries it "
+            f"as an int64), got {request.priority}",
+            model=request.model,
+            request_id=request.request_id or None,
+        )
 
 
 # Large requests and answers in wire form. protobuf copies every bytes field into and out

@@ -72,6 +72,10 @@ class InferRequest(Op[InferResult]):
     sequence_end: bool = False
     shared_memory: Placement | None = attrs.field(default=None, repr=False)
     """The inputs and outputs that travel through shared memory regions, if any."""
+    typed_parameters: bool = attrs.field(default=True, repr=False)
+    """Whether the server reads double and uint64 gRPC parameters, as Triton does; the
+    protocol of servers without model configs (MLServer, KServe) has bool, int64 and
+    string parameters only."""
 
     @property
     def idempotent(self) -> bool:

@@ -9,6 +9,7 @@ made to bind 127.0.0.1 instead.
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import grpc.aio
@@ -102,6 +103,27 @@ class Vector(Tensors):
         return self.answer(payload, [_output("Y", 2 * x, "FP32")])
 
 
+def _plain(value: Any) -> Any:
+    """A parameter's value: KServe hands gRPC parameters over as InferParameter messages."""
+    if hasattr(value, "WhichOneof"):
+        return getattr(value, value.WhichOneof("parameter_choice"))
+    return value
+
+
+class Params(Tensors):
+    """SEEN: the request's parameters as JSON."""
+
+    def __init__(self) -> None:
+        super().__init__("params", [tensor("TEXT", "BYTES", [-1])], [tensor("SEEN", "BYTES", [1])])
+
+    async def predict(self, payload: InferRequest, *args: Any, **kwargs: Any) -> InferResponse:
+        given = {key: _plain(value) for key, value in (payload.parameters or {}).items()}
+        seen = json.dumps(given, sort_keys=True)
+        return self.answer(
+            payload, [_output("SEEN", np.array([seen.encode()], np.object_), "BYTES")]
+        )
+
+
 class Bare(Tensors):
     """Vector's model, declaring no tensors (as a model without input types does)."""
 
@@ -119,5 +141,5 @@ if __name__ == "__main__":
     parser.add_argument("--grpc_port", type=int, required=True)
     ports = parser.parse_args()
     ModelServer(http_port=ports.http_port, grpc_port=ports.grpc_port).start(
-        [AddSub(), Upper(), Vector(), Bare()]
+        [AddSub(), Upper(), Vector(), Params(), Bare()]
     )

@@ -3,12 +3,14 @@ and KServe servers, gRPC and HTTP, blocking and asyncio (see conftest.py).
 
 The models (mlserver_models/oip_models.py, kserve_server.py): add_sub (FP32 rows of 4,
 two inputs, two outputs), upper (BYTES), vector (a fixed [3]: no batch axis), bare
-(vector, its metadata declaring no tensors); on MLServer also repeat, which streams one
+(vector, its metadata declaring no tensors), params (the request's parameters, as JSON);
+on MLServer also repeat, which streams one
 response per element of its input.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -79,6 +81,25 @@ def test_max_batch_size_overrides_the_spec(client: Any) -> None:
     assert result.as_strings("UPPER").tolist() == ["A", "B", "C", "D", "E"]
     with pytest.raises(ts.InvalidInputError, match="leading -1"):
         client.model("vector", max_batch_size=4)
+
+
+def test_parameters_and_priority_reach_the_model(client: Any, protocol: str) -> None:
+    model = client.model("params")
+    result = model.infer(TEXT=["x"], parameters={"n": 7, "s": "a", "b": True}, priority=3)
+    assert json.loads(result.as_strings("SEEN")[0]) == {"b": True, "n": 7, "priority": 3, "s": "a"}
+    if protocol == "http":
+        result = model.infer(TEXT=["x"], parameters={"temperature": 0.5})
+        assert json.loads(result.as_strings("SEEN")[0]) == {"temperature": 0.5}
+        return
+    # Their gRPC parameters have no doubles: the server would drop it without a word.
+    for call in (
+        lambda: model.infer(TEXT=["x"], parameters={"temperature": 0.5}),
+        lambda: model.generate(TEXT="x", temperature=0.5),
+    ):
+        with pytest.raises(ts.InvalidInputError, match=r"'temperature' is a float.*HTTP URL"):
+            call()
+    with pytest.raises(ts.InvalidInputError, match=r"below 2\*\*63"):
+        model.infer(TEXT=["x"], priority=2**63)
 
 
 def test_an_unknown_model_is_model_not_found(client: Any) -> None:

@@ -3,11 +3,13 @@
 add_sub: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (FP32, a batch of rows of 4);
 upper: TEXT upper-cased (BYTES, a batch of strings); vector: Y = 2 * X for one fixed
 vector of 3 (no batch axis); repeat (streaming): one response per element of IN (INT32),
-OUT = the element and IDX = its index; it fails at a negative element.
+OUT = the element and IDX = its index; it fails at a negative element; params: SEEN =
+the request's parameters as JSON (those the server adds left out).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -50,6 +52,18 @@ class Vector(MLModel):
         x = _inputs(payload)["X"].astype(np.float32).reshape(-1)
         output = _output("Y", 2 * x)
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
+
+
+class Params(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        given = payload.parameters.model_dump() if payload.parameters else {}
+        seen = {key: value for key, value in given.items() if key not in ADDED_PARAMETERS}
+        output = _output("SEEN", np.array([json.dumps(seen, sort_keys=True)], dtype=np.object_))
+        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
+
+
+ADDED_PARAMETERS = {"headers", "content_type"}
+"""Parameters MLServer adds to a request (or keeps, with None)."""
 
 
 class Repeat(MLModel):
