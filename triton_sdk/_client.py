@@ -76,6 +76,7 @@ from ._errors import (
     TritonError,
     TritonTimeoutError,
     UnsupportedError,
+    names_no_server,
     unreadable_answer,
     unsupported_operation,
 )
@@ -529,7 +530,7 @@ class Client:
             except self._malformed as exc:
                 raise unreadable_answer(exc, op.call, op.model) from exc
         except UnsupportedError as error:
-            if error.status is None:
+            if not names_no_server(error):
                 raise
             raise unsupported_operation(error, op.call, self._url) from error
         except TritonError as error:
@@ -604,7 +605,7 @@ class Client:
                 if ctx._stop is not None and ctx._stop.requested:
                     return  # stopped from another thread: the reader's loop just ends
                 run_on_error(hooks, op, ctx, error)
-                if isinstance(error, UnsupportedError) and error.status is not None:
+                if names_no_server(error):
                     raise unsupported_operation(error, op.call, self._url) from error
                 raise
             finally:

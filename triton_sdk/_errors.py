@@ -130,6 +130,8 @@ class UnsupportedError(TritonError):
     option its backend cannot take); the message names the operation. Nothing was sent
     when the client could tell beforehand."""
 
+    _names_server = False  # (see names_no_server)
+
 
 class SequenceLostError(TritonConnectionError):
     """A request of a sequence whose endpoint failed. A sequence's state lives in one
@@ -245,11 +247,21 @@ def unreadable_answer(exc: BaseException, what: str, model: str | None = None) -
 def unsupported_operation(error: TritonError, operation: str, url: str) -> UnsupportedError:
     """The error of a server that has no endpoint for ``operation`` (gRPC UNIMPLEMENTED, an
     HTTP 404 for the path itself), naming the operation and the server."""
-    return UnsupportedError(
+    named = UnsupportedError(
         f"the server at {url} does not support {operation} ({error.status}: {error.message})",
         status=error.status,
         model=error.model,
         request_id=error.request_id,
+    )
+    named._names_server = True
+    return named
+
+
+def names_no_server(error: TritonError) -> bool:
+    """Whether ``error`` is a server's refusal of an operation it lacks that does not yet
+    say which server refused (a client over many endpoints names the one that did)."""
+    return (
+        isinstance(error, UnsupportedError) and error.status is not None and not error._names_server
     )
 
 

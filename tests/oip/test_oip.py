@@ -18,6 +18,7 @@ import pytest
 
 import triton_sdk as ts
 
+from ..integration._blocking import Blocking, LoopThread
 from .conftest import OIPServer
 
 
@@ -100,6 +101,31 @@ def test_parameters_and_priority_reach_the_model(client: Any, protocol: str) -> 
             call()
     with pytest.raises(ts.InvalidInputError, match=r"below 2\*\*63"):
         model.infer(TEXT=["x"], priority=2**63)
+
+
+def test_a_fleet_names_the_server_that_lacks_an_operation(
+    mlserver: OIPServer, kserve: OIPServer, protocol: str, mode: str
+) -> None:
+    # MLServer lists its models, KServe has no repository index: the error of a call that
+    # went to KServe names KServe, not the client's first URL.
+    urls = [getattr(server, f"{protocol}_url") for server in (mlserver, kserve)]
+    loop = LoopThread()
+    client: Any = ts.Client(urls) if mode == "sync" else Blocking(ts.AsyncClient(urls), loop)
+    try:
+        refusals = []
+        for _ in range(20):
+            try:
+                assert "add_sub" in {model.name for model in client.models()}
+            except ts.UnsupportedError as error:
+                refusals.append(str(error))
+        assert refusals
+        assert all(message.startswith(f"the server at {urls[1]} ") for message in refusals)
+    finally:
+        if mode == "sync":
+            client.close()
+        else:
+            loop.run(client.target.aclose())
+        loop.close()
 
 
 def test_an_unknown_model_is_model_not_found(client: Any) -> None:

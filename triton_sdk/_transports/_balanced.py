@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 from .._balance import Balancer, Discovery, EndpointState, Member, Route
-from .._call import CallContext, CallHook, run_before_send
+from .._call import AnyOp, CallContext, CallHook, run_before_send
 from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
-from .._errors import TritonError
+from .._errors import TritonError, UnsupportedError, names_no_server, unsupported_operation
 from .._fork import on_fork
 from .._ops import IsModelReady, IsServerLive, IsServerReady, Op, OpenAIEvents, StreamOp
 from .._retry import TokenBucket
@@ -44,6 +44,12 @@ def _probe_context(headers: Mapping[str, str], member: Member[Any]) -> CallConte
     ctx = CallContext(_READY.call, None, headers, PROBE_TIMEOUT)
     ctx.url = str(member.endpoint)
     return ctx
+
+
+def _refused_there(error: TritonError, op: AnyOp, route: Route[Any]) -> UnsupportedError:
+    """The refusal of an operation the endpoint lacks, naming that endpoint (the client
+    names its first one)."""
+    return unsupported_operation(error, op.call, str(route.member.endpoint))
 
 
 def _stream_over(
@@ -160,6 +166,8 @@ class BalancedTransport:
                 if balancer.reroute(route, op, error, _budget_for(op, self._allowed)):
                     _log_failover(op, error, route.member.endpoint)
                     continue
+                if names_no_server(error):
+                    raise _refused_there(error, op, route) from error
                 raise
             except BaseException:  # interrupted: nothing to say about the endpoint
                 balancer.abandoned(route, op)
@@ -187,6 +195,8 @@ class BalancedTransport:
             answered = True  # (the server ended it)
         except TritonError as error:
             failure = error
+            if names_no_server(error):
+                raise _refused_there(error, op, route) from error
             raise
         finally:
             if _stream_over(self.balancer, route, op, ctx, failure, answered):
@@ -320,6 +330,8 @@ class AsyncBalancedTransport:
                 if balancer.reroute(route, op, error, _budget_for(op, self._allowed)):
                     _log_failover(op, error, route.member.endpoint)
                     continue
+                if names_no_server(error):
+                    raise _refused_there(error, op, route) from error
                 raise
             except BaseException:  # cancelled: nothing to say about the endpoint
                 balancer.abandoned(route, op)
@@ -351,6 +363,8 @@ class AsyncBalancedTransport:
             answered = True  # (the server ended it)
         except TritonError as error:
             failure = error
+            if names_no_server(error):
+                raise _refused_there(error, op, route) from error
             raise
         finally:
             try:
