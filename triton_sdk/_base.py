@@ -476,7 +476,7 @@ class ModelCore:
             sequence_id=sequence.sequence_id if sequence else 0,
             sequence_start=sequence.start if sequence else False,
             sequence_end=sequence.end if sequence else False,
-            typed_parameters=self.spec.has_config,
+            triton=self.spec.has_config,
         )
         limit = self.spec.max_batch_size
         if prepared.batch_size is None or prepared.batch_size <= limit:

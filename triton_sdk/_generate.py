@@ -191,7 +191,7 @@ def generate_request(
         version=version or "",
         inputs=_generate_inputs(spec, fields),
         parameters=check_parameters(merged, spec.name),
-        typed_parameters=spec.has_config,
+        triton=spec.has_config,
     )
 
 

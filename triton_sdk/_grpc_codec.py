@@ -54,6 +54,7 @@ from ._result import (
     Undecoded,
     decode_json_output,
     decode_output,
+    keep_outputs,
     read_region,
 )
 from ._shaping import Tensor
@@ -203,7 +204,7 @@ def _infer_message(request: InferRequest) -> tuple[pb.ModelInferRequest, list[Te
             if slot is not None:
                 _set_region(requested.parameters, slot)
     parameters = message.parameters
-    if not request.typed_parameters:
+    if not request.triton:
         _refuse_untyped(request)
     for key, value in (request.parameters or {}).items():
         _set_parameter(parameters[key], value)
@@ -212,7 +213,7 @@ def _infer_message(request: InferRequest) -> tuple[pb.ModelInferRequest, list[Te
         parameters["sequence_start"].bool_param = request.sequence_start
         parameters["sequence_end"].bool_param = request.sequence_end
     if request.priority:
-        if request.typed_parameters:
+        if request.triton:
             parameters["priority"].uint64_param = request.priority
         else:
             parameters["priority"].int64_param = request.priority
@@ -631,7 +632,12 @@ def _stream_of(request: InferRequest, spec: ModelSpec | None = None) -> GrpcStre
     """The stream of ``request``: Triton's, or the bare one of a server that gave no
     config for ``spec`` (errors then end the call with a status)."""
     if spec is not None and not spec.has_config:
-        return GrpcStream(build_infer_request(request), decode_infer_response, bare=True)
+        keep = request.outputs_to_keep()
+
+        def read_bare(answer: pb.ModelInferResponse) -> InferResult:
+            return keep_outputs(decode_infer_response(answer), keep)
+
+        return GrpcStream(build_infer_request(request), read_bare, bare=True)
     model, request_id = request.model, request.request_id or None
 
     def read(response: pb.ModelStreamInferResponse) -> InferResult | None:
@@ -654,6 +660,15 @@ _parse_response: Final = pb.ModelInferResponse.FromString
 def _infer(request: InferRequest) -> GrpcCall[InferResult]:
     """An infer request: as a protobuf message, or in wire form when its tensors are
     large (one copy of their data, and the answer's raw contents read as views)."""
+    call = _infer_call(request)
+    keep = request.outputs_to_keep()
+    if keep is not None:
+        read = call.read
+        call.read = lambda answer: keep_outputs(read(answer), keep)
+    return call
+
+
+def _infer_call(request: InferRequest) -> GrpcCall[InferResult]:
     placement = request.shared_memory
     wire = serialize_large_infer(request)
     if wire is not None:

@@ -64,6 +64,7 @@ from ._result import (
     Undecoded,
     decode_json_output,
     decode_output,
+    keep_outputs,
     read_region,
 )
 from ._spec import ModelSpec
@@ -559,6 +560,14 @@ def _field_reader(field: str, model: str | None) -> Reader[Any]:
 def _infer_reader(request: InferRequest) -> Reader[InferResult]:
     model, request_id = request.model, request.request_id or None
     placement = request.shared_memory
+    keep = request.outputs_to_keep()
+    if keep is not None:
+
+        def kept_result(header_length: int | None, body: Body) -> InferResult:
+            result = decode_infer(body, header_length, model, request_id, placement)
+            return keep_outputs(result, keep)
+
+        return _reader(kept_result, model, request_id)
 
     def infer_result(header_length: int | None, body: Body) -> InferResult:
         return decode_infer(body, header_length, model, request_id, placement)
@@ -706,11 +715,13 @@ class HttpCodec:
         else:
             request = generate_request(spec, op.version, op.fields, op.parameters)
         request_id = request.request_id or None
+        keep = request.outputs_to_keep()
 
         def result(data: str) -> InferResult:
-            return decode_infer(
+            decoded = decode_infer(
                 data.encode("utf-8", "surrogateescape"), None, spec.name, request_id
             )
+            return keep_outputs(decoded, keep)
 
         def decoder() -> EventDecoder[Any]:
             if isinstance(op, StreamInfer):

@@ -179,6 +179,7 @@ class MapPlan:
             version=self.version or "",
             inputs=join_samples(samples, self.spec.batched),
             outputs=self.outputs,
+            triton=self.spec.has_config,
         )
 
     def outcomes(self, samples: list[PreparedSample], result: InferResult) -> list[Outcome]:

@@ -72,10 +72,17 @@ class InferRequest(Op[InferResult]):
     sequence_end: bool = False
     shared_memory: Placement | None = attrs.field(default=None, repr=False)
     """The inputs and outputs that travel through shared memory regions, if any."""
-    typed_parameters: bool = attrs.field(default=True, repr=False)
-    """Whether the server reads double and uint64 gRPC parameters, as Triton does; the
-    protocol of servers without model configs (MLServer, KServe) has bool, int64 and
-    string parameters only."""
+    triton: bool = attrs.field(default=True, repr=False)
+    """Whether the server is Triton (it gives model configs): its gRPC parameters may be
+    doubles and uint64, and it answers the outputs asked for only. Other servers (MLServer,
+    KServe) have bool, int64 and string parameters, and answer every output."""
+
+    def outputs_to_keep(self) -> frozenset[str] | None:
+        """The outputs to keep of an answer that may hold more than were asked for (from
+        a server other than Triton); None: keep the answer as it is."""
+        if self.triton or self.outputs is None:
+            return None
+        return frozenset(output.name for output in self.outputs)
 
     @property
     def idempotent(self) -> bool:

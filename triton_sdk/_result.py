@@ -310,6 +310,16 @@ class InferResult(Displayable, Mapping[str, Array]):
         )
 
 
+def keep_outputs(result: InferResult, names: frozenset[str] | None) -> InferResult:
+    """``result`` without the outputs not in ``names`` (None: all kept), for servers that
+    answer every output whatever the request asked for."""
+    if names is not None:
+        for name in [name for name in result._outputs if name not in names]:
+            del result._outputs[name]
+            result._datatypes.pop(name, None)
+    return result
+
+
 def _restore(
     outputs: dict[str, Array],
     datatypes: dict[str, str],

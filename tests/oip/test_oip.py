@@ -67,6 +67,22 @@ def test_map_batches_and_keeps_order(client: Any) -> None:
     assert [str(result.as_strings("UPPER")) for result in results] == [f"S{i}" for i in range(10)]
 
 
+def test_outputs_limit_the_result(client: Any, server: OIPServer) -> None:
+    # These servers answer every output whatever the request asks for: the client keeps
+    # those asked for, as Triton answers.
+    model = client.model("add_sub")
+    ones = np.ones((2, 4), np.float32)
+    assert list(model.infer(INPUT0=ones, INPUT1=ones, outputs=["OUTPUT1"])) == ["OUTPUT1"]
+    samples = [{"INPUT0": [1, 2, 3, 4], "INPUT1": [1, 1, 1, 1]}] * 3
+    assert [list(result) for result in model.map(samples, outputs=["OUTPUT0"])] == [["OUTPUT0"]] * 3
+    if server.name == "mlserver":
+        stream = client.model("repeat").stream(IN=[5, 6], outputs=["IDX"])
+        assert [(list(result), result["IDX"].tolist()) for result in stream] == [
+            (["IDX"], [0]),
+            (["IDX"], [1]),
+        ]
+
+
 def test_a_model_without_a_batch_axis(client: Any) -> None:
     assert client.model("vector").infer(X=[1, 2, 3])["Y"].tolist() == [2, 4, 6]
 
