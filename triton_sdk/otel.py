@@ -31,6 +31,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 from . import __version__
 from ._call import AnyOp, CallContext, CallHook
 from ._errors import TritonError
+from ._ops import StreamInfer
 from ._request import InferRequest
 from ._result import InferResult, data_size
 
@@ -54,12 +55,13 @@ class Tracing(CallHook):
     ) -> None:
         self._tracer: Tracer = trace.get_tracer("triton_sdk", __version__, tracer_provider)
         self._propagate = propagate_context
+        self._key = f"{_SPAN}.{id(self)}"  # (a client may have more than one Tracing)
 
     def before_send(self, op: AnyOp, ctx: CallContext) -> None:
         span = self._tracer.start_span(
             f"triton_sdk {ctx.call}", kind=SpanKind.CLIENT, attributes=_attributes(op, ctx)
         )
-        ctx.state[_SPAN] = span
+        ctx.state[self._key] = span
         if self._propagate:
             carrier: dict[str, str] = {}
             propagate.inject(carrier, context=trace.set_span_in_context(span))
@@ -67,7 +69,7 @@ class Tracing(CallHook):
                 ctx.headers = {**ctx.headers, **carrier}
 
     def after_receive(self, op: AnyOp, ctx: CallContext, result: object) -> None:
-        span: Span | None = ctx.state.pop(_SPAN, None)
+        span: Span | None = ctx.state.pop(self._key, None)
         if span is None:
             return  # a stream's later responses
         if isinstance(result, InferResult):
@@ -76,7 +78,7 @@ class Tracing(CallHook):
         span.end()
 
     def on_error(self, op: AnyOp, ctx: CallContext, error: TritonError) -> None:
-        span: Span | None = ctx.state.pop(_SPAN, None)
+        span: Span | None = ctx.state.pop(self._key, None)
         if span is None:
             return
         span.record_exception(error)
@@ -87,7 +89,7 @@ class Tracing(CallHook):
         span.end()
 
     def on_end(self, op: AnyOp, ctx: CallContext) -> None:
-        span: Span | None = ctx.state.pop(_SPAN, None)
+        span: Span | None = ctx.state.pop(self._key, None)
         if span is None:
             return  # ended by its answer or its error
         span.set_attribute("triton.answered", False)
@@ -109,6 +111,8 @@ def _attributes(op: AnyOp, ctx: CallContext) -> Mapping[str, Any]:
             attributes["server.port"] = parts.port
     if ctx.model is not None:
         attributes["triton.model"] = ctx.model
+    if isinstance(op, StreamInfer):
+        op = op.request
     if isinstance(op, InferRequest):
         if op.version:
             attributes["triton.model.version"] = op.version

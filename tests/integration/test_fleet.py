@@ -437,6 +437,54 @@ def test_a_hung_server_is_ejected_after_calls_time_out_there(
             close_client(client, loop_thread)
 
 
+class FaultyOnProbes(ts.CallHook):
+    """A hook with a bug: it raises on every readiness probe's answer or error."""
+
+    def after_receive(self, op: Any, ctx: ts.CallContext, result: object) -> None:
+        if ctx.call == "is_ready":
+            raise RuntimeError("a bug in a hook")
+
+    def on_error(self, op: Any, ctx: ts.CallContext, error: ts.TritonError) -> None:
+        if ctx.call == "is_ready":
+            raise RuntimeError("a bug in a hook")
+
+
+class SeenProbes(ts.CallHook):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def after_receive(self, op: Any, ctx: ts.CallContext, result: object) -> None:
+        if ctx.call == "is_ready":
+            self.seen.append("after_receive")
+
+    def on_error(self, op: Any, ctx: ts.CallContext, error: ts.TritonError) -> None:
+        if ctx.call == "is_ready":
+            self.seen.append("on_error")
+
+
+def test_a_hook_failing_on_probes_neither_hides_them_nor_keeps_an_endpoint_out(
+    fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    # (The first hook's failure skipped the others' on_error and after_receive, and a
+    # ready answer read as not ready: the endpoint never came back.)
+    target = fleet[1].grpc_port if protocol == "grpc" else fleet[1].http_port
+    with Relay("127.0.0.1", target, mode="reset") as flaky:
+        urls = [server_url(fleet[0], protocol), f"{protocol}://{flaky.address}"]
+        seen = SeenProbes()
+        client = open_client(urls, mode, loop_thread, hooks=[FaultyOnProbes(), seen])
+        try:
+            model = client.model("double")
+            for _ in range(6):
+                assert np.array_equal(model.infer(X=ONES)["Y"], 2 * ONES)
+            assert not states(client)[1].healthy
+            wait_until(lambda: "on_error" in seen.seen, "the probe's error reached the hook")
+            flaky.mode = "pass"
+            wait_until(lambda: states(client)[1].healthy, "the endpoint came back", timeout=15)
+            assert "after_receive" in seen.seen
+        finally:
+            close_client(client, loop_thread)
+
+
 @contextlib.contextmanager
 def dropping_connections() -> Iterator[int]:
     """A port whose connections are never made: its accept queue is full, so the

@@ -102,3 +102,46 @@ def test_a_stream_without_responses_ends_its_span(
     assert span.name == "triton_sdk generate_stream"
     assert span.status.status_code is StatusCode.UNSET
     assert dict(span.attributes or {})["triton.answered"] is False
+
+
+def test_two_tracing_hooks_each_end_their_own_spans(
+    make_client: Any, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    # (Both kept their span under one key: the first ended the second's, and its own
+    # spans never ended.)
+    provider, exporter = spans
+    other_exporter = InMemorySpanExporter()
+    other = TracerProvider()
+    other.add_span_processor(SimpleSpanProcessor(other_exporter))
+    client = make_client(hooks=[Tracing(provider), Tracing(other, propagate_context=False)])
+    model = client.model("upper")
+    exporter.clear()
+    other_exporter.clear()
+    model.infer(TEXT=["a"])
+    with pytest.raises(ts.ModelNotFoundError):
+        client.model_spec("no_such_model")
+    for finished in (exporter.get_finished_spans(), other_exporter.get_finished_spans()):
+        names = [span.name for span in finished]
+        assert names[0] == "triton_sdk infer"
+        assert finished[0].status.status_code is StatusCode.OK
+        failed = [span for span in finished if span.name.endswith("metadata")]
+        assert failed[0].status.status_code is StatusCode.ERROR
+        assert all(span.end_time is not None for span in finished)
+        assert len({span.context.span_id for span in finished}) == len(finished)
+    other.shutdown()
+
+
+def test_a_stream_span_counts_its_request(
+    make_client: Any, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = spans
+    client = make_client(hooks=[Tracing(provider)])
+    model = client.model("repeat")
+    exporter.clear()
+    assert len(list(model.stream(IN=[1, 2, 3]))) == 3
+    (span,) = exporter.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert span.name == "triton_sdk stream"
+    assert attributes["triton.batch_size"] == 3  # (repeat has no batch axis: IN's length)
+    assert attributes["triton.request.bytes"] == 12
+    assert attributes["triton.response.bytes"] == 8  # the first response: OUT and IDX

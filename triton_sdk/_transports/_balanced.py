@@ -18,7 +18,15 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 from .._balance import Balancer, Discovery, EndpointState, Member, Route
-from .._call import AnyOp, CallContext, CallHook, run_before_send
+from .._call import (
+    AnyOp,
+    CallContext,
+    CallHook,
+    end_attempt,
+    run_after_receive,
+    run_before_send,
+    run_on_error,
+)
 from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
 from .._errors import TritonError, UnsupportedError, names_no_server, unsupported_operation
@@ -507,19 +515,22 @@ async def _aready(transport: AsyncTransport, ctx: CallContext, hooks: tuple[Call
 
 
 def _settle(hooks: tuple[CallHook, ...], ctx: CallContext, outcome: bool | TritonError) -> None:
-    for hook in hooks:
+    """Tell every hook how the probe went (each one, whatever the others do); a hook's
+    failure is logged, and the probe's answer stands."""
+    try:
         if isinstance(outcome, TritonError):
-            hook.on_error(_READY, ctx, outcome)
+            run_on_error(hooks, _READY, ctx, outcome)
         else:
-            hook.after_receive(_READY, ctx, outcome)
+            run_after_receive(hooks, _READY, ctx, outcome)
+    except Exception as error:
+        _log_hook_failure(ctx, error)
 
 
 def _end(hooks: tuple[CallHook, ...], ctx: CallContext) -> None:
-    for hook in hooks:
-        try:
-            hook.on_end(_READY, ctx)
-        except Exception as error:
-            _log_hook_failure(ctx, error)
+    try:
+        end_attempt(hooks, _READY, ctx)
+    except Exception as error:
+        _log_hook_failure(ctx, error)
 
 
 def _log_hook_failure(ctx: CallContext, error: Exception) -> None:
