@@ -289,7 +289,8 @@ def _model(spec: ModelSpec, name: str) -> list[str]:
         base = "AsyncStubModel" if asynchronous else "StubModel"
         handle = "AsyncModel" if asynchronous else "Model"
         cls = f"Async{name}" if asynchronous else name
-        wrapped = _doc(f"{cls}(client.model({spec.name!r}))")
+        handle_call = f"{'await ' if asynchronous else ''}client.model({spec.name!r})"
+        wrapped = _doc(f"{cls}({handle_call})")
         lines += [
             "",
             "",

@@ -51,6 +51,8 @@ def _check(stub: type[Any], model: object, expected: type[Any]) -> None:
         current = set(now.split("; "))
         changes = [f"now: {part}" for part in now.split("; ") if part not in written]
         changes += [f"was: {part}" for part in stub.SIGNATURE.split("; ") if part not in current]
+        if not changes:  # the same tensors, in another order (which names may depend on)
+            changes = [f"the same tensors in another order, now: {now}; was: {stub.SIGNATURE}"]
         raise InvalidInputError(
             f"model {name!r} on the server is not the one {stub.__name__} was generated "
             f"for ({'; '.join(changes)}); run triton-sdk stubgen again"

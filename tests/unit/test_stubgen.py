@@ -567,6 +567,32 @@ def test_a_stub_refuses_another_model_or_a_changed_spec(tmp_path: Path) -> None:
             module.Simple(client.model("other"))
 
 
+def test_a_stub_refuses_a_spec_of_the_same_tensors_in_another_order(tmp_path: Path) -> None:
+    # (Names made unique by a suffix follow the order; the message named no change.)
+    module = load(render([SIMPLE]), tmp_path)
+    reordered = ts.ModelSpec(
+        name="simple",
+        max_batch_size=8,
+        inputs={"INPUT1": SIMPLE.inputs["INPUT1"], "INPUT0": SIMPLE.inputs["INPUT0"]},
+        outputs=dict(SIMPLE.outputs),
+    )
+    transport = MockTransport(serve, models=[reordered])
+    with (
+        ts.Client("grpc://test", transport=transport) as client,
+        pytest.raises(ts.InvalidInputError, match="the same tensors in another order") as info,
+    ):
+        module.Simple(client.model("simple"))
+    now, was = str(info.value).split("; was: ")
+    assert "input INPUT1 INT32 [16]; input INPUT0 INT32 [16]" in now
+    assert "input INPUT0 INT32 [16]; input INPUT1 INT32 [16]" in was
+
+
+def test_the_async_twin_shows_how_it_is_made(tmp_path: Path) -> None:
+    module = load(render([SIMPLE]), tmp_path)
+    assert "AsyncSimple(await client.model('simple'))" in (module.AsyncSimple.__doc__ or "")
+    assert "``Simple(client.model('simple'))``" in (module.Simple.__doc__ or "")
+
+
 # What mypy --strict says of code using a generated module
 
 USES = {
