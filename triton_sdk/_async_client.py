@@ -1852,10 +1852,13 @@ class _AsyncMapRunner:
             return plan.outcomes(samples, result)
         except TritonError as error:
             if plan.isolate(samples, error):
-                return [
-                    outcome for sample in samples for outcome in await self._run_batch([sample])
-                ]
-            return [error] * len(samples)
+                outcomes: list[Outcome] = []
+                for sample in samples:
+                    outcomes += await self._run_batch([sample])
+                    if not plan.collect and isinstance(outcomes[-1], TritonError):
+                        break  # (it ends the map: nothing after it is sent)
+                return outcomes
+            return [plan.batch_error(samples, error)] * len(samples)
 
     async def run(
         self, samples: AsyncSamples[Mapping[str, InputValue]], progress: bool

@@ -1841,8 +1841,13 @@ class _MapRunner:
             return plan.outcomes(samples, result)
         except TritonError as error:
             if plan.isolate(samples, error):
-                return [outcome for sample in samples for outcome in self._run_batch([sample])]
-            return [error] * len(samples)
+                outcomes: list[Outcome] = []
+                for sample in samples:
+                    outcomes += self._run_batch([sample])
+                    if not plan.collect and isinstance(outcomes[-1], TritonError):
+                        break  # (it ends the map: nothing after it is sent)
+                return outcomes
+            return [plan.batch_error(samples, error)] * len(samples)
 
     def run(self, samples: Samples[Mapping[str, InputValue]], progress: bool) -> Iterator[Outcome]:
         plan = self.plan

@@ -26,10 +26,12 @@ __all__ = [
 
 
 class PreparedSample(NamedTuple):
-    """One sample, validated: its tensors (batch axis of 1) or why it was refused."""
+    """One sample, validated: its tensors (batch axis of 1) or why it was refused; its
+    position among the samples."""
 
     tensors: list[Tensor] | None
     error: TritonError | None = None
+    position: int = 0
 
     @property
     def signature(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -99,11 +101,15 @@ def prepare_sample(spec: ModelSpec, sample: object, index: int) -> PreparedSampl
                 f"got {type(sample).__name__}",
                 model=spec.name,
             ),
+            index,
         )
     try:
-        return PreparedSample(prepare_inputs(spec, sample, sample=True, keywords=False).tensors)
+        prepared = prepare_inputs(spec, sample, sample=True, keywords=False)
     except InvalidInputError as error:
-        return PreparedSample(None, InvalidInputError(f"sample {index}: {error}", model=spec.name))
+        return PreparedSample(
+            None, InvalidInputError(f"sample {index}: {error}", model=spec.name), index
+        )
+    return PreparedSample(prepared.tensors, None, index)
 
 
 class BatchBuilder:
@@ -190,11 +196,25 @@ class MapPlan:
     def isolate(self, samples: list[PreparedSample], error: TritonError) -> bool:
         """Whether to send a failed batch's samples one by one, to find the culprits.
 
-        Only when collecting errors, and only after the server refused the batch: a
-        timed-out or cut-off batch may still run on the server, and is not sent again.
+        When the client could not send the batch (a value that JSON cannot carry, over
+        HTTP without binary tensors): always, so that the samples before the culprit are
+        answered, as before a sample refused when it was read. When the server refused
+        it: only when collecting errors. A timed-out or cut-off batch may still run on
+        the server, and is not sent again.
         """
+        if len(samples) <= 1:
+            return False
+        if _unsent(error):
+            return True
         refused = type(error) is InferenceError and not (error.retryable or error.may_have_run)
-        return self.collect and len(samples) > 1 and refused
+        return self.collect and refused
+
+    def batch_error(self, samples: list[PreparedSample], error: TritonError) -> TritonError:
+        """The error of a failed batch, naming its sample when it is one sample the
+        client could not send."""
+        if len(samples) == 1 and _unsent(error):
+            return InvalidInputError(f"sample {samples[0].position}: {error}", model=self.spec.name)
+        return error
 
     def refusal(self, batch: list[PreparedSample]) -> TritonError | None:
         """The error of a batch that is one sample refused on the client, when it ends
@@ -208,6 +228,11 @@ class MapPlan:
         if isinstance(outcome, TritonError) and not self.collect:
             raise outcome
         return outcome
+
+
+def _unsent(error: TritonError) -> bool:
+    """Whether the client refused to send a request (the server gave no status)."""
+    return type(error) is InvalidInputError and error.status is None
 
 
 def join_samples(samples: list[PreparedSample], batched: bool) -> list[Tensor]:

@@ -19,7 +19,7 @@ import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
 from ._blocking import Blocking, LoopThread
-from .conftest import inference_count
+from .conftest import close_client, inference_count, open_client
 
 
 def image(index: int) -> np.ndarray:
@@ -344,6 +344,37 @@ def test_errors_collect_with_model_errors(client: Any) -> None:
         assert isinstance(results[index], ts.InferenceError), results[index]
         assert "negative dimensions" in str(results[index])
     assert [results[index]["OUT"].shape for index in (0, 2, 4)] == [(3,), (2,), (1,)]
+
+
+def test_a_value_json_cannot_carry_fails_its_sample_only(
+    server: LocalServer, mode: str, loop_thread: LoopThread
+) -> None:
+    # Over HTTP without binary tensors, NaN is refused when the batch is encoded: the
+    # batch is sent again sample by sample (it failed whole, each sample with its error).
+    client = open_client(server.http_url, mode, loop_thread, http_binary=False)
+    try:
+        model = client.model("scale")
+        samples = [scale_sample(index) for index in range(6)]
+        samples[2]["SCALE"] = math.nan
+        results = list(model.map(samples, errors="collect", batch_size=6))
+        for index, result in enumerate(results):
+            if index == 2:
+                assert isinstance(result, ts.InvalidInputError)
+                assert str(result).startswith("sample 2: ")
+                assert "NaN" in str(result)
+            else:
+                check_scaled(result, index)
+        answered = []
+        outcomes = model.map(samples, batch_size=6)
+        answered.append(next(outcomes))
+        answered.append(next(outcomes))
+        with pytest.raises(ts.InvalidInputError, match=r"^sample 2: .*NaN"):
+            next(outcomes)
+        for index, result in enumerate(answered):
+            check_scaled(result, index)
+        assert len(answered) == 2
+    finally:
+        close_client(client, loop_thread)
 
 
 # Progress
