@@ -83,12 +83,28 @@ def _short(value: object) -> str:
     return text if len(text) <= _LONGEST_ELEMENT else f"{text[: _LONGEST_ELEMENT - 1]}…"
 
 
+_PREVIEW_EDGE = 2
+_PREVIEW_MOST = 16
+"""Values shown at most: numpy shortens only axes longer than twice the edge items, so
+many short axes would show every value."""
+
+
 def preview(array: np.ndarray[Any, Any]) -> str:
     """A short one-line view of an array's values."""
+    shown = 1
+    for length in array.shape:
+        shown *= min(length, 2 * _PREVIEW_EDGE)
+    if shown > _PREVIEW_MOST:  # the first values, in order
+        first = np.array(array.flat[: 2 * _PREVIEW_EDGE], dtype=array.dtype)
+        return f"{_array_text(first)[:-1]} ...]"
+    return _array_text(array)
+
+
+def _array_text(array: np.ndarray[Any, Any]) -> str:
     text = np.array2string(
         array,
         threshold=6,
-        edgeitems=2,
+        edgeitems=_PREVIEW_EDGE,
         max_line_width=10_000,
         formatter={"object": _short, "numpystr": _short},
     )

@@ -73,6 +73,19 @@ def test_a_long_bytes_element_is_cut_in_the_preview() -> None:
     assert len(preview(strings)) < 200
 
 
+def test_many_short_axes_are_previewed_in_a_few_values() -> None:
+    # numpy shortens only axes longer than 4: 5**10 values were all shown (39 MB of HTML).
+    values = np.arange(5**10, dtype=np.float32).reshape((5,) * 10)
+    result = ts.InferResult(
+        {"Y": values}, datatypes={"Y": "FP32"}, model_name="m", model_version="1"
+    )
+    assert len(result._repr_html_()) < 2_000
+    assert preview(values) == "[0. 1. 2. 3. ...]"
+    assert (
+        preview(np.arange(16).reshape(4, 4)) == "[[ 0 1 2 3] [ 4 5 6 7] [ 8 9 10 11] [12 13 14 15]]"
+    )
+
+
 def test_statistics_show_the_phases_that_happened() -> None:
     stats = ts.ModelStatistics(
         name="m",
