@@ -7,6 +7,7 @@ The balancer's decisions alone are tested in tests/unit/test_balance.py.
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import threading
 import time
@@ -483,6 +484,27 @@ def test_a_hook_failing_on_probes_neither_hides_them_nor_keeps_an_endpoint_out(
             assert "after_receive" in seen.seen
         finally:
             close_client(client, loop_thread)
+
+
+def upkeep_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name == "triton_sdk-upkeep"}
+
+
+def test_a_client_dropped_without_close_lets_its_upkeep_thread_end(
+    fleet: list[LocalServer], protocol: str
+) -> None:
+    # (The thread held the transport: it probed, connections open, for the process's life.)
+    before = upkeep_threads()
+    urls = [server_url(fleet[0], protocol), f"{protocol}://127.0.0.1:{unused_port()}"]
+    client = ts.Client(urls)
+    model = client.model("double")
+    for _ in range(4):
+        assert np.array_equal(model.infer(X=ONES)["Y"], 2 * ONES)
+    assert not states(client)[1].healthy
+    assert upkeep_threads() - before  # probing the dead endpoint
+    del client, model
+    gc.collect()
+    wait_until(lambda: not upkeep_threads() - before, "the upkeep thread ended", timeout=5)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
@@ -122,6 +123,7 @@ class BalancedTransport:
         self.balancer = Balancer([Member(e, open_endpoint(e)) for e in endpoints])
         self._closed = threading.Event()
         self._wake = threading.Event()
+        weakref.finalize(self, self._wake.set)  # (the upkeep thread then ends at once)
         self._lock = threading.Lock()
         self._upkeep: threading.Thread | None = None
         self._restart_upkeep = False
@@ -136,6 +138,7 @@ class BalancedTransport:
         self.balancer.after_fork_in_child()
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        weakref.finalize(self, self._wake.set)
         closed, self._closed = self._closed.is_set(), threading.Event()
         if closed:
             self._closed.set()
@@ -239,24 +242,12 @@ class BalancedTransport:
         with self._lock:
             if self._upkeep is None and not self._closed.is_set():
                 self._upkeep = threading.Thread(
-                    target=self._keep_up, name="triton_sdk-upkeep", daemon=True
+                    target=_keep_up,
+                    args=(weakref.ref(self),),
+                    name="triton_sdk-upkeep",
+                    daemon=True,
                 )
                 self._upkeep.start()
-
-    def _keep_up(self) -> None:
-        try:
-            while not self._closed.is_set():
-                wait = self._upkeep_round()
-                if wait is None:
-                    return
-                self._wake.wait(wait)
-                self._wake.clear()
-        except Exception:  # logged: calls go on, and the next failure starts it again
-            logger.exception("the upkeep of the client's endpoints failed")
-        finally:
-            with self._lock:
-                if self._upkeep is threading.current_thread():
-                    self._upkeep = None
 
     def _upkeep_round(self) -> float | None:
         """Resolve, close what left, probe what is due; the seconds until the next round
@@ -281,6 +272,30 @@ class BalancedTransport:
             ctx = _probe_context(self._headers, member)
             balancer.probed(member, _ready(member.transport, ctx, self._hooks))
         return wait
+
+
+def _keep_up(transport_ref: weakref.ref[BalancedTransport]) -> None:
+    """The upkeep thread: rounds until there is nothing to watch or the transport is
+    closed. It holds the transport only during a round: a client dropped without close()
+    is collected, connections and all, and its thread ends after its wait."""
+    transport = transport_ref()
+    try:
+        while transport is not None and not transport._closed.is_set():
+            wait = transport._upkeep_round()
+            if wait is None:
+                return
+            wake = transport._wake
+            transport = None
+            wake.wait(wait)
+            wake.clear()
+            transport = transport_ref()
+    except Exception:  # logged: calls go on, and the next failure starts it again
+        logger.exception("the upkeep of the client's endpoints failed")
+    finally:
+        if transport is not None:
+            with transport._lock:
+                if transport._upkeep is threading.current_thread():
+                    transport._upkeep = None
 
 
 class AsyncBalancedTransport:
