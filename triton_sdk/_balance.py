@@ -84,6 +84,7 @@ class Member(Generic[T]):
     """One endpoint, its transport and its counters (guarded by the balancer's lock)."""
 
     __slots__ = (
+        "breaks",
         "ejections",
         "endpoint",
         "failures",
@@ -103,6 +104,7 @@ class Member(Generic[T]):
         self.in_flight = 0
         self.requests = 0
         self.failures = 0
+        self.breaks = 0  # connection-level failures seen by calls or probes
         self.ejections = 0
         self.timeouts = 0  # calls in a row that timed out, with no answer since
         self.probe_at = 0.0
@@ -155,11 +157,11 @@ class Balancer(Generic[T]):
         self.retired: list[Member[T]] = []  # gone from DNS; closed once idle
         self._lock = threading.Lock()
         self._random = random.Random(seed)
-        # Each sequence's endpoint (None: it failed), when the sequence was last used, and
-        # the endpoint's failures when the sequence started there: once one more call
-        # failed there at the connection level, the server may have lost its state (a
-        # hung server, ejected for its timeouts, has not).
-        self._pins: dict[_PinKey, tuple[Member[T] | None, float, int]] = {}
+        # Each sequence's endpoint, when the sequence was last used, and the endpoint's
+        # breaks when the sequence started there (_LOST: the sequence is lost): once a
+        # call or a probe more failed there at the connection level, the server may have
+        # lost its state (a hung server, ejected for its timeouts, has not).
+        self._pins: dict[_PinKey, tuple[Member[T], float, int]] = {}
         self._sweep_at = time.monotonic() + _PIN_SWEEP
 
     def after_fork_in_child(self) -> None:
@@ -192,19 +194,19 @@ class Balancer(Generic[T]):
             if request.sequence_start or key not in self._pins:
                 # (A sequence started before this client knew it stays where it goes now.)
                 member = self._take(())
-                self._pins[key] = (member, now, member.failures)
+                self._pins[key] = (member, now, member.breaks)
                 return Route(member, sequence)
-            pinned, _, failures = self._pins[key]
-            if pinned is None or pinned.failures != failures:
+            pinned, _, breaks = self._pins[key]
+            if breaks == _LOST or pinned.breaks != breaks:
                 # Its endpoint failed, maybe seen by other calls only (and may be back,
                 # restarted): the sequence's state there is gone, or may be.
                 if request.sequence_end:
                     del self._pins[key]
                 else:
-                    self._pins[key] = (None, now, 0)
-                raise _lost(sequence, None if pinned is None else pinned.endpoint)
+                    self._pins[key] = (pinned, now, _LOST)
+                raise _lost(sequence, pinned.endpoint)
             self._count(pinned)
-            self._pins[key] = (pinned, now, failures)
+            self._pins[key] = (pinned, now, breaks)
             return Route(pinned, sequence)
 
     def _forget_idle_sequences(self, now: float) -> None:
@@ -262,6 +264,7 @@ class Balancer(Generic[T]):
                 self._ended(request)
                 return error
             member.failures += 1
+            member.breaks += 1
             self._eject(member, error)
             if request is None:
                 return error
@@ -269,7 +272,7 @@ class Balancer(Generic[T]):
             if request.sequence_end:
                 self._pins.pop(key, None)
             else:
-                self._pins[key] = (None, time.monotonic(), 0)
+                self._pins[key] = (member, time.monotonic(), _LOST)
             return _lost(request.sequence_id, member.endpoint, error)
 
     def abandoned(self, route: Route[T], op: AnyOp) -> None:
@@ -313,7 +316,7 @@ class Balancer(Generic[T]):
     def idle_retired(self) -> list[Member[T]]:
         """Retired members with nothing in flight and no sequence on them (to close)."""
         with self._lock:
-            pinned = {id(member) for member, _, _ in self._pins.values() if member is not None}
+            pinned = {id(member) for member, _, breaks in self._pins.values() if breaks != _LOST}
             idle = [m for m in self.retired if m.in_flight == 0 and id(m) not in pinned]
             self.retired = [member for member in self.retired if member not in idle]
         return idle
@@ -328,10 +331,14 @@ class Balancer(Generic[T]):
             later = [member.probe_at - now for member in ejected if member.probe_at > now]
         return due, (min(later) if later else (PROBE_FIRST if due else None))
 
-    def probed(self, member: Member[T], ready: bool) -> None:
+    def probed(self, member: Member[T], ready: bool, failure: TritonError | None = None) -> None:
         """Record a readiness probe: a ready endpoint takes calls again; otherwise the
-        next probe waits twice as long (up to PROBE_MAX)."""
+        next probe waits twice as long (up to PROBE_MAX). A probe that failed at the
+        connection level (``failure``) counts as a break: a server that hung, was
+        ejected, and is then restarted at its address has lost its sequences."""
         with self._lock:
+            if failure is not None and _connection_failure(failure):
+                member.breaks += 1
             if ready:
                 logger.info("endpoint %s is ready again", member.endpoint)
                 member.healthy = True
@@ -383,13 +390,16 @@ def _elsewhere(error: TritonError) -> bool:
     return _connection_failure(error) and not error.may_have_run
 
 
+_LOST: Final = -1
+"""A pinned sequence's breaks once it is lost (each later request raises, until its END)."""
+
+
 def _lost(
-    sequence: int | str, endpoint: Endpoint | None, cause: TritonError | None = None
+    sequence: int | str, endpoint: Endpoint, cause: TritonError | None = None
 ) -> SequenceLostError:
-    where = "its endpoint" if endpoint is None else str(endpoint)
     detail = "" if cause is None else f": {cause}"
     return SequenceLostError(
-        f"sequence {sequence!r} was on {where}, which failed{detail}. A sequence cannot "
+        f"sequence {sequence!r} was on {endpoint}, which failed{detail}. A sequence cannot "
         "move to another endpoint (its state lives in that server): start it again"
     )
 

@@ -217,9 +217,9 @@ def test_a_sequence_whose_endpoint_other_calls_saw_fail_is_lost_even_once_it_is_
     start.member.healthy = True  # readmitted by its probe (the server restarted)
     with pytest.raises(ts.SequenceLostError, match=str(start.member.endpoint)):
         pool.route(step(4))
-    with pytest.raises(ts.SequenceLostError):
+    with pytest.raises(ts.SequenceLostError, match=str(start.member.endpoint)):
         pool.route(step(4))  # and every later request of it, until its END
-    with pytest.raises(ts.SequenceLostError):
+    with pytest.raises(ts.SequenceLostError, match=str(start.member.endpoint)):
         pool.route(step(4, end=True))
     assert pool._pins == {}
     again = pool.route(step(4, start=True))  # started anew, it goes where a new one goes
@@ -228,6 +228,29 @@ def test_a_sequence_whose_endpoint_other_calls_saw_fail_is_lost_even_once_it_is_
 
 
 TIMED_OUT = ts.TritonTimeoutError("timed out after 0.5 s")
+
+
+@pytest.mark.parametrize(("probe_failure", "lost"), [(REFUSED, True), (TIMED_OUT, False)])
+def test_a_sequence_on_a_hung_endpoint_is_lost_once_a_probe_found_it_down(
+    probe_failure: ts.TritonError, lost: bool
+) -> None:
+    # Ejected for its timeouts (hung: its state kept), then restarted at its address: only
+    # the probes saw it down, and the sequence went on to a server that never knew it.
+    pool = balancer(2)
+    start = pool.route(step(6, start=True))
+    pool.succeeded(start, step(6, start=True))
+    hung = start.member
+    for _ in range(HUNG_AFTER):
+        hung.in_flight += 1
+        pool.failed(Route(hung), READY, TIMED_OUT)
+    assert not hung.healthy
+    pool.probed(hung, False, probe_failure)
+    pool.probed(hung, True)
+    if lost:
+        with pytest.raises(ts.SequenceLostError, match=str(hung.endpoint)):
+            pool.route(step(6))
+    else:  # still hung, then answering: the same server, its state intact
+        assert pool.route(step(6)).member is hung
 
 
 def test_calls_timing_out_in_a_row_eject_a_hung_endpoint() -> None:

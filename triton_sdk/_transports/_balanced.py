@@ -270,7 +270,7 @@ class BalancedTransport:
                 return None
         for member in due:
             ctx = _probe_context(self._headers, member)
-            balancer.probed(member, _ready(member.transport, ctx, self._hooks))
+            balancer.probed(member, *_ready(member.transport, ctx, self._hooks))
         return wait
 
 
@@ -466,7 +466,7 @@ class AsyncBalancedTransport:
             return None
         for member in due:
             ctx = _probe_context(self._headers, member)
-            balancer.probed(member, await _aready(member.transport, ctx, self._hooks))
+            balancer.probed(member, *await _aready(member.transport, ctx, self._hooks))
         return wait
 
 
@@ -495,36 +495,42 @@ def _log_close_failure(endpoint: Endpoint, error: TritonError) -> None:
 # a hook raises here is logged: the upkeep goes on, and the probe counts as not ready.
 
 
-def _ready(transport: Transport, ctx: CallContext, hooks: tuple[CallHook, ...]) -> bool:
+_Probe = tuple[bool, TritonError | None]
+"""Whether a probed endpoint is ready; the probe's error, if it failed."""
+
+
+def _ready(transport: Transport, ctx: CallContext, hooks: tuple[CallHook, ...]) -> _Probe:
     try:
         run_before_send(hooks, _READY, ctx)
         try:
             ready = transport.call(_READY, ctx)
         except TritonError as error:
             _settle(hooks, ctx, error)
-            return False
+            return False, error
         _settle(hooks, ctx, ready)
-        return ready
+        return ready, None
     except Exception as error:
         _log_hook_failure(ctx, error)
-        return False
+        return False, None
     finally:
         _end(hooks, ctx)
 
 
-async def _aready(transport: AsyncTransport, ctx: CallContext, hooks: tuple[CallHook, ...]) -> bool:
+async def _aready(
+    transport: AsyncTransport, ctx: CallContext, hooks: tuple[CallHook, ...]
+) -> _Probe:
     try:
         run_before_send(hooks, _READY, ctx)
         try:
             ready = await transport.acall(_READY, ctx)
         except TritonError as error:
             _settle(hooks, ctx, error)
-            return False
+            return False, error
         _settle(hooks, ctx, ready)
-        return ready
+        return ready, None
     except Exception as error:
         _log_hook_failure(ctx, error)
-        return False
+        return False, None
     finally:
         _end(hooks, ctx)
 
