@@ -49,8 +49,9 @@ class CallContext:
             the wait for each response.
         deadline_at: ``time.monotonic()`` value the whole call must end by, or None.
         attempt: 1 for the first attempt, 2 for the first retry, ...
-        url: the URL the attempt goes to, for hooks that name the server: the client's
-            (the first endpoint of a client over many), the probed endpoint's for a
+        url: the URL the attempt goes to, for hooks that name the server: the client's;
+            on a client over many endpoints, its first endpoint's in ``before_send`` and
+            the endpoint the attempt went to afterwards; the probed endpoint's for a
             readiness probe, the op's own for metrics and the OpenAI frontend (set for
             hooks only; ``""`` in a transport's own use).
     """

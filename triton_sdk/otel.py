@@ -72,6 +72,7 @@ class Tracing(CallHook):
         span: Span | None = ctx.state.pop(self._key, None)
         if span is None:
             return  # a stream's later responses
+        span.set_attributes(_server(ctx.url))  # (a client over many: where it went)
         if isinstance(result, InferResult):
             span.set_attribute("triton.response.bytes", result.nbytes)
         span.set_status(Status(StatusCode.OK))
@@ -81,6 +82,7 @@ class Tracing(CallHook):
         span: Span | None = ctx.state.pop(self._key, None)
         if span is None:
             return
+        span.set_attributes(_server(ctx.url))
         span.record_exception(error)
         span.set_attribute("error.type", type(error).__name__)
         if error.status is not None:
@@ -92,8 +94,19 @@ class Tracing(CallHook):
         span: Span | None = ctx.state.pop(self._key, None)
         if span is None:
             return  # ended by its answer or its error
+        span.set_attributes(_server(ctx.url))
         span.set_attribute("triton.answered", False)
         span.end()
+
+
+def _server(url: str) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of a URL."""
+    parts = urlsplit(url) if url else None
+    if parts is None or not parts.hostname:
+        return {}
+    if parts.port is None:
+        return {"server.address": parts.hostname}
+    return {"server.address": parts.hostname, "server.port": parts.port}
 
 
 def _attributes(op: AnyOp, ctx: CallContext) -> Mapping[str, Any]:
@@ -105,10 +118,7 @@ def _attributes(op: AnyOp, ctx: CallContext) -> Mapping[str, Any]:
         "rpc.method": ctx.call,
         "triton.attempt": ctx.attempt,
     }
-    if parts is not None and parts.hostname:
-        attributes["server.address"] = parts.hostname
-        if parts.port is not None:
-            attributes["server.port"] = parts.port
+    attributes.update(_server(ctx.url))
     if ctx.model is not None:
         attributes["triton.model"] = ctx.model
     if isinstance(op, StreamInfer):

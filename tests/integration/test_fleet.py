@@ -486,6 +486,49 @@ def test_a_hook_failing_on_probes_neither_hides_them_nor_keeps_an_endpoint_out(
             close_client(client, loop_thread)
 
 
+class WhereItWent(ts.CallHook):
+    def __init__(self) -> None:
+        self.sent_to: list[str] = []
+        self.answered_by: list[str] = []
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        self.sent_to.append(ctx.url)
+
+    def after_receive(self, op: Any, ctx: ts.CallContext, result: object) -> None:
+        self.answered_by.append(ctx.url)
+
+
+def test_hooks_and_spans_name_the_endpoint_each_attempt_went_to(
+    fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from triton_sdk.otel import Tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    urls = [server_url(server, protocol) for server in fleet[:2]]
+    where = WhereItWent()
+    client = open_client(urls, mode, loop_thread, hooks=[where, Tracing(provider)])
+    try:
+        model = client.model("double")
+        exporter.clear()
+        where.answered_by.clear()
+        for _ in range(12):
+            model.infer(X=ONES)
+    finally:
+        close_client(client, loop_thread)
+    assert set(where.sent_to) == {urls[0]}  # (before the pick)
+    assert set(where.answered_by) == set(urls)
+    ports = {dict(span.attributes or {})["server.port"] for span in exporter.get_finished_spans()}
+    assert ports == {int(url.rsplit(":", 1)[1]) for url in urls}
+    provider.shutdown()
+
+
 def upkeep_threads() -> set[threading.Thread]:
     return {thread for thread in threading.enumerate() if thread.name == "triton_sdk-upkeep"}
 

@@ -55,6 +55,12 @@ def _probe_context(headers: Mapping[str, str], member: Member[Any]) -> CallConte
     return ctx
 
 
+def _name_endpoint(ctx: CallContext, route: Route[Any]) -> None:
+    """Tell the hooks where the attempt goes (they saw the client's first URL before)."""
+    if ctx.url:  # (set for hooks only)
+        ctx.url = str(route.member.endpoint)
+
+
 def _refused_there(error: TritonError, op: AnyOp, route: Route[Any]) -> UnsupportedError:
     """The refusal of an operation the endpoint lacks, naming that endpoint (the client
     names its first one)."""
@@ -168,6 +174,7 @@ class BalancedTransport:
             raise
         while True:
             try:
+                _name_endpoint(ctx, route)
                 result = route.member.transport.call(op, ctx)
             except TritonError as error:
                 failure = balancer.failed(route, op, error)
@@ -200,6 +207,7 @@ class BalancedTransport:
         failure: TritonError | None = None
         answered = False
         try:
+            _name_endpoint(ctx, route)
             for item in route.member.transport.stream(op, ctx):
                 answered = True
                 yield item
@@ -344,6 +352,7 @@ class AsyncBalancedTransport:
             raise
         while True:
             try:
+                _name_endpoint(ctx, route)
                 result = await route.member.transport.acall(op, ctx)
             except TritonError as error:
                 failure = balancer.failed(route, op, error)
@@ -378,6 +387,7 @@ class AsyncBalancedTransport:
             raise
         failure: TritonError | None = None
         answered = False
+        _name_endpoint(ctx, route)
         responses = route.member.transport.astream(op, ctx)
         try:
             async for item in responses:
