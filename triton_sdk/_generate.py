@@ -374,6 +374,13 @@ def tensors_to_fields(tensors: list[Tensor], spec: ModelSpec) -> dict[str, JSONV
     """
     fields: dict[str, JSONValue] = {}
     for tensor in tensors:
+        if tensor.datatype in _NOT_IN_JSON:
+            raise InvalidInputError(
+                f"input {tensor.name!r} is {tensor.datatype}, which Triton does not read from "
+                "JSON: streaming over HTTP (the generate extension) cannot carry it; use a "
+                "gRPC client",
+                model=spec.name,
+            )
         array = tensor.array
         if spec.batched:
             if array.shape[0] != 1:

@@ -191,6 +191,22 @@ def test_an_error_sent_first_and_not_last_reads_as_its_message(client: Any) -> N
     assert str(caught.value) == "far too negative: -100"
 
 
+def test_half_floats_are_streamed_over_grpc_and_refused_before_sending_over_http(
+    client: Any, protocol: str, server: LocalServer
+) -> None:
+    # Triton reads no FP16 or BF16 from JSON, which the HTTP stream sends: it answered 400.
+    model = client.model("all_dtypes")
+    halves = np.array([[0.5, -2.0]], np.float16)
+    before = inference_count(server, "all_dtypes")
+    if protocol == "grpc":
+        (result,) = list(model.stream(IN_FP16=halves, outputs=["OUT_FP16"]))
+        assert result["OUT_FP16"].tolist() == halves.tolist()
+        return
+    with pytest.raises(ts.InvalidInputError, match=r"'IN_FP16' is FP16.*use a gRPC client"):
+        list(model.stream(IN_FP16=halves))
+    assert inference_count(server, "all_dtypes") == before
+
+
 def test_infer_on_a_decoupled_model_is_refused(client: Any, server: LocalServer) -> None:
     model = client.model("repeat")
     assert model.spec.decoupled
