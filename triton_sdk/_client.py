@@ -73,6 +73,7 @@ from ._errors import (
     InferenceError,
     InvalidInputError,
     ModelNotFoundError,
+    TritonConnectionError,
     TritonError,
     TritonTimeoutError,
     UnsupportedError,
@@ -651,19 +652,30 @@ class Client:
         """
         limit = check_timeout(timeout)
         deadline = time.monotonic() + (float("inf") if limit is None else limit)
+        probes: list[Op[bool]] = [IsServerReady()]
+        if model is not None:
+            probes.append(IsModelReady(model))
         while True:
             each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
-            ready = self._healthy(IsServerReady(), each) and (
-                model is None or self._healthy(IsModelReady(model), each)
-            )
-            if ready:
+            failure: TritonError | None = None
+            for probe in probes:
+                try:
+                    ready = self._run(probe, each)
+                except TritonError as error:
+                    if isinstance(error, TritonConnectionError) and not error.retryable:
+                        raise  # (TLS, or a protocol the server does not speak: no wait heals it)
+                    ready, failure = False, error
+                if not ready:
+                    break
+            else:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
                 what = "the server" if model is None else f"model {model!r}"
+                last = "" if failure is None else f" (last: {failure})"
                 raise TritonTimeoutError(
-                    f"{what} at {self._where()} was not ready after {timeout}s"
-                )
+                    f"{what} at {self._where()} was not ready after {timeout}s{last}"
+                ) from failure
             sleep(min(_POLL_INTERVAL, left))  # (the last probe is at the deadline)
 
     def _where(self) -> str:

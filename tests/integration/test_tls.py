@@ -15,6 +15,7 @@ import socketserver
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -333,8 +334,41 @@ def test_unusable_tls_files_are_refused_when_the_client_is_made(
         else:
             ts.Client(f"{scheme}://127.0.0.1:1", tls=ts.TLSConfig(ca_file=str(junk)))
 
-    with pytest.raises(ts.InvalidInputError, match="TLS files"):
+    with pytest.raises(ts.InvalidInputError, match=f"TLS files: ca_file {junk}"):
         make()
+
+
+@pytest.mark.parametrize("scheme", ["grpcs", "https"])
+def test_a_missing_tls_file_is_named(tmp_path: Path, scheme: str) -> None:
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    tls = ts.TLSConfig(cert_file=str(cert), key_file=str(key))
+    with pytest.raises(ts.InvalidInputError, match=f"cert_file {cert} with key_file {key}"):
+        ts.Client(f"{scheme}://127.0.0.1:1", tls=tls)
+
+
+@pytest.mark.parametrize("url_of", ["tls_server", "https_url"])
+def test_waiting_for_a_server_whose_certificate_fails_raises_at_once(
+    url_of: str, request: pytest.FixtureRequest, certificates: Path, mode: str
+) -> None:
+    # (It polled until the timeout, then said "not ready", the TLS failure lost.)
+    url = request.getfixturevalue(url_of)
+    tls = ts.TLSConfig(ca_file=str(certificates / "other-ca.pem"), server_hostname="triton.test")
+
+    async def wait_async() -> None:
+        async with ts.AsyncClient(url, tls=tls) as client:
+            await client.wait_until_ready(timeout=30)
+
+    def wait() -> None:
+        if mode == "async":
+            asyncio.run(wait_async())
+            return
+        with ts.Client(url, tls=tls) as client:
+            client.wait_until_ready(timeout=30)
+
+    started = time.monotonic()
+    with pytest.raises(ts.TritonConnectionError, match="TLS failure"):
+        wait()
+    assert time.monotonic() - started < 10
 
 
 @pytest.mark.parametrize("scheme", ["grpcs", "https"])

@@ -70,15 +70,23 @@ def ssl_context(tls: TLSConfig | None) -> ssl.SSLContext:
     tls = tls or TLSConfig()
     try:
         context = ssl.create_default_context(cafile=tls.ca_file)
-        if tls.cert_file is not None:
-            context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_passphrase)
+    except (OSError, ssl.SSLError) as exc:
+        where = "the system's" if tls.ca_file is None else f"ca_file {tls.ca_file}"
+        raise InvalidInputError(f"cannot use the TLS files: {where}: {exc}") from exc
+    if tls.cert_file is None:
+        return context
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_passphrase)
     except _EncryptedKey:
         raise InvalidInputError(
             f"the key file {tls.key_file} is encrypted: TLSConfig takes a key without a "
             "passphrase (openssl pkey -in KEY -out PLAIN_KEY writes one)"
         ) from None
     except (OSError, ssl.SSLError) as exc:
-        raise InvalidInputError(f"cannot use the TLS files: {exc}") from exc
+        given = f"cert_file {tls.cert_file}" + (
+            "" if tls.key_file is None else f" with key_file {tls.key_file}"
+        )
+        raise InvalidInputError(f"cannot use the TLS files: {given}: {exc}") from exc
     return context
 
 
