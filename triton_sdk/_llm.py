@@ -126,7 +126,9 @@ class LLMAdapter(ABC):
 
     @property
     @abstractmethod
-    def options(self) -> frozenset[str]: ...
+    def options(self) -> frozenset[str]:
+        """The sampling options (``temperature``, ``max_tokens``, ...) this adapter can
+        send to its model; others are refused before sending."""
 
     @abstractmethod
     def fields(

@@ -68,9 +68,11 @@ class Usage:
 
     @property
     def total_tokens(self) -> int:
+        """Prompt and completion tokens together."""
         return self.prompt_tokens + self.completion_tokens
 
     def to_openai_dict(self) -> OpenAIDict:
+        """The JSON OpenAI's API would send for this part of an answer."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -79,6 +81,7 @@ class Usage:
 
     @classmethod
     def from_openai_dict(cls, data: Mapping[str, Any] | None) -> Usage | None:
+        """From an OpenAI-compatible server's JSON (None when it sent none)."""
         if data is None:
             return None
         data = _object(data, "usage")
@@ -94,6 +97,7 @@ class ChatMessage:
     tool_calls: tuple[OpenAIObject, ...] | None = None
 
     def to_openai_dict(self) -> OpenAIDict:
+        """The JSON OpenAI's API would send for this part of an answer."""
         data: OpenAIDict = {"role": self.role, "content": self.content}
         if self.tool_calls:
             data["tool_calls"] = [dict(call) for call in self.tool_calls]
@@ -113,9 +117,11 @@ class ChatChoice:
 
     @property
     def text(self) -> str | None:
+        """The choice's text (None when it has none, e.g. only tool calls)."""
         return self.message.content
 
     def to_openai_dict(self) -> OpenAIDict:
+        """The JSON OpenAI's API would send for this part of an answer."""
         return {
             "index": self.index,
             "message": self.message.to_openai_dict(),
@@ -125,6 +131,7 @@ class ChatChoice:
 
     @classmethod
     def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> ChatChoice:
+        """From an OpenAI-compatible server's JSON; ``index`` where it gave none."""
         data = _object(data, "a choice")
         message = _object(data.get("message"), "a choice's message")
         return cls(
@@ -150,6 +157,7 @@ class ChoiceDelta:
     tool_calls: tuple[OpenAIObject, ...] | None = None
 
     def to_openai_dict(self) -> OpenAIDict:
+        """The JSON OpenAI's API would send for this part of an answer."""
         data: OpenAIDict = {"content": self.content}
         if self.role is not None:
             data["role"] = self.role
@@ -170,9 +178,11 @@ class ChunkChoice:
 
     @property
     def text(self) -> str | None:
+        """The choice's text (None when it has none, e.g. only tool calls)."""
         return self.delta.content
 
     def to_openai_dict(self) -> OpenAIDict:
+        """The JSON OpenAI's API would send for this part of an answer."""
         return {
             "index": self.index,
             "delta": self.delta.to_openai_dict(),
@@ -182,6 +192,7 @@ class ChunkChoice:
 
     @classmethod
     def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> ChunkChoice:
+        """From an OpenAI-compatible server's JSON; ``index`` where it gave none."""
         data = _object(data, "a choice")
         delta = _object(data.get("delta"), "a choice's delta")
         role = delta.get("role")
@@ -208,6 +219,7 @@ class CompletionChoice:
     """The log probabilities the server sent (asked for with ``logprobs=N``), as sent."""
 
     def to_openai_dict(self) -> OpenAIDict:
+        """The JSON OpenAI's API would send for this part of an answer."""
         return {
             "index": self.index,
             "text": self.text,
@@ -217,6 +229,7 @@ class CompletionChoice:
 
     @classmethod
     def from_openai_dict(cls, data: Mapping[str, Any], index: int) -> CompletionChoice:
+        """From an OpenAI-compatible server's JSON; ``index`` where it gave none."""
         data = _object(data, "a choice")
         return cls(
             int(data.get("index", index)),

@@ -40,6 +40,7 @@ class DurationStatistics:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> DurationStatistics:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         data = data or {}
         return cls(count=json_int(data.get("count")), total_ns=json_int(data.get("ns")))
 
@@ -63,6 +64,7 @@ class InferenceStatistics:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> InferenceStatistics:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         data = data or {}
         return cls(
             **{
@@ -83,6 +85,7 @@ class BatchStatistics:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchStatistics:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
             batch_size=json_int(data.get("batch_size")),
             compute_input=DurationStatistics.from_json(data.get("compute_input")),
@@ -115,6 +118,7 @@ class ModelStatistics(Displayable):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ModelStatistics:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
             name=str(data.get("name", "")),
             version=str(data.get("version", "")),
@@ -307,6 +311,7 @@ class TraceSettings:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TraceSettings:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
             level=_many(data.get("trace_level")),
             rate=int(_one(data.get("trace_rate")) or 0),
@@ -380,6 +385,7 @@ class LogSettings:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LogSettings:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
             file=str(data.get("log_file") or ""),
             info=bool(data.get("log_info", False)),

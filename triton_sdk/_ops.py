@@ -122,6 +122,8 @@ class Op(_Call, Generic[T_co]):
 
     @property
     def idempotent(self) -> bool:
+        """Whether running the op twice is harmless: only such ops are retried, or sent
+        to another endpoint, after a failure that may have left them running."""
         return True
 
 

@@ -20,6 +20,7 @@ class ServerMetadata:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ServerMetadata:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
             name=str(data.get("name", "")),
             version=str(data.get("version", "")),
@@ -47,6 +48,7 @@ class ModelStatus:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ModelStatus:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
             name=str(data.get("name", "")),
             version=str(data["version"]) if data.get("version") else None,
@@ -66,6 +68,7 @@ class SharedMemoryRegion:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SharedMemoryRegion:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
             name=str(data.get("name", "")),
             key=str(data.get("key", "")),
@@ -84,6 +87,7 @@ class CudaSharedMemoryRegion:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CudaSharedMemoryRegion:
+        """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
             name=str(data.get("name", "")),
             device_id=int(data.get("device_id") or 0),

@@ -482,14 +482,17 @@ class LocalServer:
 
     @property
     def http_port(self) -> int:
+        """The port of its HTTP endpoint on ``host`` (picked free at start unless given)."""
         return self._port(0)
 
     @property
     def grpc_port(self) -> int:
+        """The port of its gRPC endpoint on ``host`` (picked free at start unless given)."""
         return self._port(1)
 
     @property
     def metrics_port(self) -> int:
+        """The port of its metrics endpoint on ``host`` (picked free at start unless given)."""
         return self._port(2)
 
     @property

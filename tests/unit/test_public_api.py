@@ -334,3 +334,48 @@ def test_constructors_take_arguments_as_the_api_writes_them() -> None:
     assert (spec.name, spec.datatype, spec.shape, spec.optional) == ("TEXT", "BYTES", (1,), False)
     assert ts.RetryPolicy(5, 0.2) == ts.RetryPolicy(max_attempts=5, initial_backoff=0.2)
     assert ts.RetryPolicy() == ts.RetryPolicy(3, 0.1, 5.0, 2.0, True, None)
+
+
+PUBLIC_MODULES = ["triton_sdk", "triton_sdk.local", "triton_sdk.llm", "triton_sdk.ops"]
+
+
+def _undocumented() -> list[str]:
+    """Public classes, functions and methods of the package without a docstring of their
+    own (a method inherited from outside the package, e.g. attrs' or object's, aside)."""
+    import importlib
+
+    missing = []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", []):
+            thing = getattr(module, name)
+            if not (inspect.isclass(thing) or inspect.isfunction(thing)):
+                continue
+            if not (getattr(thing, "__module__", "") or "").startswith("triton_sdk"):
+                continue
+            if not inspect.getdoc(thing):
+                missing.append(f"{module_name}.{name}")
+            if not inspect.isclass(thing):
+                continue
+            for attribute, member in vars(thing).items():
+                if attribute.startswith("_"):
+                    continue
+                function = (
+                    member.__func__ if isinstance(member, classmethod | staticmethod) else member
+                )
+                function = function.fget if isinstance(function, property) else function
+                if not inspect.isfunction(function) or function.__doc__:
+                    continue
+                # An override keeps the docstring of what it overrides.
+                inherited = [
+                    inspect.getdoc(getattr(base, attribute, None))
+                    for base in thing.__mro__[1:]
+                    if attribute in vars(base)
+                ]
+                if not any(inherited):
+                    missing.append(f"{module_name}.{name}.{attribute}")
+    return missing
+
+
+def test_every_public_class_function_and_method_has_a_docstring() -> None:
+    assert _undocumented() == []

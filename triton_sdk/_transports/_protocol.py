@@ -40,8 +40,11 @@ class AsyncTransport(Protocol):
     object can serve both kinds of client (as :class:`~triton_sdk.testing.MockTransport`
     does)."""
 
-    async def acall(self, op: Op[T], ctx: CallContext) -> T: ...
+    async def acall(self, op: Op[T], ctx: CallContext) -> T:
+        """Send ``op`` and return its answer, or raise its TritonError."""
 
-    def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]: ...
+    def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        """Send a streamed ``op``; yield its responses as they arrive."""
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Close the connections (in the event loop they were opened in)."""
