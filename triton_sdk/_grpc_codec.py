@@ -661,10 +661,10 @@ def _infer(request: InferRequest) -> GrpcCall[InferResult]:
     """An infer request: as a protobuf message, or in wire form when its tensors are
     large (one copy of their data, and the answer's raw contents read as views)."""
     call = _infer_call(request)
-    keep = request.outputs_to_keep()
-    if keep is not None:
-        read = call.read
-        call.read = lambda answer: keep_outputs(read(answer), keep)
+    if request.triton or request.outputs is None:
+        return call
+    keep, read = request.outputs_to_keep(), call.read
+    call.read = lambda answer: keep_outputs(read(answer), keep)
     return call
 
 

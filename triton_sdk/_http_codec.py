@@ -560,8 +560,8 @@ def _field_reader(field: str, model: str | None) -> Reader[Any]:
 def _infer_reader(request: InferRequest) -> Reader[InferResult]:
     model, request_id = request.model, request.request_id or None
     placement = request.shared_memory
-    keep = request.outputs_to_keep()
-    if keep is not None:
+    if not request.triton and request.outputs is not None:
+        keep = request.outputs_to_keep()
 
         def kept_result(header_length: int | None, body: Body) -> InferResult:
             result = decode_infer(body, header_length, model, request_id, placement)
