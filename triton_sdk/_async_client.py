@@ -72,6 +72,7 @@ from ._errors import (
     InferenceError,
     InvalidInputError,
     ModelNotFoundError,
+    ModelNotReadyError,
     TritonConnectionError,
     TritonError,
     TritonTimeoutError,
@@ -198,6 +199,28 @@ _JSON_HTTP_SHM: Final = (
 )
 _SOCKETS_ONLY_MODES: Final = ("auto", "off")
 _SYSTEM: Final = ("auto", "system")
+
+
+_STARTING: Final = (
+    TritonConnectionError,
+    TritonTimeoutError,
+    InferenceError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+)
+"""What a server still starting (or loading the model) answers a readiness probe."""
+
+
+def _heals_by_waiting(error: TritonError) -> bool:
+    """Whether a readiness probe's error may pass as the server starts: not a TLS
+    handshake that failed on a certificate (the server's, or the client's it wanted),
+    nor the client's own refusal (closed, another event loop, a bad header). A
+    connection closed during the handshake may pass: a port forwarder (docker, kubectl
+    port-forward) does that while the server behind it starts."""
+    if not isinstance(error, _STARTING):
+        return False
+    certificate = "certificate" in error.message.lower()
+    return not (isinstance(error, TritonConnectionError) and not error.retryable and certificate)
 
 
 def _bucket(budget: object) -> TokenBucket | None:
@@ -358,6 +381,11 @@ class AsyncClient:
         if self._sockets_only and self._shared_memory not in _SOCKETS_ONLY_MODES:
             raise InvalidInputError(self._sockets_only)
         self._output_views = check_outputs(shared_memory_outputs)
+        if isinstance(transport, type):  # (a Protocol check passes the class itself)
+            raise InvalidInputError(
+                f"transport must be a ts.AsyncTransport, got the class {transport.__name__} "
+                f"(make one: {transport.__name__}(...))"
+            )
         if transport is not None and not isinstance(transport, AsyncTransport):
             raise InvalidInputError(
                 f"transport must be a ts.AsyncTransport, got {type(transport).__name__}"
@@ -663,8 +691,8 @@ class AsyncClient:
                 try:
                     ready = await self._run(probe, each)
                 except TritonError as error:
-                    if isinstance(error, TritonConnectionError) and not error.retryable:
-                        raise  # (TLS, or a protocol the server does not speak: no wait heals it)
+                    if not _heals_by_waiting(error):
+                        raise
                     ready, failure = False, error
                 if not ready:
                     break

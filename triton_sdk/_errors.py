@@ -94,6 +94,8 @@ class InvalidInputError(TritonError, ValueError):
     A request refused this way was not sent.
     """
 
+    _of_values = False  # (see values_refused)
+
 
 class UnknownOutputError(TritonError, KeyError):
     """A result was asked for an output it does not hold."""
@@ -255,6 +257,20 @@ def unsupported_operation(error: TritonError, operation: str, url: str) -> Unsup
     )
     named._names_server = True
     return named
+
+
+def values_refused(message: str, *, model: str | None = None) -> InvalidInputError:
+    """The refusal of a request for values that its encoding cannot carry (NaN in JSON,
+    a message over gRPC's size): a batch of samples refused so is sent again sample by
+    sample by ``map``, which finds the samples at fault."""
+    error = InvalidInputError(message, model=model)
+    error._of_values = True
+    return error
+
+
+def is_values_refusal(error: TritonError) -> bool:
+    """Whether ``error`` is a :func:`values_refused` refusal."""
+    return isinstance(error, InvalidInputError) and error._of_values
 
 
 def names_no_server(error: TritonError) -> bool:

@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from ._dtypes import encoded_payload, wire_dtype
-from ._errors import InferenceError, InvalidInputError, classify_message
+from ._errors import InferenceError, InvalidInputError, classify_message, values_refused
 from ._generate import (
     JSONValue,
     TextOutputs,
@@ -291,7 +291,7 @@ def serialize_large_infer(request: InferRequest) -> bytes | None:
         total += len(key) + size
     if total < 2**31:
         return b"".join(parts)
-    raise InvalidInputError(
+    raise values_refused(
         "the request is larger than a gRPC message can be (2 GiB): split the batch "
         "(model.map) or use shared memory",
         model=request.model,

@@ -23,6 +23,7 @@ from ._errors import (
     UnsupportedError,
     classify_message,
     classify_status,
+    values_refused,
 )
 from ._generate import (
     JSONValue,
@@ -262,7 +263,7 @@ def encode_infer_json(request: InferRequest, binary_possible: bool = True) -> by
     try:
         return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
     except ValueError as exc:
-        raise InvalidInputError(f"NaN and infinite values cannot travel as JSON: {remedy}") from exc
+        raise values_refused(f"NaN and infinite values cannot travel as JSON: {remedy}") from exc
 
 
 def _json_data(name: str, datatype: str, array: Any, remedy: str) -> list[Any]:
@@ -272,7 +273,7 @@ def _json_data(name: str, datatype: str, array: Any, remedy: str) -> list[Any]:
     try:
         return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in flat]
     except UnicodeDecodeError as exc:
-        raise InvalidInputError(
+        raise values_refused(
             f"input {name!r}: bytes that are not UTF-8 cannot travel as JSON; {remedy}"
         ) from exc
 

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._checks import check_int
-from ._errors import InferenceError, InvalidInputError, TritonError
+from ._errors import InferenceError, InvalidInputError, TritonError, is_values_refusal
 from ._request import InferRequest, check_outputs
 from ._result import InferResult
 from ._shaping import Tensor, prepare_inputs
@@ -196,24 +196,30 @@ class MapPlan:
     def isolate(self, samples: list[PreparedSample], error: TritonError) -> bool:
         """Whether to send a failed batch's samples one by one, to find the culprits.
 
-        When the client could not send the batch (a value that JSON cannot carry, over
-        HTTP without binary tensors): always, so that the samples before the culprit are
-        answered, as before a sample refused when it was read. When the server refused
-        it: only when collecting errors. A timed-out or cut-off batch may still run on
-        the server, and is not sent again.
+        When the client could not send the batch for its values (one that JSON cannot
+        carry, over HTTP without binary tensors; a request over gRPC's size): always, so
+        that the samples before the culprit are answered, as before a sample refused
+        when it was read. When the server refused it: only when collecting errors. A
+        timed-out or cut-off batch may still run on the server, and is not sent again.
         """
         if len(samples) <= 1:
             return False
-        if _unsent(error):
+        if is_values_refusal(error):
             return True
         refused = type(error) is InferenceError and not (error.retryable or error.may_have_run)
         return self.collect and refused
 
     def batch_error(self, samples: list[PreparedSample], error: TritonError) -> TritonError:
         """The error of a failed batch, naming its sample when it is one sample the
-        client could not send."""
-        if len(samples) == 1 and _unsent(error):
-            return InvalidInputError(f"sample {samples[0].position}: {error}", model=self.spec.name)
+        client could not send for its values."""
+        if len(samples) == 1 and is_values_refusal(error):
+            named = InvalidInputError(
+                f"sample {samples[0].position}: {error}",
+                model=self.spec.name,
+                request_id=error.request_id,
+            )
+            named.__cause__ = error
+            return named
         return error
 
     def refusal(self, batch: list[PreparedSample]) -> TritonError | None:
@@ -228,11 +234,6 @@ class MapPlan:
         if isinstance(outcome, TritonError) and not self.collect:
             raise outcome
         return outcome
-
-
-def _unsent(error: TritonError) -> bool:
-    """Whether the client refused to send a request (the server gave no status)."""
-    return type(error) is InvalidInputError and error.status is None
 
 
 def join_samples(samples: list[PreparedSample], batched: bool) -> list[Tensor]:

@@ -34,7 +34,15 @@ server.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
@@ -160,24 +168,49 @@ class MockTransport:
 
     def _answer(self, op: Op[Any] | StreamOp[Any], answer: object) -> Any:
         if isinstance(answer, BaseException):
-            raise answer
+            raise _as_raised(op, answer)
         if answer is _UNANSWERED:
             raise InferenceError(
                 f"MockTransport has no answer for {type(op).__name__}",
                 status="UNIMPLEMENTED",
                 model=op.model,
             )
-        if isinstance(op, InferRequest) and isinstance(answer, Mapping):
-            return _result(op, answer)
+        if answer is None and (isinstance(op, InferRequest) or getattr(op, "route", None)):
+            # (a query's answer; ops that change something may answer None)
+            raise TypeError(
+                f"the handler answered None to {type(op).__name__}: return its answer, "
+                "raise a TritonError, or raise NotImplementedError"
+            )
+        if isinstance(op, InferRequest):
+            if isinstance(answer, Mapping):
+                return _result(op, answer, self.models.get(op.model))
+            if not isinstance(answer, InferResult):
+                raise TypeError(
+                    f"the answer to an InferRequest is a mapping of output name to array "
+                    f"or an InferResult, got {type(answer).__name__}"
+                )
         return answer
 
     def _items(self, op: StreamOp[Any], answer: object) -> Iterator[Any]:
-        items = cast("Iterable[object]", self._answer(op, answer))
-        if not isinstance(op, StreamInfer):
-            yield from items
-            return
-        for item in items:
-            yield _result(op.request, item) if isinstance(item, Mapping) else item
+        items = self._answer(op, answer)
+        if isinstance(items, Mapping | str | bytes) or not isinstance(items, Iterable):
+            raise TypeError(
+                f"the answer to a {type(op).__name__} is an iterable of items (a list, a "
+                f"generator), got {type(items).__name__}"
+            )
+        try:
+            for item in items:
+                yield self._item(op, item)
+        except TritonError as error:  # raised by a generator handler
+            raise _as_raised(op, error) from None
+
+    def _item(self, op: StreamOp[Any], item: object) -> object:
+        """One item of a stream's answer: an error is raised, a mapping is a result."""
+        if isinstance(item, BaseException):
+            raise _as_raised(op, item)
+        if isinstance(op, StreamInfer) and isinstance(item, Mapping):
+            return _result(op.request, item, self.models.get(op.request.model))
+        return item
 
     def _first_answer(self, op: Op[Any] | StreamOp[Any], ctx: CallContext) -> object:
         canned = self._canned(op)
@@ -189,6 +222,8 @@ class MockTransport:
             return self.handler(op, ctx)
         except NotImplementedError:  # the handler does not answer this op
             return _not_answered(op)
+        except TritonError as error:  # (raised below, with the call's model and id)
+            return error
 
     # Transport
 
@@ -206,6 +241,8 @@ class MockTransport:
         if inspect.isawaitable(answer):
             cast("Any", answer).close()
             raise TypeError("a coroutine handler serves only AsyncClient")
+        if isinstance(answer, AsyncIterable):
+            raise TypeError("an async generator handler serves only AsyncClient")
         yield from self._items(op, answer)
 
     def close(self) -> None:
@@ -221,6 +258,13 @@ class MockTransport:
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
         self._record(op, ctx)
         answer = await _awaited(op, self._first_answer(op, ctx))
+        if isinstance(answer, AsyncIterable):  # an async generator handler
+            try:
+                async for item in answer:
+                    yield cast("T", self._item(op, item))
+            except TritonError as error:
+                raise _as_raised(op, error) from None
+            return
         for item in self._items(op, answer):
             yield item
 
@@ -228,13 +272,48 @@ class MockTransport:
         self.closed = True
 
 
-def _result(request: InferRequest, outputs: Mapping[str, Any]) -> InferResult:
+def _result(
+    request: InferRequest, outputs: Mapping[str, Any], spec: ModelSpec | None = None
+) -> InferResult:
     """A handler's mapping as the server would answer ``request``: the outputs it asks
-    for (all of them when it names none), of the version it names."""
+    for (all of them when it names none), of the version it names, with its id; an
+    output asked for with a class count, given as scores, is classified as Triton does
+    it."""
     if request.outputs is not None:
-        wanted = {output.name for output in request.outputs}
-        outputs = {name: value for name, value in outputs.items() if name in wanted}
-    return result_of(request.model, outputs, model_version=request.version or "1")
+        asked = {output.name: output.class_count for output in request.outputs}
+        outputs = {name: value for name, value in outputs.items() if name in asked}
+        for name, value in outputs.items():
+            scores = np.asarray(value)
+            if asked[name] and scores.dtype.kind in "biuf":  # (text: classified already)
+                outputs[name] = _classified(scores, asked[name], spec)
+    return result_of(
+        request.model, outputs, model_version=request.version or "1", id=request.request_id
+    )
+
+
+def _classified(scores: np.ndarray[Any, Any], count: int, spec: ModelSpec | None) -> Any:
+    """Scores as Triton's classification extension answers them: per sample, the
+    ``count`` best as ``"score:index"`` text, best first (labels are the server's)."""
+    batched = spec.batched if spec is not None else scores.ndim > 1
+    rows = scores.reshape(scores.shape[0], -1) if batched else scores.reshape(1, -1)
+    best = [
+        [f"{row[index]:f}:{index}".encode() for index in np.argsort(-row, kind="stable")[:count]]
+        for row in rows
+    ]
+    classes = np.array(best, dtype=np.object_)
+    return classes if batched else classes[0]
+
+
+def _as_raised(op: Op[Any] | StreamOp[Any], error: BaseException) -> BaseException:
+    """A handler's error as the client would get it from a server: with the call's model
+    and request id when it names none."""
+    if isinstance(error, TritonError):
+        request = op.request if isinstance(op, StreamInfer) else op
+        if error.model is None:
+            error.model = op.model
+        if error.request_id is None and isinstance(request, InferRequest):
+            error.request_id = request.request_id or None
+    return error
 
 
 def _not_answered(op: Op[Any] | StreamOp[Any]) -> object:
@@ -257,8 +336,11 @@ async def _awaited(op: Op[Any] | StreamOp[Any], answer: object) -> object:
 def _not_found(op: GetModelMetadata | GetModelConfig | IsModelReady) -> object:
     if isinstance(op, IsModelReady):
         return False
+    version = f" version {op.version}" if op.version else ""
     return ModelNotFoundError(
-        f"Request for unknown model: '{op.name}' is not found", status="NOT_FOUND", model=op.name
+        f"Request for unknown model: '{op.name}'{version} is not found",
+        status="NOT_FOUND",
+        model=op.name,
     )
 
 
@@ -289,7 +371,7 @@ def repository_index(specs: Iterable[ModelSpec]) -> list[JSON]:
     per version (one without a version for a spec that lists none)."""
     return [
         {"name": spec.name, "state": "READY", **({"version": version} if version else {})}
-        for spec in specs
+        for spec in sorted(specs, key=lambda spec: spec.name)  # (as Triton lists them)
         for version in spec.versions or ("",)
     ]
 

@@ -11,6 +11,8 @@ target. It works on bytes only, so it serves plaintext and TLS alike. Modes:
   (each direction holds its chunks one after the other: a slow link).
 - ``"reset"``: close client connections with a TCP RST (``SO_LINGER`` 0), new ones at once
   after the accept, and open ones as soon as the mode changes.
+- ``"close"``: close new client connections cleanly (FIN) at once after the accept, as a
+  port forwarder does while the server behind it is not listening yet.
 - ``"blackhole"``: read what the client sends and drop it; never answer, never close. A
   connection accepted in this mode is never connected to the target, and stays a black hole.
 - ``"drop_response"``: forward requests to the target, drop everything it answers, keep the
@@ -38,7 +40,7 @@ from typing import Final
 
 __all__ = ["MODES", "Relay"]
 
-MODES: Final = ("pass", "delay", "reset", "blackhole", "drop_response", "trickle")
+MODES: Final = ("pass", "delay", "reset", "close", "blackhole", "drop_response", "trickle")
 
 POLL_INTERVAL: Final = 0.05
 CHUNK: Final = 65536
@@ -319,6 +321,9 @@ class Relay:
             mode = self.mode
             if mode == "reset" or self._closed.is_set():
                 _reset(client)
+                continue
+            if mode == "close":
+                client.close()
                 continue
             client.setblocking(False)
             with contextlib.suppress(OSError):

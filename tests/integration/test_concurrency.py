@@ -8,15 +8,20 @@ caller (cross-talk) fails the test.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import pytest
 
 import triton_sdk as ts
 from triton_sdk.local import LocalServer
+
+from .conftest import PROTOCOLS, server_url
 
 THREADS = 8
 CALLS_PER_THREAD = 25
@@ -164,3 +169,19 @@ def test_http_client_with_descriptors_above_1023(server: LocalServer) -> None:
     finally:
         for descriptor in opened:
             os.close(descriptor)
+
+
+# (aiohttp cannot close its connections once their loop has closed: it warns.)
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_waiting_in_another_event_loop_raises_at_once(server: LocalServer, protocol: str) -> None:
+    # (It took the loop's refusal for "not ready": it waited out its timeout, or forever.)
+    client = ts.AsyncClient(server_url(server, protocol))
+    asyncio.run(client.server_metadata())  # first used in this loop, which ends
+    started = time.monotonic()
+    with pytest.raises(ts.TritonError, match=r"^this AsyncClient was first used in another"):
+        asyncio.run(client.wait_until_ready(timeout=10))
+    assert time.monotonic() - started < 5
+    asyncio.run(client.aclose())
+    del client
+    gc.collect()  # (aiohttp's warnings, now, under this test's filter)

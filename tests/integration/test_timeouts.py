@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 
 import triton_sdk as ts
+from triton_sdk.local import LocalServer
 
 from ._blocking import LoopThread
+from ._relay import Relay
 from .conftest import close_client, open_client
 
 # Generous functional bounds: a 0.2 s timeout against a 1 s model must fail long
@@ -121,3 +124,28 @@ def test_wait_until_ready_times_out(dead_client: Any) -> None:
 
 def test_wait_until_ready_on_running_server(client: Any) -> None:
     client.wait_until_ready(timeout=10.0)
+
+
+def test_wait_until_ready_waits_through_a_forwarder_whose_server_is_not_up_yet(
+    server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    # A port forwarder (docker, kubectl port-forward) accepts and closes connections
+    # while the server behind it starts: gRPC reads that as "wrong port or TLS", which
+    # must not end the wait. The timeout names the last probe's failure.
+    port = server.grpc_port if protocol == "grpc" else server.http_port
+    with Relay("127.0.0.1", port, mode="close") as forwarder:
+        client = open_client(f"{protocol}://{forwarder.address}", mode, loop_thread)
+        try:
+            with pytest.raises(
+                ts.TritonTimeoutError, match=r"not ready after 0.5s \(last: "
+            ) as caught:
+                client.wait_until_ready(timeout=0.5)
+            assert isinstance(caught.value.__cause__, ts.TritonConnectionError)
+            opening = threading.Timer(0.5, setattr, (forwarder, "mode", "pass"))
+            opening.start()
+            started = time.monotonic()
+            client.wait_until_ready(timeout=20)
+            assert time.monotonic() - started >= 0.4
+            opening.join()
+        finally:
+            close_client(client, loop_thread)

@@ -342,6 +342,32 @@ async def test_map_collecting_errors_still_raises_for_invalid_call_options(
     assert shell.mock.calls == []
 
 
+class BadHeaderHook(ts.CallHook):
+    """Sets a header value no protocol can carry: every attempt is refused on the client."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        if ctx.call == "infer":
+            self.attempts += 1
+            ctx.headers = {"x-token": "a\nb"}
+
+
+async def test_map_sends_no_batch_again_for_a_refusal_of_the_whole_call(connect: Connect) -> None:
+    # (Any refusal on the client was taken for a sample's: each batch was tried once per
+    # sample, and the error named "sample 0".)
+    hook = BadHeaderHook()
+    client, mock = connect(hooks=[hook])
+    model = await resolve(client.model("double"))
+    samples = [{"X": [float(n)]} for n in range(8)]
+    outcomes = await resolve(model.map(samples, batch_size=4, errors="collect"))
+    assert hook.attempts == 2  # one per batch
+    assert [call.ctx.call for call in mock.calls if call.ctx.call == "infer"] == []
+    assert all(isinstance(outcome, ts.InvalidInputError) for outcome in outcomes)
+    assert not str(outcomes[0]).startswith("sample")
+
+
 # 3. Every method that talks to the server takes headers
 
 # Public methods that send nothing: lifetime, and making a sequence handle.
@@ -1378,6 +1404,101 @@ async def test_a_mock_answers_as_a_server_does(connect: Connect) -> None:
     assert not await resolve(client.is_model_ready("pair", "9"))  # a version it lacks
     with pytest.raises(ts.ModelNotFoundError):
         await resolve(client.model("pair", version="9"))
+
+
+async def test_a_mock_fills_in_what_a_server_would(connect: Connect) -> None:
+    # Results had no id, handler errors no model or request id, and a classification
+    # asked of a handler's scores failed to read.
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        request = op.request if isinstance(op, ops.StreamInfer) else op
+        x = request.inputs[0].array
+        if isinstance(op, ops.StreamInfer):
+            return [{"Y": x}, ts.InferenceError("the model failed at 2", status="INTERNAL")]
+        if x[0, 0] < 0:
+            raise ts.InferenceError("negative", status="INTERNAL")
+        return {"Y": np.array([[0.1, 0.7, 0.2]] * len(x), np.float32)}
+
+    classes = attrs.evolve(
+        DOUBLE,
+        versions=("1",),
+        outputs={"Y": ts.TensorSpec(name="Y", datatype="FP32", shape=(3,))},
+    )
+    client, _ = connect(handler, models=(classes, TALKER))
+    model = await resolve(client.model("double"))
+    assert (await resolve(model.infer(X=[1.0], request_id="r1"))).id == "r1"
+    with pytest.raises(ts.InferenceError) as caught:
+        await resolve(model.infer(X=[-1.0], request_id="r2"))
+    assert (caught.value.model, caught.value.request_id) == ("double", "r2")
+    assert await resolve(model.classify(X=[[1.0]], top_k=2)) == [
+        [ts.Classification(0.7, 1, None), ts.Classification(0.2, 2, None)]
+    ]
+    talker = await resolve(client.model("talker"))
+    with pytest.raises(ts.InferenceError, match="failed at 2") as failed:
+        await resolve(talker.stream(X=[[3.0]], request_id="s1"))
+    assert (failed.value.model, failed.value.request_id) == ("talker", "s1")
+    with pytest.raises(ts.ModelNotFoundError, match="'double' version 7 is not found"):
+        await resolve(client.model("double", version="7"))
+    assert [status.name for status in await resolve(client.models())] == ["double", "talker"]
+
+
+async def metadata(client: Any) -> object:
+    return await resolve(client.server_metadata())
+
+
+async def infer(client: Any) -> object:
+    return await resolve((await resolve(client.model("double"))).infer(X=[1.0]))
+
+
+async def stream(client: Any) -> object:
+    return await resolve((await resolve(client.model("talker"))).stream(X=[[1.0]]))
+
+
+@pytest.mark.parametrize(
+    ("answer_of", "call", "refusal"),
+    [
+        (lambda op: 42 if isinstance(op, ops.InferRequest) else NotImplemented, infer, "mapping"),
+        (lambda op: {"Y": np.ones((1, 1))}, stream, "iterable of items"),
+        (lambda op: None, metadata, "answered None to GetServerMetadata"),
+    ],
+    ids=["infer-42", "stream-mapping", "metadata-none"],
+)
+async def test_a_mock_refuses_answers_of_the_wrong_kind(
+    connect: Connect, answer_of: Any, call: Any, refusal: str
+) -> None:
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        answer = answer_of(op)
+        if answer is NotImplemented:
+            raise NotImplementedError(op)
+        return answer
+
+    client, _ = connect(handler)
+    with pytest.raises(TypeError, match=refusal):
+        await call(client)
+
+
+@pytest.mark.parametrize("make", [ts.Client, ts.AsyncClient])
+def test_a_transport_class_instead_of_an_instance_is_refused(make: Any) -> None:
+    with pytest.raises(ts.InvalidInputError, match=r"the class MockTransport \(make one"):
+        make("grpc://test", transport=MockTransport)
+
+
+async def test_an_async_generator_handler_streams_to_the_asyncio_client() -> None:
+    async def handler(op: Any, ctx: ts.CallContext) -> object:
+        if not isinstance(op, ops.StreamInfer):
+            raise NotImplementedError(op)
+
+        async def responses() -> AsyncIterator[object]:
+            for step in range(2):
+                yield {"Y": op.request.inputs[0].array + step}
+
+        return responses()
+
+    async with ts.AsyncClient(
+        "grpc://test", transport=MockTransport(handler, models=MODELS)
+    ) as client:
+        talker = await client.model("talker")
+        got = [result["Y"].tolist() async for result in talker.stream(X=[[1.0]])]
+    assert got == [[[1.0]], [[2.0]]]
 
 
 async def test_mock_records_every_attempt(connect: Connect) -> None:
