@@ -272,7 +272,7 @@ def config_json(config: Mapping[str, object] | str | None) -> str | None:
             f"config must be a mapping or its JSON text, got {type(config).__name__}"
         )
     try:
-        return json.dumps(config)
+        return json.dumps(config, allow_nan=False)  # (NaN is no JSON: the server fails)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"config cannot be written as JSON: {exc}") from None
 

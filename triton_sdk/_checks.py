@@ -135,6 +135,10 @@ def check_model_name(name: object, what: str = "model name") -> str:
     text = check_text(name, what)
     if not text:
         raise InvalidInputError(f"{what} must not be empty")
+    if text in (".", ".."):
+        # (no repository folder has that name; in an HTTP path, the URL would reach
+        # another endpoint: /v2/models/../trace/setting is the server-wide settings)
+        raise InvalidInputError(f"{what} {text!r} names no model: it is a path step")
     if len(text.encode("utf-8")) > MAX_MODEL_NAME_BYTES:
         raise InvalidInputError(
             f"{what} is {len(text.encode('utf-8'))} bytes long; model names are at most "

@@ -311,7 +311,10 @@ def _side_url(url: object, name: str, kind: str, expected: str) -> str:
     """A plain HTTP URL the client calls besides its endpoints (their own ports)."""
     if not isinstance(url, str):
         raise InvalidInputError(f"{name} must be a str, got {type(url).__name__}")
+    url = url.strip()  # (as parse_url: whitespace around, as read from a file)
     shown = redact_url(url)
+    if _STRIPPED_BY_URLSPLIT.search(url):  # (urlsplit deletes them without a word)
+        raise InvalidInputError(f"{name} {shown!r} has a tab or a line break")
     check_url_secrets(url, shown)
     parts = urlsplit(url)
     try:
@@ -320,7 +323,18 @@ def _side_url(url: object, name: str, kind: str, expected: str) -> str:
         port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
         raise InvalidInputError(f"not {kind}: {shown!r} (expected {expected})")
+    _check_path(parts.path, shown)
     return url
+
+
+def _check_path(path: str, shown: str) -> None:
+    """Refuse a URL path an HTTP request line cannot carry as it is (the blocking and
+    the asyncio transports would send it apart, or not at all)."""
+    if _UNSENDABLE_IN_PATH.search(path) or not path.isascii():
+        raise InvalidInputError(
+            f"the path of URL {shown!r} has a space, a control character or a character "
+            "beyond ASCII; percent-encode it (%20)"
+        )
 
 
 _STRIPPED_BY_URLSPLIT: Final = re.compile("[\t\r\n]")
@@ -369,10 +383,7 @@ def parse_url(url: str) -> Endpoint:
     base_path = parts.path.rstrip("/")
     if base_path and protocol == "grpc":
         raise InvalidInputError(f"a gRPC URL cannot have a path: {shown!r}")
-    if _UNSENDABLE_IN_PATH.search(base_path):
-        raise InvalidInputError(
-            f"the path of URL {shown!r} has a space or a control character; percent-encode it (%20)"
-        )
+    _check_path(base_path, shown)
     return Endpoint(
         protocol=protocol,
         tls=tls,

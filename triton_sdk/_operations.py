@@ -343,11 +343,12 @@ def trace_updates(
                 f"{', '.join(map(repr, _TRACE_LEVELS))}"
             )
         updates["trace_level"] = [item.upper() for item in levels]
-    # The server reads these as unsigned (rate -5 became 4294967291) or int32 numbers.
+    # The server reads these as unsigned (rate -5 became 4294967291) numbers, and Triton
+    # 2.51 refuses those past int32 (its message says [0, 4294967295]).
     for key, name, value, low, high in (
-        ("trace_rate", "rate", rate, 0, 2**32 - 1),
+        ("trace_rate", "rate", rate, 0, 2**31 - 1),
         ("trace_count", "count", count, -1, 2**31 - 1),
-        ("log_frequency", "log_frequency", log_frequency, 0, 2**32 - 1),
+        ("log_frequency", "log_frequency", log_frequency, 0, 2**31 - 1),
     ):
         if value is not None:
             updates[key] = [str(_setting_int(name, value, low, high))]
@@ -425,14 +426,13 @@ def log_updates(
         ("info", info, bool),
         ("warning", warning, bool),
         ("error", error, bool),
-        ("verbose_level", verbose_level, int),
         ("format", format, str),
     ):
-        # bool is an int to Python: a switch given as 1, or a level given as True, is refused.
+        # bool is an int to Python: a switch given as 1 is refused.
         if value is not None and (type(value) is not kind):
             raise InvalidInputError(
                 f"{name} must be of type {kind.__name__}, got the {type(value).__name__} {value!r}"
             )
     if verbose_level is not None:  # (the server makes one past int32 0, silently)
-        _setting_int("verbose_level", verbose_level, 0, 2**31 - 1)
+        updates["log_verbose_level"] = _setting_int("verbose_level", verbose_level, 0, 2**31 - 1)
     return updates

@@ -168,10 +168,19 @@ def _config_text(instance: object, attribute: attrs.Attribute[Any], config: obje
     if config is None:
         return
     try:
-        json.loads(config)  # type: ignore[arg-type]
+        parsed = json.loads(config, parse_constant=_no_constant)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
         # (the server says only "failed to poll from model repository")
         raise InvalidInputError(f"config is not JSON text: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidInputError(
+            f"config must be a JSON object (a model config), got {str(config)[:40]!r}"
+        )
+
+
+def _no_constant(name: str) -> object:
+    """json's NaN and Infinity, which are no JSON."""
+    raise ValueError(f"{name} is no JSON value")
 
 
 def _flag(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -278,6 +278,26 @@ MORE_BAD_CALLS: dict[str, tuple[BadCall, str]] = {
         lambda e: e.probe.map([{**SAMPLE, "timeout": 5}]),
         "'timeout': an option, not an input",
     ),
+    # (Over HTTP the path step reached another endpoint: server-wide trace settings.)
+    "update_trace_settings('..')": (
+        lambda e: e.client.update_trace_settings("..", rate=7),
+        "model name '..' names no model",
+    ),
+    # (The server answered only "failed to poll from model repository".)
+    "load_model config NaN": (
+        lambda e: e.client.load_model("probe", config='{"max_batch_size": NaN}'),
+        "NaN is no JSON value",
+    ),
+    "load_model config [1, 2]": (
+        lambda e: e.client.load_model("probe", config="[1, 2]"),
+        "config must be a JSON object",
+    ),
+    "load_model config {'a': nan}": (
+        lambda e: e.client.load_model("probe", config={"a": math.nan}),
+        "config cannot be written as JSON",
+    ),
+    "model_statistics('.')": (lambda e: e.client.model_statistics("."), "'.' names no model"),
+    "unload_model('..')": (lambda e: e.client.unload_model(".."), "'..' names no model"),
     "a list of stride-0 views into BYTES": (
         lambda e: e.probe.infer(**{**BATCH, "S": [broadcast(np.uint8, (1, 2**58))]}),
         "'S'",

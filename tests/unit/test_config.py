@@ -358,6 +358,24 @@ def test_metrics_url_can_be_given() -> None:
 
 
 @pytest.mark.parametrize(
+    ("path", "refusal"),
+    [
+        ("/met rics", "percent-encode it"),
+        ("/m\x01", "percent-encode it"),
+        ("/métrics", "beyond ASCII"),
+        ("/met\nrics", "a tab or a line break"),
+    ],
+)
+def test_a_metrics_url_an_http_request_cannot_carry_is_refused(path: str, refusal: str) -> None:
+    # (The blocking transports retried it as a connection failure or read it as an
+    # unreadable answer; asyncio sent it percent-encoded.)
+    with pytest.raises(ts.InvalidInputError, match=refusal):
+        settings(metrics_url=f"http://elsewhere:9000{path}")
+    with pytest.raises(ts.InvalidInputError, match=refusal):
+        parse_url(f"http://triton:8000{path}")
+
+
+@pytest.mark.parametrize(
     "headers",
     [
         {"bad key": "v"},

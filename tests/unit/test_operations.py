@@ -419,12 +419,14 @@ def test_trace_updates_take_one_level_as_a_string() -> None:
     ("setting", "value", "message"),
     [
         # The server read these as unsigned: -5 became a rate of 4294967291.
-        ("rate", -5, "rate must be in [0, 4294967295], got -5"),
-        ("rate", 2**32, "rate must be in [0, 4294967295], got 4294967296"),
+        ("rate", -5, "rate must be in [0, 2147483647], got -5"),
+        # Triton 2.51 refused past int32, saying "out of range [ 0, 4294967295 ]".
+        ("rate", 2**31, "rate must be in [0, 2147483647], got 2147483648"),
         ("rate", 1.5, "rate must be of type int, got the float 1.5"),
         ("rate", True, "rate must be of type int, got the bool True"),
         ("count", -2, "count must be in [-1, 2147483647], got -2"),
-        ("log_frequency", -1, "log_frequency must be in [0, 4294967295], got -1"),
+        ("log_frequency", -1, "log_frequency must be in [0, 2147483647], got -1"),
+        ("log_frequency", 2**31, "log_frequency must be in [0, 2147483647], got 2147483648"),
         # The server ignored a level it did not know.
         ("level", "BOGUS", "unknown trace level 'BOGUS': the levels are 'OFF', 'TIMESTAMPS'"),
         ("level", [], "trace levels are str such as 'TIMESTAMPS', got []"),
@@ -537,6 +539,18 @@ def test_a_log_setting_of_the_wrong_type_is_refused(
     given[setting] = value
     with pytest.raises(ts.InvalidInputError, match=re.escape(message)):
         log_updates(**given)
+
+
+def test_numpy_ints_are_taken_for_log_and_trace_numbers() -> None:
+    # (verbose_level refused np.int64(1), where rate took np.int64(5).)
+    updates = log_updates(
+        file=None, info=None, warning=None, error=None, verbose_level=np.int64(1), format=None
+    )
+    assert updates == {"log_verbose_level": 1}
+    assert type(updates["log_verbose_level"]) is int
+    assert trace_updates(level=None, rate=np.int64(5), count=None, log_frequency=None) == {
+        "trace_rate": ["5"]
+    }
 
 
 def test_labelled_server_samples_keep_their_labels() -> None:
