@@ -1124,9 +1124,9 @@ class Client:
                 return False
             except BaseException:
                 # Cut off (a timeout, a cancellation, a lost connection): the server may
-                # have it. Counted as registered, it is unregistered on close; a call
-                # that finds the server without it registers a new one.
-                pool.registered(region)
+                # have it. Never used again (a later call would send it to a server that
+                # may not know it); unregistered and freed as abandoned regions are.
+                pool.cut_off(region)
                 raise
             finally:
                 self._registering.discard(region)

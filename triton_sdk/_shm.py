@@ -490,6 +490,16 @@ class RegionPool:
             region.registration = self._registrations
         region.registered = True
 
+    def cut_off(self, region: AnyRegion) -> None:
+        """A registration of ``region`` was cut off (a timeout, a cancellation, a lost
+        connection): the server may have it or not, and its /dev/shm name is gone, so it
+        cannot be registered again. Never used again: freed as the regions of abandoned
+        calls are, once the server has it no more."""
+        self.registered(region)
+        with self._lock:
+            self._abandoned.add(region)
+            self._calls.append((region,))
+
     def registrations(self) -> int:
         """How many registrations there have been: :meth:`lost` takes it from before it
         asked the server for its list."""

@@ -909,3 +909,37 @@ def test_a_drained_gpu_region_of_a_call_that_may_still_run_is_not_freed(
     other.drain()
     other.release(Placement({"X": Slot(done, 0, 16)}, {}))
     assert done.name not in fake_cuda  # a call that ended with its answer frees it
+
+
+class CutOffOnce(Server):
+    """A server whose first registration the client gives up on before it arrives."""
+
+    def __call__(self, op: Any, ctx: Any) -> Any:
+        if isinstance(op, ops.RegisterSystemSharedMemory) and not hasattr(self, "cut"):
+            self.cut = op.name
+            raise ts.TritonTimeoutError("timed out registering")
+        return super().__call__(op, ctx)
+
+
+async def test_a_region_whose_registration_was_cut_off_is_never_sent(mode: str) -> None:
+    # (Counted as registered, it went back to the pool: a later call sent it to a server
+    # that never had it, and was refused "Unable to find shared memory region".)
+    server = CutOffOnce()
+    client = client_of(mode, server, "system")
+    model = await resolve(client.model("big"))
+    with pytest.raises(ts.TritonTimeoutError):
+        await resolve(model.infer(X=BATCH))
+    for _ in range(3):
+        await resolve(model.infer(X=BATCH))
+    placements = [request.shared_memory for request in sent(client) if request.shared_memory]
+    placed = {
+        slot.region.name
+        for placement in placements
+        for slot in (*placement.inputs.values(), *placement.outputs.values())
+    }
+    assert placed
+    assert server.cut not in placed
+    await resolve(client.aclose() if mode == "async" else client.close())
+    assert server.regions == []
+    tag = client._regions._tag
+    assert [name for name in os.listdir("/dev/shm") if name.startswith(tag)] == []
