@@ -228,6 +228,7 @@ class MockTransport:
     # Transport
 
     def call(self, op: Op[T], ctx: CallContext) -> T:
+        """Record the call and answer it (the blocking client's transport method)."""
         self._record(op, ctx)
         answer = self._first_answer(op, ctx)
         if inspect.isawaitable(answer):
@@ -236,6 +237,7 @@ class MockTransport:
         return cast("T", self._answer(op, answer))
 
     def stream(self, op: StreamOp[T], ctx: CallContext) -> Iterator[T]:
+        """Record the call and yield its answer's items."""
         self._record(op, ctx)
         answer = self._first_answer(op, ctx)
         if inspect.isawaitable(answer):
@@ -246,16 +248,19 @@ class MockTransport:
         yield from self._items(op, answer)
 
     def close(self) -> None:
+        """Mark the transport closed: later calls raise."""
         self.closed = True
 
     # AsyncTransport
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
+        """Record the call and answer it (the asyncio client's transport method)."""
         self._record(op, ctx)
         answer = await _awaited(op, self._first_answer(op, ctx))
         return cast("T", self._answer(op, answer))
 
     async def astream(self, op: StreamOp[T], ctx: CallContext) -> AsyncIterator[T]:
+        """Record the call and yield its answer's items."""
         self._record(op, ctx)
         answer = await _awaited(op, self._first_answer(op, ctx))
         if isinstance(answer, AsyncIterable):  # an async generator handler
@@ -269,6 +274,7 @@ class MockTransport:
             yield item
 
     async def aclose(self) -> None:
+        """Mark the transport closed: later calls raise."""
         self.closed = True
 
 

@@ -336,7 +336,15 @@ def test_constructors_take_arguments_as_the_api_writes_them() -> None:
     assert ts.RetryPolicy() == ts.RetryPolicy(3, 0.1, 5.0, 2.0, True, None)
 
 
-PUBLIC_MODULES = ["triton_sdk", "triton_sdk.local", "triton_sdk.llm", "triton_sdk.ops"]
+PUBLIC_MODULES = [
+    "triton_sdk",
+    "triton_sdk.local",
+    "triton_sdk.llm",
+    "triton_sdk.ops",
+    "triton_sdk.testing",
+    "triton_sdk.otel",
+    "triton_sdk.stubs",
+]
 
 
 def _undocumented() -> list[str]:
