@@ -55,6 +55,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bastream\b", "stream"),
     (r"\baiterate\b", "iterate"),
     (r"\basleep\b", "sleep"),
+    (r"\bashielded\b", "shielded"),
     (r"Async(?=[A-Z])", ""),
 ]
 

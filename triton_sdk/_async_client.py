@@ -54,6 +54,7 @@ from ._concurrency import (
     AsyncWindow,
     aclose_iterator,
     aiterate,
+    ashielded,
     asleep,
 )
 from ._config import (
@@ -1215,6 +1216,11 @@ class AsyncClient:
         # Connections of asyncio are closed in their own loop (blocking ones have none).
         refuse_another_loop(self._transport)
         self._closing = True
+        # (Cut off by a timeout or a cancellation, it goes on: regions left registered
+        # would stay so for the life of the process.)
+        await ashielded(self._close, options)
+
+    async def _close(self, options: CallOptions) -> None:
         try:
             await self._registrations_done()
             await self._drain_regions(options)

@@ -55,6 +55,7 @@ from ._concurrency import (
     Window,
     close_iterator,
     iterate,
+    shielded,
     sleep,
 )
 from ._config import (
@@ -1206,6 +1207,11 @@ class Client:
         # Connections of asyncio are closed in their own loop (blocking ones have none).
         refuse_another_loop(self._transport)
         self._closing = True
+        # (Cut off by a timeout or a cancellation, it goes on: regions left registered
+        # would stay so for the life of the process.)
+        shielded(self._close, options)
+
+    def _close(self, options: CallOptions) -> None:
         try:
             self._registrations_done()
             self._drain_regions(options)

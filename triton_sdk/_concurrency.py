@@ -13,7 +13,15 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+)
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeAlias, TypeVar
 
@@ -32,9 +40,11 @@ __all__ = [
     "Window",
     "aclose_iterator",
     "aiterate",
+    "ashielded",
     "asleep",
     "close_iterator",
     "iterate",
+    "shielded",
     "sleep",
     "within",
 ]
@@ -57,6 +67,25 @@ asleep = asyncio.sleep
 Samples: TypeAlias = Iterable[T]
 AsyncSamples: TypeAlias = Iterable[T] | AsyncIterable[T]
 """``AsyncModel.map`` also takes asynchronous iterables."""
+
+
+def shielded(work: Callable[[A], T], argument: A) -> T:
+    """The blocking twin of :func:`ashielded`: a blocking call runs to its end anyway."""
+    return work(argument)
+
+
+_SHIELDED: set[asyncio.Task[Any]] = set()
+"""Work that goes on after its caller was cancelled (kept: the loop holds tasks weakly)."""
+
+
+async def ashielded(work: Callable[[A], Coroutine[Any, Any, T]], argument: A) -> T:
+    """Run ``work(argument)`` to its end even if the awaiting task is cancelled: the
+    cancellation reaches the caller at once, and the work goes on in the loop (a close
+    cut off by a timeout still unregisters its regions and closes its connections)."""
+    task = asyncio.ensure_future(work(argument))
+    _SHIELDED.add(task)
+    task.add_done_callback(_SHIELDED.discard)
+    return await asyncio.shield(task)
 
 
 def iterate(items: Iterable[T]) -> Iterator[T]:

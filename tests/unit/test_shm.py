@@ -943,3 +943,35 @@ async def test_a_region_whose_registration_was_cut_off_is_never_sent(mode: str) 
     assert server.regions == []
     tag = client._regions._tag
     assert [name for name in os.listdir("/dev/shm") if name.startswith(tag)] == []
+
+
+async def test_an_aclose_cut_off_by_a_timeout_still_unregisters_its_regions() -> None:
+    # (The first aclose stopped where it was cut off, marked the client closed, and a
+    # second returned at once: regions stayed registered for the life of the process.)
+    import asyncio
+
+    server = Server()
+
+    async def slow_server(op: Any, ctx: Any) -> Any:
+        if isinstance(op, ops.UnregisterSystemSharedMemory):
+            await asyncio.sleep(0.05)
+        return server(op, ctx)
+
+    client = ts.AsyncClient(
+        "grpc://test",
+        transport=MockTransport(slow_server, models=[BIG]),
+        shared_memory="system",
+    )
+    model = await client.model("big")
+    await model.infer(X=BATCH)
+    assert server.regions
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(client.aclose(), 0.01)
+    for _ in range(100):
+        if not server.regions:
+            break
+        await asyncio.sleep(0.02)
+    assert server.regions == []
+    await client.aclose()
+    with pytest.raises(ts.TritonError, match="closed"):
+        await client.server_metadata()
