@@ -5,6 +5,8 @@ never a wait for the rest of the stream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -207,3 +209,40 @@ def test_stopping_a_generate_stream_answered_by_one_inference_ends_its_loop(
     assert outcome == "ended"
     assert took < 1
     wait_for_the_sleeps(server)
+
+
+def _connections_to(port: int) -> int:
+    """This process's established TCP connections to ``port`` on loopback."""
+    ours = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                ours.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if remote_port == port and fields[3] == "01" and fields[9] in ours:
+                    count += 1
+    return count
+
+
+def test_aclose_after_a_grpc_stream_closes_its_connection_at_once(server: LocalServer) -> None:
+    # (The stream's grace timer held the call, and so the connection, for 5 s more.)
+    before = _connections_to(server.grpc_port)
+
+    async def stream_then_close() -> int:
+        client = ts.AsyncClient(server.grpc_url)
+        model = await client.model("repeat")
+        assert [result["OUT"].tolist() async for result in model.stream(IN=[1, 2])] == [[1], [2]]
+        await client.aclose()
+        for _ in range(40):  # 2 s at most; the loop goes on, as a service's does
+            if _connections_to(server.grpc_port) <= before:
+                break
+            await asyncio.sleep(0.05)
+        return _connections_to(server.grpc_port)
+
+    assert asyncio.run(stream_then_close()) == before

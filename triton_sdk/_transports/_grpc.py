@@ -424,6 +424,9 @@ class AsyncGrpcTransport:
         self._methods: dict[tuple[str, str], Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._graces: set[asyncio.TimerHandle] = set()
+        """The grace timers of answered streams (see STREAM_CLOSE_GRACE), which hold
+        their calls, and so the connection, until they fire or close() cancels them."""
 
     def _open(self) -> Any:
         self._loop = check_loop(self._loop)
@@ -558,11 +561,24 @@ class AsyncGrpcTransport:
                 raise
         finally:
             if answered:
-                # Bounded, for a server that never closes it (cancelling a finished call
-                # does nothing).
-                asyncio.get_running_loop().call_later(STREAM_CLOSE_GRACE, call.cancel)
+                self._leave_for_the_server(call)
             else:
                 call.cancel()
+
+    def _leave_for_the_server(self, call: Any) -> None:
+        """Wait for the server to close an answered stream; cancel one it leaves open
+        after STREAM_CLOSE_GRACE (cancelling a finished call does nothing)."""
+        if call.done():
+            return
+        grace = asyncio.get_running_loop().call_later(STREAM_CLOSE_GRACE, call.cancel)
+        graces = self._graces
+        graces.add(grace)
+
+        def closed(_: object) -> None:
+            grace.cancel()
+            graces.discard(grace)
+
+        call.add_done_callback(closed)
 
     def _failed(
         self, exc: grpc.RpcError, op: Op[Any] | StreamOp[Any], ctx: CallContext
@@ -577,6 +593,9 @@ class AsyncGrpcTransport:
     async def aclose(self) -> None:
         self.refuse_other_loop()
         self._closed = True
+        for grace in self._graces:  # (closing the channel ends their calls)
+            grace.cancel()
+        self._graces.clear()
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
