@@ -214,15 +214,16 @@ _STARTING: Final = (
 
 
 def _heals_by_waiting(error: TritonError) -> bool:
-    """Whether a readiness probe's error may pass as the server starts: not a TLS
-    handshake that failed on a certificate (the server's, or the client's it wanted),
-    nor the client's own refusal (closed, another event loop, a bad header). A
-    connection closed during the handshake may pass: a port forwarder (docker, kubectl
-    port-forward) does that while the server behind it starts."""
+    """Whether a readiness probe's error may pass as the server starts: not a failure
+    that is never retried (a certificate refused, a port that speaks another protocol),
+    unless the server only closed the connection while it was being set up (a port
+    forwarder does that while the server behind it starts); nor the client's own
+    refusal (closed, another event loop, a bad header)."""
     if not isinstance(error, _STARTING):
         return False
-    certificate = "certificate" in error.message.lower()
-    return not (isinstance(error, TritonConnectionError) and not error.retryable and certificate)
+    if isinstance(error, TritonConnectionError) and not error.retryable:
+        return error._closed_in_setup
+    return True
 
 
 def _bucket(budget: object) -> TokenBucket | None:

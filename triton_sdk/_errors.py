@@ -112,6 +112,19 @@ class ModelNotReadyError(TritonError):
 class TritonConnectionError(TritonError, ConnectionError):
     """The server could not be reached, or the connection broke (after any retries)."""
 
+    _closed_in_setup = False
+    """The server closed the connection while it was being set up (TCP accepted, then a
+    clean close before gRPC or TLS could begin): a port forwarder (docker, kubectl
+    port-forward) does that while the server behind it is not listening yet, so
+    wait_until_ready waits it through, where other failures that are not retried are
+    raised at once."""
+
+
+def closed_in_setup(error: TritonConnectionError) -> TritonConnectionError:
+    """``error``, marked as a connection the server closed while it was being set up."""
+    error._closed_in_setup = True
+    return error
+
 
 class TritonTimeoutError(TritonError, TimeoutError):
     """A timeout or a retry deadline passed. The server may still run the request."""
@@ -317,6 +330,21 @@ def tls_failure(exc: BaseException) -> bool:
     return False
 
 
+def _handshake_eof(exc: BaseException) -> bool:
+    """Whether a TLS failure is the server's clean close during the handshake (an EOF),
+    not a refusal of what it was sent."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLEOFError | ssl.SSLZeroReturnError) or (
+            "UNEXPECTED_EOF" in str(seen)
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _connect_timeout(exc: BaseException) -> bool:
     """No connection within the timeout (aiohttp's own error for it): nothing was sent,
     so it is a connection failure (the blocking pool raises a ConnectionError for it)."""
@@ -344,7 +372,8 @@ def classify_transport_error(
     """
     detail = str(exc) or type(exc).__name__
     if tls_failure(exc):
-        return TritonConnectionError(f"TLS failure: {detail}", model=model, request_id=request_id)
+        error = TritonConnectionError(f"TLS failure: {detail}", model=model, request_id=request_id)
+        return closed_in_setup(error) if _handshake_eof(exc) else error
     if isinstance(exc, TimeoutError | asyncio.TimeoutError) and not _connect_timeout(exc):
         # (TimeoutError and asyncio.TimeoutError are distinct before Python 3.11)
         return TritonTimeoutError(

@@ -362,6 +362,9 @@ class RegionPool:
         self._calls: list[tuple[AnyRegion, ...]] = []
         """The abandoned regions, by call (one request uses them all, or none)."""
         self._next_check = 0.0
+        self._cut: set[AnyRegion] = set()
+        """Regions whose registration was cut off: never used again; unregistered (no
+        request ever used them, so on any server) and closed at drain."""
         self._closing: set[AnyRegion] = set()
         """Regions no longer the pool's (drained, or lost by the server) that a call or a
         view still uses: closed when given back."""
@@ -411,8 +414,8 @@ class RegionPool:
                         if region.mapped or region not in self._abandoned:
                             region.close()
                     continue
-                if region in self._abandoned:
-                    continue  # freed by forget() once the server lets go of it
+                if region in self._abandoned or region in self._cut:
+                    continue  # freed by forget() once the server lets go of it, or drain()
                 if region.registered:
                     self._idle.setdefault(region.size, []).append(region)
                 else:
@@ -493,12 +496,11 @@ class RegionPool:
     def cut_off(self, region: AnyRegion) -> None:
         """A registration of ``region`` was cut off (a timeout, a cancellation, a lost
         connection): the server may have it or not, and its /dev/shm name is gone, so it
-        cannot be registered again. Never used again: freed as the regions of abandoned
-        calls are, once the server has it no more."""
+        cannot be registered again. Never used again; unregistered and closed at drain
+        (or closed once the server's list shows it gone, see :meth:`lost`)."""
         self.registered(region)
         with self._lock:
-            self._abandoned.add(region)
-            self._calls.append((region,))
+            self._cut.add(region)
 
     def registrations(self) -> int:
         """How many registrations there have been: :meth:`lost` takes it from before it
@@ -523,6 +525,8 @@ class RegionPool:
             idle = [r for regions in self._idle.values() for r in regions if r in gone]
             for region in idle:
                 self._idle[region.size].remove(region)
+            idle += [region for region in self._cut if region in gone]  # (no call has it)
+            self._cut.difference_update(gone)
             for region in gone:
                 self._all.remove(region)
             self._closing.update(gone.difference(idle))
@@ -534,10 +538,10 @@ class RegionPool:
         with self._lock:
             idle = {region for regions in self._idle.values() for region in regions}
             abandoned = set(self._abandoned)
-            busy = set(self._all) - idle - self._on_loan - abandoned
+            busy = set(self._all) - idle - self._on_loan - abandoned - self._cut
             self._closing.update(busy)
             drained = Drained(self._all, busy, abandoned)
-            self._all, self._idle = [], {}
+            self._all, self._idle, self._cut = [], {}, set()
             self._abandoned, self._calls = set(), []
         return drained
 

@@ -33,6 +33,7 @@ server.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import (
     AsyncIterable,
@@ -202,7 +203,7 @@ class MockTransport:
             for item in items:
                 yield self._item(op, item)
         except TritonError as error:  # raised by a generator handler
-            raise _as_raised(op, error) from None
+            raise _as_raised(op, error) from error.__cause__
 
     def _item(self, op: StreamOp[Any], item: object) -> object:
         """One item of a stream's answer: an error is raised, a mapping is a result."""
@@ -268,7 +269,7 @@ class MockTransport:
                 async for item in answer:
                     yield cast("T", self._item(op, item))
             except TritonError as error:
-                raise _as_raised(op, error) from None
+                raise _as_raised(op, error) from error.__cause__
             return
         for item in self._items(op, answer):
             yield item
@@ -311,15 +312,25 @@ def _classified(scores: np.ndarray[Any, Any], count: int, spec: ModelSpec | None
 
 
 def _as_raised(op: Op[Any] | StreamOp[Any], error: BaseException) -> BaseException:
-    """A handler's error as the client would get it from a server: with the call's model
-    and request id when it names none."""
-    if isinstance(error, TritonError):
-        request = op.request if isinstance(op, StreamInfer) else op
-        if error.model is None:
-            error.model = op.model
-        if error.request_id is None and isinstance(request, InferRequest):
-            error.request_id = request.request_id or None
-    return error
+    """A handler's error as the client would get it from a server: a copy with the call's
+    model and request id when it names none (the handler's own object may serve many
+    calls), and its cause."""
+    if not isinstance(error, TritonError):
+        return error
+    request = op.request if isinstance(op, StreamInfer) else op
+    request_id = request.request_id if isinstance(request, InferRequest) else ""
+    if (error.model is not None or op.model is None) and (
+        error.request_id is not None or not request_id
+    ):
+        return error
+    raised = copy.copy(error)
+    if raised.model is None:
+        raised.model = op.model
+    if raised.request_id is None:
+        raised.request_id = request_id or None
+    raised.__cause__ = error.__cause__
+    raised.__traceback__ = error.__traceback__
+    return raised
 
 
 def _not_answered(op: Op[Any] | StreamOp[Any]) -> object:
@@ -337,6 +348,8 @@ async def _awaited(op: Op[Any] | StreamOp[Any], answer: object) -> object:
         return await cast("Awaitable[object]", answer)
     except NotImplementedError:
         return _not_answered(op)
+    except TritonError as error:  # (raised below, with the call's model and id)
+        return error
 
 
 def _not_found(op: GetModelMetadata | GetModelConfig | IsModelReady) -> object:

@@ -149,3 +149,17 @@ def test_wait_until_ready_waits_through_a_forwarder_whose_server_is_not_up_yet(
             opening.join()
         finally:
             close_client(client, loop_thread)
+
+
+def test_wait_until_ready_raises_at_once_on_a_port_of_the_other_protocol(
+    server: LocalServer, mode: str, loop_thread: LoopThread
+) -> None:
+    # An HTTP client on the gRPC port: no wait heals that.
+    client = open_client(f"http://127.0.0.1:{server.grpc_port}", mode, loop_thread)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ts.TritonConnectionError, match="answered in HTTP/2"):
+            client.wait_until_ready(timeout=30)
+        assert time.monotonic() - started < 10
+    finally:
+        close_client(client, loop_thread)

@@ -1476,6 +1476,26 @@ async def test_a_mock_refuses_answers_of_the_wrong_kind(
         await call(client)
 
 
+SHARED_ERROR = ts.ServerOverloadedError("the queue is full", status="UNAVAILABLE")
+
+
+async def test_a_mock_leaves_the_handlers_error_as_it_was(connect: Connect) -> None:
+    # (It wrote the first call's model and id into the handler's object: every later
+    # call raised them.)
+    def handler(op: Any, ctx: ts.CallContext) -> object:
+        if isinstance(op, ops.InferRequest):
+            raise SHARED_ERROR
+        raise NotImplementedError(op)
+
+    client, _ = connect(handler, retry=None)
+    model = await resolve(client.model("double"))
+    for request_id in ("r1", "r2"):
+        with pytest.raises(ts.ServerOverloadedError) as caught:
+            await resolve(model.infer(X=[1.0], request_id=request_id))
+        assert (caught.value.model, caught.value.request_id) == ("double", request_id)
+    assert (SHARED_ERROR.model, SHARED_ERROR.request_id) == (None, None)
+
+
 @pytest.mark.parametrize("make", [ts.Client, ts.AsyncClient])
 def test_a_transport_class_instead_of_an_instance_is_refused(make: Any) -> None:
     with pytest.raises(ts.InvalidInputError, match=r"the class MockTransport \(make one"):

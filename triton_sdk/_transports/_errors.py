@@ -16,6 +16,7 @@ from .._errors import (
     TritonError,
     classify_status,
     classify_transport_error,
+    closed_in_setup,
     timeout_message,
 )
 
@@ -30,11 +31,13 @@ def http_error(
     model = None if op is None else op.model
     request_id = None if op is None else op.request_id
     if _tls_connect_reset(exc):
-        return TritonConnectionError(
-            f"TLS failure: the server closed the connection during the handshake (is it "
-            f"serving plain HTTP?): {exc}",
-            model=model,
-            request_id=request_id,
+        return closed_in_setup(
+            TritonConnectionError(
+                f"TLS failure: the server closed the connection during the handshake (is it "
+                f"serving plain HTTP?): {exc}",
+                model=model,
+                request_id=request_id,
+            )
         )
     error = classify_transport_error(
         exc, model=model, request_id=request_id, timeout=timeout, url=url
@@ -89,8 +92,10 @@ def grpc_error(
             else "the server closed the connection before gRPC could start: is this "
             "Triton's HTTP port (use http://), or does it want TLS (use grpcs://)?"
         )
-        return TritonConnectionError(
-            f"{hint}: {message}", status=code.name, model=model, request_id=request_id
+        return closed_in_setup(
+            TritonConnectionError(
+                f"{hint}: {message}", status=code.name, model=model, request_id=request_id
+            )
         )
     if code.name == "DEADLINE_EXCEEDED":
         message = timeout_message(model, timeout, message)
