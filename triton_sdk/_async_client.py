@@ -73,11 +73,10 @@ from ._errors import (
     InferenceError,
     InvalidInputError,
     ModelNotFoundError,
-    ModelNotReadyError,
-    TritonConnectionError,
     TritonError,
     TritonTimeoutError,
     UnsupportedError,
+    heals_by_waiting,
     names_no_server,
     unreadable_answer,
     unsupported_operation,
@@ -200,29 +199,6 @@ _JSON_HTTP_SHM: Final = (
 )
 _SOCKETS_ONLY_MODES: Final = ("auto", "off")
 _SYSTEM: Final = ("auto", "system")
-
-
-_STARTING: Final = (
-    TritonConnectionError,
-    TritonTimeoutError,
-    InferenceError,
-    ModelNotFoundError,
-    ModelNotReadyError,
-)
-"""What a server still starting (or loading the model) answers a readiness probe."""
-
-
-def _heals_by_waiting(error: TritonError) -> bool:
-    """Whether a readiness probe's error may pass as the server starts: not a failure
-    that is never retried (a certificate refused, a port that speaks another protocol),
-    unless the server only closed the connection while it was being set up (a port
-    forwarder does that while the server behind it starts); nor the client's own
-    refusal (closed, another event loop, a bad header)."""
-    if not isinstance(error, _STARTING):
-        return False
-    if isinstance(error, TritonConnectionError) and not error.retryable:
-        return error._closed_in_setup
-    return True
 
 
 def _bucket(budget: object) -> TokenBucket | None:
@@ -693,7 +669,7 @@ class AsyncClient:
                 try:
                     ready = await self._run(probe, each)
                 except TritonError as error:
-                    if not _heals_by_waiting(error):
+                    if not heals_by_waiting(error):
                         raise
                     ready, failure = False, error
                 if not ready:

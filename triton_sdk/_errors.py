@@ -22,6 +22,7 @@ import asyncio
 import http.client
 import re
 import ssl
+from typing import Final
 
 from ._display import Displayable, Table
 
@@ -270,6 +271,29 @@ def unsupported_operation(error: TritonError, operation: str, url: str) -> Unsup
     )
     named._names_server = True
     return named
+
+
+_STARTING: Final = (
+    TritonConnectionError,
+    TritonTimeoutError,
+    InferenceError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+)
+"""What a server still starting (or loading the model) answers a readiness probe."""
+
+
+def heals_by_waiting(error: TritonError) -> bool:
+    """Whether a readiness probe's error may pass as the server starts: not a failure
+    that is never retried (a certificate refused, a port that speaks another protocol),
+    unless the server only closed the connection while it was being set up (a port
+    forwarder does that while the server behind it starts); nor the client's own
+    refusal (closed, another event loop, a bad header)."""
+    if not isinstance(error, _STARTING):
+        return False
+    if isinstance(error, TritonConnectionError) and not error.retryable:
+        return error._closed_in_setup
+    return True
 
 
 def values_refused(message: str, *, model: str | None = None) -> InvalidInputError:
