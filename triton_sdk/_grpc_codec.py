@@ -131,8 +131,12 @@ class GrpcStream(Generic[T]):
         return None if self.end is None else self.end()
 
     def is_last(self, message: Any) -> bool:
-        """Whether ``message`` is its request's last (an error's included)."""
-        return not self.bare and is_final_response(message)
+        """Whether the client is done with the stream after ``message``: its request's
+        last response, or an error (which ends the caller's iteration, though the model
+        may go on answering). Either way the stream is then left for the server to
+        close: cancelling a request while its model still answers can crash Triton 2.51
+        (triton-inference-server/server#7368, #8034)."""
+        return not self.bare and (is_final_response(message) or bool(message.error_message))
 
 
 @attrs.define
