@@ -22,6 +22,7 @@ import asyncio
 import http.client
 import re
 import ssl
+from collections.abc import Iterator
 from typing import Final
 
 from ._display import Displayable, Table
@@ -340,33 +341,31 @@ def classify_message(
     return error_class(message, status=status, model=model, request_id=request_id)
 
 
-def tls_failure(exc: BaseException) -> bool:
-    """Whether a TLS handshake or certificate check caused ``exc`` (through its causes)."""
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it, nearest first (at most 8)."""
     seen: BaseException | None = exc
     for _ in range(8):
         if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLError) or isinstance(
-            getattr(seen, "os_error", None), ssl.SSLError
-        ):
-            return True
+            return
+        yield seen
         seen = seen.__cause__ or seen.__context__
-    return False
+
+
+def tls_failure(exc: BaseException) -> bool:
+    """Whether a TLS handshake or certificate check caused ``exc`` (through its causes)."""
+    return any(
+        isinstance(seen, ssl.SSLError) or isinstance(getattr(seen, "os_error", None), ssl.SSLError)
+        for seen in _causes(exc)
+    )
 
 
 def _handshake_eof(exc: BaseException) -> bool:
     """Whether a TLS failure is the server's clean close during the handshake (an EOF),
     not a refusal of what it was sent."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLEOFError | ssl.SSLZeroReturnError) or (
-            "UNEXPECTED_EOF" in str(seen)
-        ):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(
+        isinstance(seen, ssl.SSLEOFError | ssl.SSLZeroReturnError) or "UNEXPECTED_EOF" in str(seen)
+        for seen in _causes(exc)
+    )
 
 
 def _connect_timeout(exc: BaseException) -> bool:

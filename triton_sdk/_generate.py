@@ -101,24 +101,22 @@ def check_generate(
     or BF16 from."""
     _generate_inputs(spec, fields)
     if http and spec.has_config:
-        _refuse_halves(spec, fields)
+        _refuse_halves(spec, fields, "generate over HTTP", "use a gRPC client, or model.infer")
     extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
     _check_fields(spec, extra, parameters)
     check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
     check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
 
 
-def _refuse_halves(spec: ModelSpec, fields: Mapping[str, object]) -> None:
+def _refuse_halves(spec: ModelSpec, names: Iterable[str], call: str, remedy: str) -> None:
+    """Refuse FP16 and BF16 inputs among ``names``, which ``call`` sends as JSON."""
     halves = sorted(
-        name
-        for name, tensor in spec.inputs.items()
-        if name in fields and tensor.datatype in _NOT_IN_JSON
+        name for name in names if name in spec.inputs and spec.inputs[name].datatype in _NOT_IN_JSON
     )
     if halves:
         raise InvalidInputError(
             f"input {', '.join(map(repr, halves))} is FP16 or BF16, which Triton does not "
-            "read from JSON: generate over HTTP cannot carry it (use a gRPC client, or "
-            "model.infer)",
+            f"read from JSON: {call} cannot carry it ({remedy})",
             model=spec.name,
         )
 
@@ -372,15 +370,10 @@ def tensors_to_fields(tensors: list[Tensor], spec: ModelSpec) -> dict[str, JSONV
     The extension carries one sample of scalars or 1-D values per input; anything else
     needs the gRPC stream.
     """
+    names = [tensor.name for tensor in tensors]
+    _refuse_halves(spec, names, "streaming over HTTP (the generate extension)", "use a gRPC client")
     fields: dict[str, JSONValue] = {}
     for tensor in tensors:
-        if tensor.datatype in _NOT_IN_JSON:
-            raise InvalidInputError(
-                f"input {tensor.name!r} is {tensor.datatype}, which Triton does not read from "
-                "JSON: streaming over HTTP (the generate extension) cannot carry it; use a "
-                "gRPC client",
-                model=spec.name,
-            )
         array = tensor.array
         if spec.batched:
             if array.shape[0] != 1:

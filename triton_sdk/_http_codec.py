@@ -561,17 +561,11 @@ def _field_reader(field: str, model: str | None) -> Reader[Any]:
 def _infer_reader(request: InferRequest) -> Reader[InferResult]:
     model, request_id = request.model, request.request_id or None
     placement = request.shared_memory
-    if not request.triton and request.outputs is not None:
-        keep = request.outputs_to_keep()
-
-        def kept_result(header_length: int | None, body: Body) -> InferResult:
-            result = decode_infer(body, header_length, model, request_id, placement)
-            return keep_outputs(result, keep)
-
-        return _reader(kept_result, model, request_id)
+    keep = request.outputs_to_keep()
 
     def infer_result(header_length: int | None, body: Body) -> InferResult:
-        return decode_infer(body, header_length, model, request_id, placement)
+        result = decode_infer(body, header_length, model, request_id, placement)
+        return result if keep is None else keep_outputs(result, keep)
 
     return _reader(infer_result, model, request_id)
 

@@ -110,8 +110,7 @@ def _server(url: str) -> dict[str, Any]:
 
 
 def _attributes(op: AnyOp, ctx: CallContext) -> Mapping[str, Any]:
-    parts = urlsplit(ctx.url) if ctx.url else None
-    grpc = parts is not None and parts.scheme.startswith("grpc")
+    grpc = ctx.url.startswith("grpc")  # (grpc:// and grpcs://)
     attributes: dict[str, Any] = {
         "rpc.system": "grpc" if grpc else "http",
         "rpc.service": "inference.GRPCInferenceService" if grpc else "triton.v2",
