@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ._dtypes import encoded_payload, wire_dtype
+from ._dtypes import wire_dtype
 from ._errors import InferenceError, InvalidInputError, classify_message, values_refused
 from ._generate import (
     JSONValue,
@@ -58,7 +58,7 @@ from ._result import (
     read_region,
 )
 from ._shaping import Tensor
-from ._wire import tensor_bytes, tensor_payload
+from ._wire import payload_size, tensor_bytes, tensor_payload
 
 if TYPE_CHECKING:
     from ._shm import Placement, Slot
@@ -275,14 +275,11 @@ def _varint(value: int) -> bytes:
 def serialize_large_infer(request: InferRequest) -> bytes | None:
     """The wire bytes of an infer request whose raw contents are large; None for others,
     which the protobuf message serves better."""
-    size = 0
-    for tensor in request.inputs:
-        size += tensor.array.nbytes
-        if tensor.datatype == "BYTES":  # the array holds references: count the payload
-            encoded = encoded_payload(tensor.array)
-            size += 0 if encoded is None else len(encoded)
+    size = payload_size(request.socket_inputs())
     if size < LARGE_REQUEST:
         return None
+    if size >= 2**31:  # (refused before its payloads are made: they may not fit in memory)
+        raise _too_large(request)
     message, tensors = _infer_message(request)
     head = message.SerializeToString()
     parts: list[bytes | memoryview] = [head]
@@ -295,7 +292,11 @@ def serialize_large_infer(request: InferRequest) -> bytes | None:
         total += len(key) + size
     if total < 2**31:
         return b"".join(parts)
-    raise values_refused(
+    raise _too_large(request)
+
+
+def _too_large(request: InferRequest) -> InvalidInputError:
+    return values_refused(
         "the request is larger than a gRPC message can be (2 GiB): split the batch "
         "(model.map) or use shared memory",
         model=request.model,

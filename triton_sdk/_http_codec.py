@@ -69,7 +69,7 @@ from ._result import (
     read_region,
 )
 from ._spec import ModelSpec
-from ._wire import tensor_payload
+from ._wire import payload_size, tensor_payload
 
 if TYPE_CHECKING:
     from ._shm import Placement, Slot
@@ -181,6 +181,20 @@ _HEADERS: dict[_HeaderKey, bytes] = {}
 _MAX_HEADERS: Final = 1024
 
 
+_LARGEST_BODY: Final = 2**31 - 2**16
+"""The tensors' bytes an HTTP body may carry, its JSON header left room: Triton reads
+the body's length as an int32, and its refusal would come after the whole upload, garbled
+("should be in range (0, -2044967137)")."""
+
+
+def _too_large(request: InferRequest) -> InvalidInputError:
+    return values_refused(
+        "the request is larger than Triton reads over HTTP (2 GiB): split the batch "
+        "(model.map) or use shared memory",
+        model=request.model,
+    )
+
+
 def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
     """The body parts of an infer request and the length of its JSON header.
 
@@ -190,6 +204,8 @@ def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
     parts: list[bytes | memoryview] = [b""]
     sizes: list[int | None] = []
     placement = request.shared_memory
+    if payload_size(request.socket_inputs()) >= _LARGEST_BODY:  # (counted before any copy is made)
+        raise _too_large(request)
     for tensor in request.inputs:
         if placement is not None and tensor.name in placement.inputs:
             sizes.append(None)  # its data is in a region
@@ -197,6 +213,8 @@ def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
         raw = tensor_payload(tensor)
         parts.append(raw)
         sizes.append(len(raw) if isinstance(raw, bytes) else raw.nbytes)
+    if sum(size for size in sizes if size is not None) >= _LARGEST_BODY:
+        raise _too_large(request)
     plain = not (
         request.request_id
         or request.parameters

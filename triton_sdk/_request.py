@@ -84,6 +84,13 @@ class InferRequest(Op[InferResult]):
             return None
         return frozenset(output.name for output in self.outputs)
 
+    def socket_inputs(self) -> list[Tensor]:
+        """The inputs whose data goes on the socket (not in a shared-memory region)."""
+        placement = self.shared_memory
+        if placement is None:
+            return list(self.inputs)
+        return [tensor for tensor in self.inputs if tensor.name not in placement.inputs]
+
     @property
     def idempotent(self) -> bool:
         """Whether running the request twice is harmless (not so inside a sequence)."""

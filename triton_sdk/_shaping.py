@@ -225,6 +225,8 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
             "send; fill them first (array.filled(value))",
             model=model,
         )
+    if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
+        value = np.asarray(value)  # a subclass may not reshape as asked (np.matrix stays 2-D)
     if spec.datatype == "BYTES":
         if isinstance(value, np.ndarray):
             _check_size(value, np.dtype(np.object_), spec, model)
@@ -484,7 +486,9 @@ def _cast_floats(
     if source.kind == "f":
         if _LARGEST.get(source, np.inf) <= largest:
             return array.astype(target)  # a float that widens: nothing overflows
-        if not np.abs(array).max() > largest:  # (a NaN peak compares False: fine)
+        with np.errstate(invalid="ignore"):  # (NaNs are left out: they stay NaN)
+            peak = np.nanmax(np.abs(array)) if np.isnan(array).any() else np.abs(array).max()
+        if not peak > largest:  # (all NaN: a NaN peak)
             return array.astype(target)
     elif source.kind in _INTEGER_KINDS:
         if largest > 2.0**64 or _INTEGER_PEAK.get(source, np.inf) <= largest:

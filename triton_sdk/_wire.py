@@ -8,7 +8,7 @@ measured against its shape here, with overflow-checked arithmetic, on both proto
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -17,7 +17,7 @@ from ._dtypes import DATATYPES, encode_bytes, encoded_payload
 from ._errors import InvalidInputError
 from ._shaping import Tensor
 
-__all__ = ["declared_count", "tensor_bytes", "tensor_payload"]
+__all__ = ["declared_count", "payload_size", "tensor_bytes", "tensor_payload"]
 
 MAX_ELEMENTS: Final = 2**63 - 1
 _BIG_ENDIAN_HOST: Final = sys.byteorder == "big"
@@ -33,6 +33,18 @@ def declared_count(shape: Sequence[int], name: str) -> int:
         if count > MAX_ELEMENTS:
             raise InvalidInputError(f"input {name!r}: shape {tuple(shape)} overflows int64")
     return count
+
+
+def payload_size(tensors: Iterable[Tensor]) -> int:
+    """About how many bytes the tensors' payloads take, counted without making them: a
+    BYTES tensor's encoded payload when shaping remembered it, else 8 bytes an element."""
+    size = 0
+    for tensor in tensors:
+        size += tensor.array.nbytes
+        if tensor.datatype == "BYTES":  # the array holds references: count the payload
+            encoded = encoded_payload(tensor.array)
+            size += 0 if encoded is None else len(encoded)
+    return size
 
 
 def _bytes_payload(tensor: Tensor) -> bytes:

@@ -42,6 +42,46 @@ def test_integers_that_do_not_fit_are_refused_and_nothing_sent(
     assert inference_count(server, "all_dtypes") == before
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("IN_FP32", [[float("nan"), 1e300]]),
+        ("IN_FP16", np.array([[np.nan, 1e5]], np.float32)),
+        ("IN_BF16", np.array([[1e300, np.nan]])),
+    ],
+)
+def test_a_nan_does_not_let_values_too_large_through(
+    client: Any, server: LocalServer, name: str, value: Any
+) -> None:
+    # The largest magnitude was found with max(), which a NaN turns into NaN: the values
+    # went as inf.
+    before = inference_count(server, "all_dtypes")
+    with pytest.raises(ts.InvalidInputError, match=f"'{name}' is .*: value .* is outside"):
+        client.model("all_dtypes").infer({name: value})
+    assert inference_count(server, "all_dtypes") == before
+    nan_kept = client.model("all_dtypes").infer(IN_FP32=[[float("nan"), 1.0]])["OUT_FP32"]
+    assert np.isnan(nan_kept[0, 0])
+    assert nan_kept[0, 1] == 1.0
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_a_matrix_is_shaped_as_an_array(client: Any) -> None:
+    # np.matrix reshapes to 2-D whatever it is asked: the batch axis was lost.
+    result = client.model("double").infer(X=np.matrix([[1.0, 2.0], [3.0, 4.0]]))
+    assert type(result["Y"]) is np.ndarray
+    assert result["Y"].tolist() == [[[2.0, 4.0], [6.0, 8.0]]]
+
+
+def test_a_request_larger_than_2_gib_is_refused_before_it_is_made(client: Any) -> None:
+    # Views of one value: nothing is allocated unless the request is built. Over HTTP the
+    # body went, and Triton answered "header size should be in range (0, -1894967006)".
+    floats = np.broadcast_to(np.float32(1), (1, 300_000_000))
+    ints = np.broadcast_to(np.int32(1), (1, 300_000_000))
+    model = client.model("all_dtypes")
+    with pytest.raises(ts.InvalidInputError, match=r"larger than .* \(2 GiB\): split the batch"):
+        model.infer(IN_FP32=floats, IN_INT32=ints, shared_memory="off")
+
+
 def test_integers_within_fp16_range_arrive_as_rounded_floats(client: Any) -> None:
     out = client.model("all_dtypes").infer(IN_FP16=[[-65504, 2049, 7]])["OUT_FP16"]
     assert out.dtype == np.float16
