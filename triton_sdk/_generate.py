@@ -409,9 +409,7 @@ def event_to_result(
             continue
         output = spec.outputs[name]
         flat = value if isinstance(value, list) else [value]
-        shape: tuple[int, ...] = output.shape
-        if -1 in shape or int(np.prod(shape)) != len(flat):
-            shape = (len(flat),)
+        shape = _event_shape(output.shape, len(flat))
         if spec.batched:
             shape = (1, *shape)
         outputs[name] = decode_json_output(name, output.datatype, shape, flat)
@@ -423,6 +421,19 @@ def event_to_result(
         model_version=str(event.get("model_version", "")),
         id=str(event.get("id", "")),
     )
+
+
+def _event_shape(dims: tuple[int, ...], count: int) -> tuple[int, ...]:
+    """The shape of ``count`` values of an output of ``dims`` (the events carry none): the
+    one variable dimension, if there is one, is what the count leaves; flat when the
+    count does not fit the dims, or when two or more vary."""
+    known = int(np.prod([dim for dim in dims if dim != -1]))
+    variable = dims.count(-1)
+    if variable == 0 and known == count:
+        return dims
+    if variable == 1 and known > 0 and count % known == 0:
+        return tuple(count // known if dim == -1 else dim for dim in dims)
+    return (count,)
 
 
 class ServerSentEvents:

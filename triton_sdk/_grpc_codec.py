@@ -605,7 +605,11 @@ def decode_infer_response(
             outputs[output.name] = decode_json_output(output.name, output.datatype, shape, values)
         datatypes[output.name] = output.datatype
     parameters = (
-        {key: _parameter_value(value) for key, value in response.parameters.items()}
+        {
+            key: _parameter_value(value)
+            for key, value in response.parameters.items()
+            if key != _FINAL_FLAG  # (the stream's end, asked for by the client: not the model's)
+        }
         if response.parameters
         else {}
     )
@@ -619,6 +623,9 @@ def decode_infer_response(
     )
 
 
+_FINAL_FLAG: Final = "triton_final_response"
+
+
 def _stream_message(request: InferRequest) -> pb.ModelInferRequest:
     message = build_infer_request(request)
     # Without it, a decoupled model's last response may carry no outputs and no flag,
@@ -630,7 +637,7 @@ def _stream_message(request: InferRequest) -> pb.ModelInferRequest:
 def is_final_response(response: pb.ModelStreamInferResponse) -> bool:
     """Whether a stream's message is its request's last (an error's included)."""
     parameters = response.infer_response.parameters
-    return "triton_final_response" in parameters and parameters["triton_final_response"].bool_param
+    return _FINAL_FLAG in parameters and parameters[_FINAL_FLAG].bool_param
 
 
 def _stream_of(request: InferRequest, spec: ModelSpec | None = None) -> GrpcStream[InferResult]:

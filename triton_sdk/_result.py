@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import math
 import operator
 from collections.abc import Iterator, Mapping, Sequence
@@ -206,6 +207,12 @@ class InferResult(Displayable, Mapping[str, Array]):
                 f"as_strings: encoding must be a str such as 'utf-8', got {encoding!r}",
                 model=self.model_name,
             )
+        try:
+            codecs.lookup(encoding)  # (checked even when there is nothing to decode)
+        except (LookupError, ValueError):  # (ValueError: a NUL in the name)
+            raise InvalidInputError(
+                f"as_strings: unknown encoding {encoding!r}", model=self.model_name
+            ) from None
         array = self[name]
         if array.dtype != np.object_:
             raise InvalidInputError(
@@ -381,12 +388,16 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
             f"output {name!r}: shape {list(shape)} needs {size} bytes, its region has "
             f"{slot.byte_size}"
         )
-    flat = np.frombuffer(slot.region.read(size, slot.offset), wire_dtype(datatype))
+    data = slot.region.read(size, slot.offset)
+    if slot.view and slot.region.mapped:
+        # Read-only as an output read from a response's bytes is, and for good: a flag
+        # alone could be set back (setflags(write=True)), and writes would reach the region.
+        data = data.toreadonly()
+    flat = np.frombuffer(data, wire_dtype(datatype))
     if not slot.region.mapped:  # GPU memory: already copied to this process
         return flat.reshape(shape)
     if not slot.view:
         return copied(flat.reshape(shape))
-    flat.flags.writeable = False  # as an output read from a response's bytes is
     slot.lent = flat
     return flat.reshape(shape)
 

@@ -213,6 +213,9 @@ def test_one_answer_with_outputs_in_regions_and_over_the_socket(
     # Read-only, as an output read from the answer's bytes is: whether code may write
     # into an output must not depend on its size (writing into it worked).
     assert not result["OUT_FP32"].flags.writeable
+    # For good: the flag could be set back, and writes then reached the region.
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        result["OUT_FP32"].setflags(write=True)
     writable = result.as_numpy("OUT_FP32", writable=True)
     assert writable.flags.writeable
     assert not in_region(writable)

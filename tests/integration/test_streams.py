@@ -38,6 +38,8 @@ def test_one_result_per_response_in_order(client: Any) -> None:
         assert res["OUT"].dtype == np.int32
         assert res["IDX"].dtype == np.uint32
         assert set(res) == {"OUT", "IDX"}
+        # The flag gRPC's stream ends a request with is the client's, not the model's.
+        assert res.parameters == {}
 
 
 def test_stream_ends_after_the_final_response(client: Any) -> None:

@@ -433,6 +433,31 @@ def test_event_to_result_unbatched_follows_the_output_shape() -> None:
     assert (result.model_name, result.model_version, result.id) == ("u", "", "")
 
 
+@pytest.mark.parametrize(
+    ("dims", "count", "shape"),
+    [
+        ((-1, 3), 6, (2, 3)),
+        ((2, -1), 0, (2, 0)),
+        ((2, -1, 2), 8, (2, 2, 2)),
+        ((-1, 4), 6, (6,)),  # no whole number of rows: flat
+        ((-1, -1), 6, (6,)),  # two open dimensions: flat
+        ((0, -1), 0, (0,)),  # any length would do: flat
+    ],
+)
+def test_event_to_result_fills_in_one_open_dimension(
+    dims: tuple[int, ...], count: int, shape: tuple[int, ...]
+) -> None:
+    # The events carry values without shapes; gRPC answers (2, 3) where this was (6,).
+    spec = make_spec(
+        [tensor("X", "FP32", 1)], [tensor("M", "INT32", *dims)], name="u", max_batch_size=0
+    )
+    result = event_to_result({"M": list(range(count))}, spec)
+    assert result["M"].shape == shape
+    assert result["M"].reshape(-1).tolist() == list(range(count))
+    batched = make_spec([tensor("X", "FP32", 1)], [tensor("M", "INT32", *dims)], name="b")
+    assert event_to_result({"M": list(range(count))}, batched)["M"].shape == (1, *shape)
+
+
 def test_event_to_result_scalar_into_variable_shape() -> None:
     result = event_to_result({"tokens": 9}, GEN_SPEC)
     assert result["tokens"].shape == (1, 1)

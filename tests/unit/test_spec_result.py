@@ -393,10 +393,19 @@ def test_as_strings_on_bytes_that_are_not_text_names_the_element() -> None:
     assert "b'\\xff\\xfe'" in message
     assert isinstance(info.value.__cause__, UnicodeDecodeError)
     assert make_result(NAMES=raw).as_strings("NAMES", "latin-1")[1, 0] == "\xff\xfe"
-    with pytest.raises(ts.InvalidInputError, match="unknown encoding: klingon"):
+    with pytest.raises(ts.InvalidInputError, match="unknown encoding 'klingon'"):
         make_result(NAMES=raw).as_strings("NAMES", "klingon")
     with pytest.raises(ts.InvalidInputError, match="'base64' is not a text encoding"):
         make_result(NAMES=raw).as_strings("NAMES", "base64")
+
+
+@pytest.mark.parametrize("encoding", ["utf-8\x00", "klingon", ""])
+def test_as_strings_refuses_an_unknown_encoding_even_with_nothing_to_decode(encoding: str) -> None:
+    # A NUL in the name raised numpy's plain ValueError; an empty output decoded nothing
+    # and so took any name.
+    for names in (NAMES, np.empty((0, 1), dtype=np.object_)):
+        with pytest.raises(ts.InvalidInputError, match="as_strings: unknown encoding"):
+            make_result(NAMES=names).as_strings("NAMES", encoding)
 
 
 def test_unknown_output() -> None:
