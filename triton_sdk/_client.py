@@ -548,9 +548,10 @@ class Client:
         attempts = 1
 
         last = failures[0]
+        ran = last.may_have_run  # (by any attempt: the last one may not have gone out)
 
         def again() -> T:
-            nonlocal attempts, last
+            nonlocal attempts, last, ran
             if failures:
                 raise failures.pop()
             attempts += 1
@@ -566,6 +567,7 @@ class Client:
                 return self._send(op, ctx)
             except TritonError as error:
                 last = error
+                ran = ran or error.may_have_run
                 note_resend(op, error)
                 raise
 
@@ -575,6 +577,7 @@ class Client:
             return Retrying(**retrying_kwargs(policy, stop, what, op.idempotent))(again)
         except TritonError as error:
             final = final_error(error, stop, what, policy)
+            final.may_have_run = final.may_have_run or ran
             if final is error:
                 raise
             raise final from error
@@ -664,9 +667,9 @@ class Client:
         while True:
             each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
             failure: TritonError | None = None
-            for probe in probes:
+            for ready_probe in probes:
                 try:
-                    ready = self._run(probe, each)
+                    ready = self._run(ready_probe, each)
                 except TritonError as error:
                     if not heals_by_waiting(error):
                         raise
@@ -678,11 +681,31 @@ class Client:
             left = deadline - time.monotonic()
             if left <= 0:
                 what = "the server" if model is None else f"model {model!r}"
-                last = "" if failure is None else f" (last: {failure})"
+                if failure is None and model is not None and ready_probe is probes[-1]:
+                    last = self._model_state(model, headers)
+                else:
+                    last = "" if failure is None else f" (last: {failure})"
                 raise TritonTimeoutError(
-                    f"{what} at {self._where()} was not ready after {timeout}s{last}"
+                    f"{what} at {self._where()} was not ready after {timeout}s{last}",
+                    model=model,
                 ) from failure
             sleep(min(_POLL_INTERVAL, left))  # (the last probe is at the deadline)
+
+    def _model_state(self, model: str, headers: Headers) -> str:
+        """Why a model is not ready, as the repository index says (its state and the
+        reason: LOADING, UNAVAILABLE after a failed load), for a message."""
+        try:
+            entries = self._run(ListModels(), self._options(1.0, headers, _ONCE))
+        except TritonError as error:
+            return f" (its state could not be read: {error})"
+        states = [status for status in map(ModelStatus.from_json, entries) if status.name == model]
+        if not states:
+            return " (last: it is not in the model repository)"
+        described = [
+            (state.state or "no state") + (f": {state.reason}" if state.reason else "")
+            for state in states
+        ]
+        return f" (last: {'; '.join(described)})"
 
     def _where(self) -> str:
         """The server's URL, or each of the client's endpoints (or its DNS name)."""

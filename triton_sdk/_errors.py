@@ -405,7 +405,7 @@ def classify_transport_error(
             request_id=request_id,
             may_have_run=True,
         )
-    if _http2_answer(exc):
+    if answered_in_http2(exc):
         at = "" if url is None else f" at {url}"
         return TritonConnectionError(
             f"the server{at} answered in HTTP/2, as a gRPC port does: use grpc:// for "
@@ -432,7 +432,7 @@ def timeout_message(model: str | None, timeout: float | None, detail: str) -> st
     return f"no answer from {who}{within} ({detail}); the server may still run the request"
 
 
-def _http2_answer(exc: BaseException) -> bool:
+def answered_in_http2(exc: BaseException) -> bool:
     """An HTTP/1.1 request answered with HTTP/2 frames (a gRPC port): the status line
     starts with a frame header (``http.client``) or aiohttp shows those bytes."""
     if isinstance(exc, http.client.BadStatusLine):

@@ -361,6 +361,53 @@ def test_a_connection_broken_after_the_request_left_says_it_may_have_run(
     assert inference_count(fault_server, "add_sub") == before + 1
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("protocol", "mode"), TRANSPORTS)
+def test_may_have_run_holds_for_any_attempt_not_only_the_last(
+    make_relay: Callable[..., Relay],
+    make_client: Callable[..., Any],
+    fault_server: LocalServer,
+    protocol: str,
+    mode: str,
+) -> None:
+    # The first attempt runs on the server and its answer is lost; the resends find no
+    # server at all. The error said may_have_run=False, the last attempt's word.
+    relay = make_relay(protocol)
+    model = connected_model(make_client, protocol, mode, relay)
+    before = request_count(fault_server, "add_sub")
+    relay.mode = "drop_response"
+    outcome: list[BaseException | None] = []
+    call = threading.Thread(
+        target=lambda: outcome.append(timed(lambda: model.infer(**ADD_SUB_INPUTS, timeout=10))[0])
+    )
+    call.start()
+    deadline = time.monotonic() + 10
+    while request_count(fault_server, "add_sub") == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    relay.close()  # the connection breaks, and nothing listens there any more
+    call.join(15)
+    (error,) = outcome
+    assert isinstance(error, ts.TritonConnectionError), repr(error)
+    assert error.may_have_run
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("protocol", "mode"), TRANSPORTS)
+def test_the_first_infer_on_a_lost_server_names_its_model_and_request_id(
+    make_relay: Callable[..., Relay], make_client: Callable[..., Any], protocol: str, mode: str
+) -> None:
+    # HTTP reads the server's metadata before a client's first inference (to choose the
+    # body's format): its failure was raised without the call's model and request id.
+    relay = make_relay(protocol)
+    model = make_client(protocol, mode, relay, retry=FAST_RETRY).model("add_sub")
+    relay.mode = "reset"
+    time.sleep(0.3)
+    error, _ = timed(lambda: model.infer(**ADD_SUB_INPUTS, request_id="r-7", timeout=5))
+    assert isinstance(error, ts.TritonConnectionError), repr(error)
+    assert (error.model, error.request_id) == ("add_sub", "r-7")
+    assert not error.may_have_run
+
+
 # f. kill -9 and restart under load
 
 

@@ -498,6 +498,13 @@ def test_unload_then_load_again(own_client: Any) -> None:
             client.model("add_sub")
         with pytest.raises(ts.ModelNotReadyError):
             model.infer_sample(inputs)
+        # Waiting for it names it, and says why it is not ready.
+        with pytest.raises(
+            ts.TritonTimeoutError,
+            match=r"model 'add_sub' at .* not ready after 0.3s \(last: UNAVAILABLE: unloaded\)",
+        ) as waited:
+            client.wait_until_ready(timeout=0.3, model="add_sub")
+        assert waited.value.model == "add_sub"
         # The other models stay loaded.
         assert client.is_model_ready("scale")
         assert status_of(client, "scale").state == "READY"

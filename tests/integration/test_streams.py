@@ -15,6 +15,7 @@ import triton_sdk as ts
 from triton_sdk.local import LocalServer
 
 from ._blocking import LoopThread
+from ._relay import Relay
 from .conftest import FIXTURE_MODELS, MODES, PROTOCOLS, close_client, inference_count, open_client
 
 # `repeat` waits DELAY_MS after each response; a stream of LONG of them takes this long.
@@ -358,3 +359,21 @@ def test_server_dying_mid_stream_raises_triton_errors(
         finally:
             for client in clients:
                 close_client(client, loop_thread)
+
+
+def test_a_stream_broken_after_its_first_response_may_have_run(
+    server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    # The model ran (a response came): an HTTP stream broken then said may_have_run=False.
+    port = server.grpc_port if protocol == "grpc" else server.http_port
+    with Relay("127.0.0.1", port) as relay:
+        client = open_client(f"{protocol}://{relay.address}", mode, loop_thread)
+        try:
+            stream = iter(client.model("repeat").stream(IN=list(range(8)), DELAY_MS=[200]))
+            assert values([next(stream)]) == [(0, 0)]
+            relay.mode = "reset"
+            with pytest.raises(ts.TritonConnectionError) as caught:
+                list(stream)
+            assert caught.value.may_have_run
+        finally:
+            close_client(client, loop_thread)

@@ -126,6 +126,15 @@ def test_wait_until_ready_on_running_server(client: Any) -> None:
     client.wait_until_ready(timeout=10.0)
 
 
+def test_waiting_for_a_model_not_in_the_repository_says_so(client: Any) -> None:
+    with pytest.raises(
+        ts.TritonTimeoutError,
+        match=r"model 'nope' at .* after 0.3s \(last: it is not in the model repository\)",
+    ) as waited:
+        client.wait_until_ready(timeout=0.3, model="nope")
+    assert waited.value.model == "nope"
+
+
 def test_wait_until_ready_waits_through_a_forwarder_whose_server_is_not_up_yet(
     server: LocalServer, protocol: str, mode: str, loop_thread: LoopThread
 ) -> None:
@@ -161,5 +170,9 @@ def test_wait_until_ready_raises_at_once_on_a_port_of_the_other_protocol(
         with pytest.raises(ts.TritonConnectionError, match="answered in HTTP/2"):
             client.wait_until_ready(timeout=30)
         assert time.monotonic() - started < 10
+        with pytest.raises(ts.TritonConnectionError, match="answered in HTTP/2") as caught:
+            client.server_metadata()
+        # A gRPC port runs no HTTP request: nothing ran, whatever went out.
+        assert not caught.value.may_have_run
     finally:
         close_client(client, loop_thread)

@@ -14,6 +14,7 @@ from .._errors import (
     InvalidInputError,
     TritonConnectionError,
     TritonError,
+    answered_in_http2,
     classify_status,
     classify_transport_error,
     closed_in_setup,
@@ -24,10 +25,26 @@ __all__ = ["closed_error", "grpc_error", "http_error", "refused_error"]
 
 
 def http_error(
-    exc: BaseException, op: AnyOp | None, timeout: float | None, url: str | None = None
+    exc: BaseException,
+    op: AnyOp | None,
+    timeout: float | None,
+    url: str | None = None,
+    *,
+    sent: bool = False,
 ) -> TritonError:
     """A failure of ``http.client``, a socket or aiohttp, below the HTTP exchange, with
-    the server's ``url`` in its message."""
+    the server's ``url`` in its message. ``sent``: the request had gone out, so the
+    server may have run it (not so where the answer came in HTTP/2: a gRPC port runs
+    no HTTP request)."""
+    error = _http_error(exc, op, timeout, url)
+    if sent and not answered_in_http2(exc):
+        error.may_have_run = True
+    return error
+
+
+def _http_error(
+    exc: BaseException, op: AnyOp | None, timeout: float | None, url: str | None
+) -> TritonError:
     model = None if op is None else op.model
     request_id = None if op is None else op.request_id
     if _tls_connect_reset(exc):

@@ -119,7 +119,7 @@ class HttpTransport:
             try:
                 self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
             except TritonError as refusal:
-                self._codec.binary = _binary_unless_passing(refusal)
+                self._codec.binary = _binary_unless_passing(refusal, op)
         call = self._codec.encode(op)
         body, size = body_of(call.body)
         headers = dict(call.headers)
@@ -135,9 +135,7 @@ class HttpTransport:
         except PoolClosed as exc:
             raise closed_error(exc) from exc
         except AnswerLost as lost:
-            error = http_error(lost.cause, op, ctx.timeout, self._url)
-            error.may_have_run = True
-            raise error from lost.cause
+            raise http_error(lost.cause, op, ctx.timeout, self._url, sent=True) from lost.cause
         except _HTTP_FAILURES as exc:
             raise http_error(exc, op, ctx.timeout, self._url) from exc
         return call.read(status, length, data)
@@ -151,26 +149,29 @@ class HttpTransport:
         body, size = body_of(call.body)
         headers = request_headers({**call.headers, "Content-Length": str(size)}, ctx.headers)
         stop = ctx._stop
+        went_out = False
+
+        def on_sent(connection: http.client.HTTPConnection) -> None:
+            nonlocal went_out
+            went_out = True
+            if stop is not None:
+                stop.arm(lambda: interrupt(connection))
+
         try:
             connection, response = self._pool.open_stream(
-                call.method,
-                call.path,
-                body,
-                headers,
-                ctx.timeout,
-                None if stop is None else lambda sent: stop.arm(lambda: interrupt(sent)),
+                call.method, call.path, body, headers, ctx.timeout, on_sent
             )
         except PoolClosed as exc:
             raise closed_error(exc) from exc
         except _HTTP_FAILURES as exc:
-            raise self._failed(exc, op, ctx) from exc
+            raise self._failed(exc, op, ctx, sent=went_out) from exc
         try:
             content_type = response.getheader("Content-Type")
             if not call.opens(response.status, content_type):
                 try:
                     refusal = response.read()
                 except _HTTP_FAILURES as exc:
-                    raise self._failed(exc, op, ctx) from exc
+                    raise self._failed(exc, op, ctx, sent=True) from exc
                 call.refuse(response.status, content_type, refusal)
             decoder = call.decoder()
             # The timeout bounds the wait for each event, not each read: bytes that end no
@@ -190,7 +191,9 @@ class HttpTransport:
                     cut_off = None
                     if isinstance(exc, _CUT_OFF) and not self._pool.closed:
                         cut_off = call.cut_off_error(op.request_id)
-                    raise cut_off or self._failed(exc, op, ctx) from exc
+                    error = cut_off or self._failed(exc, op, ctx)
+                    error.may_have_run = True  # (the answer had begun)
+                    raise error from exc
                 # Read outside the try: an answer that cannot be read is the server's
                 # fault, not the connection's (the client reports it as unreadable).
                 for item in decoder.feed(data) if data else decoder.finish():
@@ -201,11 +204,13 @@ class HttpTransport:
         finally:
             self._pool.end_stream(connection)
 
-    def _failed(self, exc: BaseException, op: StreamOp[Any], ctx: CallContext) -> TritonError:
+    def _failed(
+        self, exc: BaseException, op: StreamOp[Any], ctx: CallContext, *, sent: bool = False
+    ) -> TritonError:
         """A stream's failure; one that close() cut says the client closed."""
         if self._pool.closed:
             return closed_in_flight()
-        return http_error(exc, op, ctx.timeout, self._url)
+        return http_error(exc, op, ctx.timeout, self._url, sent=sent)
 
     def close(self) -> None:
         self._pool.close()
@@ -367,7 +372,7 @@ class AsyncHttpTransport:
             try:
                 self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
             except TritonError as refusal:
-                self._codec.binary = _binary_unless_passing(refusal)
+                self._codec.binary = _binary_unless_passing(refusal, op)
         call = self._codec.encode(op)
         timeout = _call_timeout(ctx.timeout)
         try:
@@ -384,10 +389,9 @@ class AsyncHttpTransport:
         except _AIOHTTP_FAILURES as exc:
             if self._closed:
                 raise closed_in_flight() from exc
-            error = http_error(exc, op, ctx.timeout, self._url)
             # Failing to connect is the one failure that proves nothing went out.
-            error.may_have_run = not isinstance(exc, _NOT_CONNECTED)
-            raise error from exc
+            sent = not isinstance(exc, _NOT_CONNECTED)
+            raise http_error(exc, op, ctx.timeout, self._url, sent=sent) from exc
         except asyncio.CancelledError as exc:
             raise_if_cut_by_close(exc, self._closed)
             raise
@@ -452,7 +456,10 @@ class AsyncHttpTransport:
             cut_off = None
             if opened and isinstance(exc, _AIOHTTP_CUT_OFF):
                 cut_off = call.cut_off_error(op.request_id)
-            raise cut_off or http_error(exc, op, ctx.timeout, self._url) from exc
+            sent = opened or not isinstance(exc, _NOT_CONNECTED)
+            error = cut_off or http_error(exc, op, ctx.timeout, self._url, sent=sent)
+            error.may_have_run = error.may_have_run or opened
+            raise error from exc
         finally:
             if stop is not None:
                 stop.disarm()  # (the reader's task must never be interrupted later)
@@ -507,7 +514,7 @@ def _only_interrupted(task: asyncio.Task[Any] | None) -> bool:
     return uncancel is None or uncancel() == 0
 
 
-def _binary_unless_passing(error: TritonError) -> bool:
+def _binary_unless_passing(error: TritonError, request: InferRequest) -> bool:
     """After the server's metadata could not be read for ``http_binary="auto"``: binary
     for good where the server will not say (a gateway, a restricted endpoint), but a
     failure that may pass (unreachable, timed out, overloaded) decides nothing. The
@@ -515,6 +522,8 @@ def _binary_unless_passing(error: TritonError) -> bool:
     server briefly down would otherwise get binary requests for the client's life."""
     if error.retryable or isinstance(error, TritonTimeoutError):
         error.may_have_run = False  # (the inference itself was not sent)
+        # The call's own failure, as gRPC's would be: it names the model and request id.
+        error.model, error.request_id = request.model, request.request_id or None
         raise error
     return True
 
