@@ -1096,10 +1096,12 @@ class AsyncClient:
         """Register the regions the server does not know yet; False when it cannot read
         this host's memory and ``mode`` is "auto" (sockets, then, for good)."""
         once = attrs.evolve(options, retry=_ONCE)
-        if not pool.swept:
-            pool.swept = True
+        if pool.sweep_due():
             await self._forget_stale_regions(pool, once)
         await self._free_abandoned(pool, once)
+        for region in pool.surplus():  # (left after a burst of calls)
+            await self._unregister(region, once)
+            region.close()
         for region in regions:
             if region.registered:
                 continue
@@ -1198,10 +1200,20 @@ class AsyncClient:
         try:
             status = await self._run(pool.status_op(), options)
         except (InferenceError, UnsupportedError):
+            pool.swept(set())
             return  # the registration that follows says what the server allows
+        kept = set()
         for name in stale_regions(status):
-            with contextlib.suppress(ModelNotFoundError, InferenceError):
+            try:
                 await self._run(pool.unregister_op(name), options)
+            except ModelNotFoundError:
+                pass  # (gone already)
+            except InferenceError as refusal:
+                # A request of the dead process still runs there (2.50-2.51 refuse to
+                # unregister a region in use): asked again later.
+                logger.info("shared memory %s is left for now: %s", name, refusal)
+                kept.add(name)
+        pool.swept(kept)
 
     # Lifetime
 

@@ -92,6 +92,13 @@ a program keeping many results does not keep as many regions registered."""
 CHECK_EVERY_S: Final = 1.0
 """How often a client asks the server whether it still uses abandoned regions."""
 
+SURPLUS_AFTER_S: Final = 30.0
+"""An idle region passed over by every call of its size for this long is freed: the pool
+shrinks back after a burst of concurrent calls."""
+
+_SURPLUS_PER_CHECK: Final = 8
+"""Regions freed per check at most (each is a call to the server)."""
+
 PREFIX: Final = "triton_sdk-"
 _MIN_REGION: Final = 64 * 1024
 
@@ -341,18 +348,38 @@ class RegionPool:
         self._start()
         on_fork(self)
 
+    def sweep_due(self) -> bool:
+        """Whether to look for regions that dead processes of this host left registered:
+        at the first registration, then while the server keeps some of them."""
+        if not self._swept:
+            return True
+        return bool(self._still_stale) and time.monotonic() >= self._next_sweep
+
+    def swept(self, kept: set[str]) -> None:
+        """A sweep is done; the server would not let go of ``kept`` yet."""
+        self._swept = True
+        self._still_stale = kept
+        self._next_sweep = time.monotonic() + CHECK_EVERY_S
+
     def after_fork_in_child(self) -> None:
         """A forked child's pool starts empty, with names of its own: the parent's
         regions (the same memory in both processes) stay the parent's to use and free."""
         self._start()
 
     def _start(self) -> None:
-        self.swept = False
-        """Whether regions that dead processes left on the server were looked for."""
+        self._swept = False
+        self._still_stale = set[str]()
+        """Regions of dead processes that the server would not let go of yet (a request
+        of theirs was still running there): asked for again every CHECK_EVERY_S."""
+        self._next_sweep = 0.0
         # Reentrant: a view's finalizer may run (garbage collection) while this thread
         # holds the lock.
         self._lock = threading.RLock()
         self._idle: dict[int, list[AnyRegion]] = {}
+        self._idle_since: dict[AnyRegion, float] = {}
+        self._taken_at: dict[int, float] = {}
+        """When a region of each size was last taken."""
+        self._next_trim = 0.0
         self._all: list[AnyRegion] = []
         self._serial = 0
         self._on_loan: set[AnyRegion] = set()
@@ -384,9 +411,12 @@ class RegionPool:
         """A region of at least ``size`` bytes; a new one is not registered yet."""
         capacity = max(_MIN_REGION, 1 << (size - 1).bit_length())
         with self._lock:
+            self._taken_at[capacity] = time.monotonic()
             idle = self._idle.get(capacity)
             if idle:
-                return idle.pop()
+                taken = idle.pop()  # (the last given back: the first ones grow surplus)
+                self._idle_since.pop(taken, None)
+                return taken
             self._serial += 1
             name = f"{self._tag}-{self._serial}"
         region: AnyRegion = (
@@ -418,9 +448,34 @@ class RegionPool:
                     continue  # freed by forget() once the server lets go of it, or drain()
                 if region.registered:
                     self._idle.setdefault(region.size, []).append(region)
+                    self._idle_since[region] = time.monotonic()
                 else:
                     self._all.remove(region)
                     region.close()
+
+    def surplus(self) -> list[AnyRegion]:
+        """Idle regions that calls of their size passed over for SURPLUS_AFTER_S, taken
+        out of the pool for the caller to unregister and close (at most a few, at most
+        once per CHECK_EVERY_S). A client that calls now and then keeps its regions.
+        GPU regions are kept until close."""
+        now = time.monotonic()
+        if now < self._next_trim or self.device is not None:  # (GPU memory: kept)
+            return []
+        surplus = []
+        with self._lock:
+            self._next_trim = now + CHECK_EVERY_S
+            for size, idle in self._idle.items():
+                for region in list(idle):
+                    since = self._idle_since.get(region, now)
+                    if since > now - SURPLUS_AFTER_S or self._taken_at.get(size, 0.0) <= since:
+                        continue
+                    idle.remove(region)
+                    self._all.remove(region)
+                    del self._idle_since[region]
+                    surplus.append(region)
+                    if len(surplus) == _SURPLUS_PER_CHECK:
+                        return surplus
+        return surplus
 
     def may_lend(self) -> bool:
         """Whether outputs may be handed out as views (fewer than MAX_LENT regions are)."""
@@ -525,6 +580,7 @@ class RegionPool:
             idle = [r for regions in self._idle.values() for r in regions if r in gone]
             for region in idle:
                 self._idle[region.size].remove(region)
+                self._idle_since.pop(region, None)
             idle += [region for region in self._cut if region in gone]  # (no call has it)
             self._cut.difference_update(gone)
             for region in gone:
@@ -542,6 +598,7 @@ class RegionPool:
             self._closing.update(busy)
             drained = Drained(self._all, busy, abandoned)
             self._all, self._idle, self._cut = [], {}, set()
+            self._idle_since = {}
             self._abandoned, self._calls = set(), []
         return drained
 

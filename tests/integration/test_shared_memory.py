@@ -7,6 +7,7 @@ What a server that cannot read this host's memory does is in tests/unit/test_shm
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import mmap
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 
 import triton_sdk as ts
+from triton_sdk import _shm as shm
 from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
 from triton_sdk.ops import UnregisterSystemSharedMemory
@@ -261,6 +263,29 @@ def test_map_batches_use_regions(make_client: Any) -> None:
     assert own(client)
 
 
+def test_the_pool_shrinks_back_after_a_burst(
+    make_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regions of a burst of concurrent calls stayed registered (and their memory taken)
+    # for the client's life, though calls one at a time use two.
+    client = make_client(shared_memory="system")
+    model = client.model("big_fixed")
+    batch = np.ones((1, SAMPLE), dtype=np.float32)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for answer in pool.map(lambda _: model.infer(X=batch)["Y"].copy(), range(32)):
+            assert np.array_equal(answer, 2 * batch)
+    burst = len(own(client))
+    assert burst > 2
+    monkeypatch.setattr(shm, "SURPLUS_AFTER_S", 0.3)
+    time.sleep(0.4)
+    deadline = time.monotonic() + 15
+    while len(own(client)) > 2:
+        assert time.monotonic() < deadline, (burst, own(client))
+        assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
+        time.sleep(0.1)
+    assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
+
+
 def test_close_unregisters_the_clients_regions(make_client: Any) -> None:
     client = make_client(shared_memory="system")
     client.model("big_fixed").infer(X=np.ones((1, SAMPLE), dtype=np.float32))
@@ -301,6 +326,46 @@ def test_a_killed_clients_regions_are_gone_by_the_next_clients_first_use(
         next_client.model("big_fixed").infer(X=np.ones((1, SAMPLE), dtype=np.float32))
         status = next_client.system_shared_memory_status()
         assert not [region.name for region in status if f"-{pid}-" in region.name]
+
+
+def test_a_killed_clients_regions_in_use_are_gone_once_its_request_is_done(
+    server: LocalServer, protocol: str, tmp_path: Path
+) -> None:
+    # Killed while the server ran its request: 2.50-2.51 refuse to unregister a region in
+    # use, and the next client asked once, at its first call; they stayed for its life.
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    marker = tmp_path / "started"
+    script = textwrap.dedent(
+        f"""
+        import os, numpy as np, triton_sdk as ts
+        client = ts.Client({url!r}, shared_memory="system")
+        print(os.getpid(), flush=True)
+        client.model("sleep").infer(SECONDS=[2.0], parameters={{"started": {str(marker)!r}}})
+        """
+    )
+    before = request_count(server, "sleep")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        pid = int(child.stdout.readline())
+        wait_until_started(marker)
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        child.wait(30)
+
+    def left(client: Any) -> list[str]:
+        return [r.name for r in client.system_shared_memory_status() if f"-{pid}-" in r.name]
+
+    with ts.Client(url, shared_memory="system") as next_client:
+        assert left(next_client), "the killed client had registered nothing"
+        big_fixed = next_client.model("big_fixed")
+        big_fixed.infer(X=np.ones((1, SAMPLE), dtype=np.float32))
+        wait_until_answered(server, "sleep", before + 1)  # its request is done
+        deadline = time.monotonic() + 10
+        while left(next_client):
+            assert time.monotonic() < deadline, left(next_client)
+            time.sleep(0.2)
+            big_fixed.infer(X=np.ones((1, SAMPLE), dtype=np.float32))
 
 
 def wait_until_answered(server: LocalServer, model: str, count: int) -> None:

@@ -20,6 +20,7 @@ import pytest
 import tritonclient.utils
 
 import triton_sdk as ts
+from triton_sdk import _shm as shm
 from triton_sdk import ops
 from triton_sdk._request import InferRequest
 from triton_sdk._result import InferResult, read_region
@@ -990,3 +991,24 @@ async def test_an_aclose_cut_off_by_a_timeout_still_unregisters_its_regions() ->
     await client.aclose()
     with pytest.raises(ts.TritonError, match="closed"):
         await client.server_metadata()
+
+
+def test_surplus_is_what_calls_of_its_size_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm, "SURPLUS_AFTER_S", 0.0)
+    monkeypatch.setattr(shm, "CHECK_EVERY_S", 0.0)
+    pool = RegionPool()
+    try:
+        burst = [pool.take(1 << 20) for _ in range(3)]
+        for region in burst:
+            pool.registered(region)
+        pool.give_back(burst)
+        # A client that calls now and then: its region was idle, but never passed over.
+        assert pool.surplus() == []
+        one = pool.take(1 << 20)  # calls one at a time take the last given back
+        assert one is burst[-1]
+        pool.give_back([one])
+        assert set(pool.surplus()) == set(burst[:2])
+        assert pool.take(1 << 20) is one  # the one in use stays the pool's
+    finally:
+        for region in pool.drain().regions:
+            region.close()
