@@ -221,6 +221,8 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
     http_status = status if isinstance(status, int) else None
     if grpc_code == "UNIMPLEMENTED" and _has(lowered, _NO_METHOD_HINTS):
         return UnsupportedError, False  # grpc's answer for an RPC the server does not have
+    if http_status == 501:  # Not Implemented (KServe: "Model versioning not supported yet")
+        return UnsupportedError, False
     if grpc_code == "NOT_FOUND" or http_status == 404:
         if _has(lowered, _NOT_READY_HINTS):
             return ModelNotReadyError, False

@@ -52,7 +52,8 @@ class ModelStatus:
         return cls(
             name=str(data.get("name", "")),
             version=str(data["version"]) if data.get("version") else None,
-            state=str(data.get("state") or ""),
+            # MLServer's gRPC index names the state as its Python enum prints ("State.READY").
+            state=str(data.get("state") or "").removeprefix("State."),
             reason=str(data.get("reason") or ""),
         )
 

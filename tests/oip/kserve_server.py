@@ -118,6 +118,8 @@ class Params(Tensors):
 
     async def predict(self, payload: InferRequest, *args: Any, **kwargs: Any) -> InferResponse:
         given = {key: _plain(value) for key, value in (payload.parameters or {}).items()}
+        if given.get("fail"):
+            raise ValueError("asked to fail")
         seen = json.dumps(given, sort_keys=True)
         return self.answer(
             payload, [_output("SEEN", np.array([seen.encode()], np.object_), "BYTES")]

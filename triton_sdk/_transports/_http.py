@@ -216,6 +216,16 @@ class HttpTransport:
         self._pool.close()
 
 
+def _not_kept(response: aiohttp.ClientResponse) -> None:
+    """Close the connection of an answer that was read, rather than keep it for the next
+    call: uvicorn (MLServer, KServe) closes it after a 500 without saying so, and the next
+    call would find it reset. aiohttp handed it back to its pool as the body ended; the
+    pool passes over a closed one."""
+    protocol = getattr(response, "_protocol", None)  # (no public name holds it then)
+    if protocol is not None:
+        protocol.close()
+
+
 async def _body(response: aiohttp.ClientResponse) -> Body:
     """The answer's body. A large one of known length is read into one buffer as it
     arrives: aiohttp's ``read()`` gathers the pieces and joins them, holding it twice.
@@ -382,6 +392,8 @@ class AsyncHttpTransport:
                     if self._closed:  # aclose() ran while the answer's head arrived
                         raise closed_in_flight()
                     data = await _body(response)
+                    if response.status >= 500:
+                        _not_kept(response)
                 finally:
                     self._reading.discard(response)
                 status = response.status

@@ -522,6 +522,9 @@ class ConnectionPool:
             raise
         if (
             response.will_close
+            # uvicorn (MLServer, KServe) closes the connection after a 500 without saying
+            # so: the next call would find it reset.
+            or response.status >= 500
             or self._closed
             or len(self._idle) >= self._max_idle
             or (

@@ -57,6 +57,8 @@ class Vector(MLModel):
 class Params(MLModel):
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         given = payload.parameters.model_dump() if payload.parameters else {}
+        if given.get("fail"):
+            raise ValueError("asked to fail")
         seen = {key: value for key, value in given.items() if key not in ADDED_PARAMETERS}
         output = _output("SEEN", np.array([json.dumps(seen, sort_keys=True)], dtype=np.object_))
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
