@@ -157,10 +157,16 @@ def test_gateway_statuses_are_retryable(status: int) -> None:
     assert error.status == status
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 409, 500, 501])
+@pytest.mark.parametrize("status", [400, 401, 403, 409, 500])
 def test_other_http_statuses_are_not_retryable(status: int) -> None:
     error = classify_status(status, "some failure")
     assert isinstance(error, ts.InferenceError)
+    assert not error.retryable
+
+
+def test_501_not_implemented_is_unsupported() -> None:
+    error = classify_status(501, "Model versioning not supported yet.")
+    assert isinstance(error, ts.UnsupportedError)
     assert not error.retryable
 
 
