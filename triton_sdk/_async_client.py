@@ -668,9 +668,9 @@ class AsyncClient:
         while True:
             each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
             failure: TritonError | None = None
-            for ready_probe in probes:
+            for probe in probes:
                 try:
-                    ready = await self._run(ready_probe, each)
+                    ready = await self._run(probe, each)
                 except TritonError as error:
                     if not heals_by_waiting(error):
                         raise
@@ -682,7 +682,8 @@ class AsyncClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 what = "the server" if model is None else f"model {model!r}"
-                if failure is None and model is not None and ready_probe is probes[-1]:
+                if failure is None and model is not None:
+                    # (Triton is not ready as a whole while a model loads or unloads.)
                     last = await self._model_state(model, headers)
                 else:
                     last = "" if failure is None else f" (last: {failure})"

@@ -667,9 +667,9 @@ class Client:
         while True:
             each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
             failure: TritonError | None = None
-            for ready_probe in probes:
+            for probe in probes:
                 try:
-                    ready = self._run(ready_probe, each)
+                    ready = self._run(probe, each)
                 except TritonError as error:
                     if not heals_by_waiting(error):
                         raise
@@ -681,7 +681,8 @@ class Client:
             left = deadline - time.monotonic()
             if left <= 0:
                 what = "the server" if model is None else f"model {model!r}"
-                if failure is None and model is not None and ready_probe is probes[-1]:
+                if failure is None and model is not None:
+                    # (Triton is not ready as a whole while a model loads or unloads.)
                     last = self._model_state(model, headers)
                 else:
                     last = "" if failure is None else f" (last: {failure})"

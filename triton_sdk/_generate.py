@@ -99,13 +99,21 @@ def check_generate(
     them parameters) and ``parameters`` as parameters. ``http``: it goes through the
     HTTP extension, whose JSON Triton (a server with model configs) does not read FP16
     or BF16 from."""
-    _generate_inputs(spec, fields)
+    tensors = _generate_inputs(spec, fields)
     if http and spec.has_config:
-        _refuse_halves(spec, fields, "generate over HTTP", "use a gRPC client, or model.infer")
+        remedy = "use a gRPC client, or model.infer"
+        _refuse_halves(spec, fields, "generate over HTTP", remedy)
+        for tensor in tensors:
+            shape = tensor.array.shape[1:] if spec.batched else tensor.array.shape
+            if len(shape) > 1:  # (Triton cannot turn such a field into the tensor)
+                raise InvalidInputError(
+                    f"generate over HTTP (the generate extension) carries scalars and 1-D "
+                    f"values only; input {tensor.name!r} has shape {shape}: {remedy}",
+                    model=spec.name,
+                )
     extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
     _check_fields(spec, extra, parameters)
     check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
-    check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
 
 
 def _refuse_halves(spec: ModelSpec, names: Iterable[str], call: str, remedy: str) -> None:
@@ -142,6 +150,8 @@ def _check_fields(
     """Refuse fields (not inputs) that the protocols would send differently: over HTTP a
     field is a key of the body beside ``parameters`` and ``id``, so the server would get
     a parameter twice, or read the field as the request's id."""
+    # (a mapping, before its keys are read)
+    check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
     check_not_inputs(spec, parameters)
     twice = sorted(extra.keys() & (parameters or {}).keys())
     if twice:

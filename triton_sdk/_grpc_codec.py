@@ -651,12 +651,15 @@ def _stream_of(request: InferRequest, spec: ModelSpec | None = None) -> GrpcStre
 
         return GrpcStream(build_infer_request(request), read_bare, bare=True)
     model, request_id = request.model, request.request_id or None
+    # A model that is not decoupled answers once, its flag in its one response: that
+    # response is the model's even without outputs (outputs= named none it gave).
+    answers_once = spec is not None and spec.has_config and not spec.decoupled
 
     def read(response: pb.ModelStreamInferResponse) -> InferResult | None:
         if response.error_message:
             raise classify_message(response.error_message, model=model, request_id=request_id)
         answer = response.infer_response
-        if not answer.outputs and is_final_response(response):
+        if not answer.outputs and is_final_response(response) and not answers_once:
             return None  # (the flag that ends the request, asked for, not a response)
         return decode_infer_response(answer)
 

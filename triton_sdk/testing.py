@@ -163,8 +163,6 @@ class MockTransport:
         return _UNANSWERED
 
     def _record(self, op: Op[Any] | StreamOp[Any], ctx: CallContext) -> None:
-        if self.closed:
-            raise TritonError("the client's connection is closed (MockTransport was closed)")
         self.calls.append(RecordedCall(op, ctx))
 
     def _answer(self, op: Op[Any] | StreamOp[Any], answer: object) -> Any:
@@ -249,7 +247,8 @@ class MockTransport:
         yield from self._items(op, answer)
 
     def close(self) -> None:
-        """Mark the transport closed: later calls raise."""
+        """Record that a client closed it (``closed``). It goes on serving the other
+        clients that share it; the closed client refuses calls itself."""
         self.closed = True
 
     # AsyncTransport
@@ -275,7 +274,8 @@ class MockTransport:
             yield item
 
     async def aclose(self) -> None:
-        """Mark the transport closed: later calls raise."""
+        """Record that a client closed it (``closed``). It goes on serving the other
+        clients that share it; the closed client refuses calls itself."""
         self.closed = True
 
 
@@ -396,7 +396,8 @@ def repository_index(specs: Iterable[ModelSpec]) -> list[JSON]:
 
 
 def _tensor_config(tensor: TensorSpec) -> JSON:
-    config: JSON = {"name": tensor.name, "dims": list(tensor.shape)}
+    kind = "STRING" if tensor.datatype == "BYTES" else tensor.datatype  # (config's names)
+    config: JSON = {"name": tensor.name, "data_type": f"TYPE_{kind}", "dims": list(tensor.shape)}
     if tensor.optional:
         config["optional"] = True
     if tensor.label_filename:

@@ -219,6 +219,32 @@ def test_fields_the_protocols_would_send_apart_are_refused_on_both(
     assert inference_count(server, "all_dtypes") == before + (1 if protocol == "http" else 2)
 
 
+@pytest.mark.parametrize("parameters", [1, [("a", 1)]])
+def test_parameters_that_are_not_a_mapping_are_refused(client: Any, parameters: Any) -> None:
+    # generate blamed the server's answer ("could not be read: AttributeError"), and
+    # generate_stream raised a bare AttributeError.
+    model = client.model("generator")
+    with pytest.raises(ts.InvalidInputError, match="parameters must be a mapping"):
+        model.generate(text_input="x", max_tokens=1, parameters=parameters)
+    with pytest.raises(ts.InvalidInputError, match="parameters must be a mapping"):
+        model.generate_stream(text_input="x", max_tokens=1, parameters=parameters)
+
+
+def test_a_field_of_rank_2_is_refused_over_http(
+    client: Any, server: LocalServer, protocol: str
+) -> None:
+    # The generate extension has no shapes: Triton could not make the [2, 2] tensor of
+    # it ("The schema can not convert input 'X'"), after the request went.
+    model = client.model("double")
+    before = inference_count(server, "double")
+    if protocol == "http":
+        with pytest.raises(ts.InvalidInputError, match=r"'X' has shape \(2, 2\): use a gRPC"):
+            model.generate(X=[[1, 2], [3, 4]])
+        assert inference_count(server, "double") == before
+    else:
+        assert model.generate(X=[[1, 2], [3, 4]]) == {"Y": [2.0, 4.0, 6.0, 8.0]}
+
+
 async def test_async_generate_streams_run_concurrently(url: str) -> None:
     async with ts.AsyncClient(url) as client:
         model = await client.model("generator")

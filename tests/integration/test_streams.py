@@ -377,3 +377,13 @@ def test_a_stream_broken_after_its_first_response_may_have_run(
             assert caught.value.may_have_run
         finally:
             close_client(client, loop_thread)
+
+
+def test_the_one_response_of_a_model_that_is_not_decoupled_comes_without_outputs(
+    client: Any,
+) -> None:
+    # outputs= named one the model did not give: gRPC took its only response for the
+    # flag that ends a request, and the stream was empty (HTTP gave the response).
+    results = list(client.model("all_dtypes").stream(IN_INT32=[[1]], outputs=["OUT_INT8"]))
+    assert len(results) == 1
+    assert dict(results[0]) == {}

@@ -708,6 +708,26 @@ async def test_closing_the_client_closes_its_transport(connect: Connect) -> None
     await close(client)  # closing twice is harmless
 
 
+async def test_one_client_closed_leaves_the_mock_serving_the_others(connect: Connect) -> None:
+    # Every other client on a shared mock refused every call ("MockTransport was closed"),
+    # and is_ready() said False.
+    first, mock = connect()
+    second, _ = connect(transport=mock)
+    await close(first)
+    assert mock.closed
+    assert await resolve(second.is_ready())
+    double = await resolve(second.model("double"))
+    assert (await resolve(double.infer(X=[[1.0]])))["Y"].tolist() == [[2.0]]
+
+
+async def test_the_mock_config_names_each_tensors_data_type(connect: Connect) -> None:
+    client, _ = connect()
+    config = await resolve(client.model_config("writer"))
+    assert config["input"] == [{"name": "PROMPT", "data_type": "TYPE_STRING", "dims": [1]}]
+    config = await resolve(client.model_config("double"))
+    assert config["output"] == [{"name": "Y", "data_type": "TYPE_FP32", "dims": [1]}]
+
+
 async def test_a_closed_client_raises_and_sends_nothing(connect: Connect) -> None:
     client, mock = connect(transport=KeepsOpen(answer, models=MODELS))
     double = await resolve(client.model("double"))
