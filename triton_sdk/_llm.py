@@ -48,8 +48,20 @@ __all__ = [
     "plain_options",
 ]
 
-SamplingValue = bool | int | float | str | Sequence[str]
-"""The value of a sampling option: ``max_tokens=64``, ``temperature=0.2``, ``stop=["\\n"]``."""
+SamplingValue = (
+    bool
+    | int
+    | float
+    | str
+    | Sequence[str]
+    | Sequence[int]
+    | Mapping[str, object]
+    | np.generic
+    | None
+)
+"""The value of a sampling option: ``max_tokens=64``, ``temperature=0.2``, ``stop=["\\n"]``,
+a backend's own (``logit_bias={"50256": -100.0}``), a numpy scalar; ``None`` leaves the
+option out (the server's default)."""
 
 Event = Mapping[str, JSONValue]
 
@@ -228,13 +240,14 @@ def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str,
             value = value.item()
         elif isinstance(value, np.ndarray):  # (token ids, say)
             value = value.tolist()
-        if value is not None and (
-            (name in _INTEGER_OPTIONS and (type(value) is not int))
-            or (name in _NUMBER_OPTIONS and type(value) not in (int, float))
+        if value is None:
+            continue  # (not given: the server's default, as OpenAI's servers read null)
+        if (name in _INTEGER_OPTIONS and (type(value) is not int)) or (
+            name in _NUMBER_OPTIONS and type(value) not in (int, float)
         ):
             kind = "an integer" if name in _INTEGER_OPTIONS else "a number"
             raise InvalidInputError(f"{name} is {kind}, got {value!r}", model=model)
-        if name == "stop" and value is not None and not isinstance(value, str):
+        if name == "stop" and not isinstance(value, str):
             if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
                 raise InvalidInputError(
                     f"stop is a str or a list of str, got {value!r}", model=model

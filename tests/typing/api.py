@@ -164,7 +164,14 @@ def openai_calls(client: ts.Client, streaming: bool) -> str:
     got: ts.ChatCompletion | ts.ResponseStream[ts.ChatCompletionChunk] = either
     text = client.completions.create(model="m", prompt="Once", stream=streaming)
     texts: ts.Completion | ts.ResponseStream[ts.CompletionChunk] = text
-    del chunks, got, texts
+    # A backend's own options as mappings, numpy scalars, None for the server's default.
+    biased = client.chat.completions.create(
+        model="m", messages=messages, logit_bias={"50256": -100.0}, temperature=np.float32(0.2)
+    )
+    llm = client.model("m")
+    llm.chat(messages, guided_decoding={"json": {"type": "object"}}, seed=None)
+    llm.complete("x", max_tokens=np.int64(3))
+    del chunks, got, texts, biased
     return answer.text
 
 

@@ -15,7 +15,7 @@ import pytest
 import triton_sdk as ts
 from triton_sdk import ops
 from triton_sdk._llm import LLMCall
-from triton_sdk.llm import VLLM, TensorRTLLM, TensorRTLLMAPI, adapter_for, custom
+from triton_sdk.llm import VLLM, SamplingValue, TensorRTLLM, TensorRTLLMAPI, adapter_for, custom
 from triton_sdk.testing import MockTransport
 
 from .._reader import StreamReader
@@ -150,6 +150,21 @@ def test_numpy_option_values_are_their_python_values() -> None:
     call = LLMCall.plan(adapter, "hi", {"max_tokens": np.int64(3)}, stream=False, prefix="c")  # type: ignore[dict-item]
     answer = call.completion([{"text_output": "hi a b c", "output_log_probs": [-0.5] * 3}])
     assert answer.finish_reason == "length"
+
+
+def test_an_option_given_as_none_is_left_out() -> None:
+    # It went as JSON null ({"temperature": null}), which no option takes.
+    options: dict[str, SamplingValue] = {"temperature": None, "max_tokens": 3, "n": None}
+    call = LLMCall.plan(VLLM(VLLM_SPEC), "hi", options, stream=False, prefix="c")
+    assert json.loads(str(call.fields["sampling_parameters"])) == {"max_tokens": 3}
+    call = LLMCall.plan(TensorRTLLM(OLD_TRTLLM), "hi", options, stream=False, prefix="c")
+    assert "temperature" not in call.fields
+
+
+def test_a_backends_own_option_may_be_a_mapping() -> None:
+    options: dict[str, SamplingValue] = {"logit_bias": {"50256": -100.0}}
+    call = LLMCall.plan(VLLM(VLLM_SPEC), "hi", options, stream=False, prefix="c")
+    assert json.loads(str(call.fields["sampling_parameters"])) == {"logit_bias": {"50256": -100.0}}
 
 
 @pytest.mark.parametrize("stop", [5, [1, 2], 3.5])
