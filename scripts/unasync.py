@@ -56,6 +56,7 @@ RULES: list[tuple[str, str]] = [
     (r"\baiterate\b", "iterate"),
     (r"\basleep\b", "sleep"),
     (r"\bashielded\b", "shielded"),
+    (r"\bacurrent_worker\b", "current_worker"),
     (r"Async(?=[A-Z])", ""),
 ]
 

@@ -53,6 +53,7 @@ from ._concurrency import (
     AsyncSamples,
     AsyncWindow,
     aclose_iterator,
+    acurrent_worker,
     aiterate,
     ashielded,
     asleep,
@@ -189,6 +190,8 @@ DEFAULT_BUDGET: Final = RetryBudget()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
 _REGISTRATIONS_WAIT: Final = 5.0
+_CLOSE_WAIT: Final = 30.0
+"""How long a second close waits for the first to end (its calls have their timeouts)."""
 _ONE_SERVER_SHM: Final = (
     'shared_memory="system" (or "cuda") needs a client of one server; a client over many '
     "endpoints sends every tensor over sockets"
@@ -389,6 +392,9 @@ class AsyncClient:
         asked yet); see _free_abandoned."""
         self._closed = False
         self._closing = False
+        self._close_done = False
+        self._closer: object = None
+        """What runs the close (a thread, an asyncio task): a close within it returns."""
         """Set when close begins: from then on, no call places tensors in shared memory."""
         self._registering: set[AnyRegion] = set()
         """Regions whose registration is in flight: close waits for them, then drains."""
@@ -1224,7 +1230,8 @@ class AsyncClient:
         ``headers`` go with the calls that unregister the client's shared-memory regions.
         """
         if self._closed or self._closing:
-            return  # (a close already under way finishes the job)
+            await self._close_finished()  # (the close under way does the job)
+            return
         options = self._settings.options(NOT_GIVEN, _ONCE, headers)  # (may refuse headers)
         # Connections of asyncio are closed in their own loop (blocking ones have none).
         refuse_another_loop(self._transport)
@@ -1234,6 +1241,7 @@ class AsyncClient:
         await ashielded(self._close, options)
 
     async def _close(self, options: CallOptions) -> None:
+        self._closer = acurrent_worker()
         try:
             await self._registrations_done()
             await self._drain_regions(options)
@@ -1243,6 +1251,17 @@ class AsyncClient:
                 await self._transport.aclose()  # first: it ends the chunks in flight
             finally:
                 self._chunks.close()
+                self._close_done = True
+
+    async def _close_finished(self) -> None:
+        """Wait for the close under way, begun elsewhere, to end (at most _CLOSE_WAIT): a
+        second close returns once the regions are unregistered and the connections closed.
+        Within the close itself (a hook of its calls), it returns at once."""
+        if self._closer == acurrent_worker():
+            return
+        deadline = time.monotonic() + _CLOSE_WAIT
+        while not self._close_done and time.monotonic() < deadline:
+            await asleep(0.005)
 
     async def _registrations_done(self) -> None:
         """Wait for the registrations in flight (a few milliseconds each; at most

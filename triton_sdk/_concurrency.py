@@ -39,10 +39,12 @@ __all__ = [
     "Samples",
     "Window",
     "aclose_iterator",
+    "acurrent_worker",
     "aiterate",
     "ashielded",
     "asleep",
     "close_iterator",
+    "current_worker",
     "iterate",
     "shielded",
     "sleep",
@@ -86,6 +88,16 @@ async def ashielded(work: Callable[[A], Coroutine[Any, Any, T]], argument: A) ->
     _SHIELDED.add(task)
     task.add_done_callback(_SHIELDED.discard)
     return await asyncio.shield(task)
+
+
+def current_worker() -> object:
+    """What runs this code: the thread (its twin: the asyncio task)."""
+    return threading.get_ident()
+
+
+def acurrent_worker() -> object:
+    """The asyncio task that runs this code."""
+    return asyncio.current_task()
 
 
 def iterate(items: Iterable[T]) -> Iterator[T]:

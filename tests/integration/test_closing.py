@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 import triton_sdk as ts
 from triton_sdk.local import LocalServer
+from triton_sdk.ops import UnregisterSystemSharedMemory
 
 from .._reader import StreamReader
 from .conftest import server_url
@@ -246,3 +249,53 @@ def test_aclose_after_a_grpc_stream_closes_its_connection_at_once(server: LocalS
         return _connections_to(server.grpc_port)
 
     assert asyncio.run(stream_then_close()) == before
+
+
+class SlowUnregister(ts.CallHook):
+    """Holds each unregistration of a shared-memory region 0.3 s, and counts them."""
+
+    def __init__(self) -> None:
+        self.begun = threading.Event()
+        self.done = 0
+
+    def before_send(self, op: object, ctx: ts.CallContext) -> None:
+        if isinstance(op, UnregisterSystemSharedMemory):
+            self.begun.set()
+            time.sleep(0.3)
+
+    def after_receive(self, op: object, ctx: ts.CallContext, result: object) -> None:
+        if isinstance(op, UnregisterSystemSharedMemory):
+            self.done += 1
+
+
+def test_a_second_close_returns_once_the_first_is_done(server: LocalServer, protocol: str) -> None:
+    # It returned at once, while the first was still unregistering the client's regions:
+    # a program that then exited left them registered.
+    hook = SlowUnregister()
+    client = ts.Client(server_url(server, protocol), shared_memory="system", hooks=[hook])
+    batch = np.ones((1, 262144), dtype=np.float32)
+    client.model("big_fixed").infer(X=batch)
+    first = threading.Thread(target=client.close)
+    first.start()
+    assert hook.begun.wait(10)
+    client.close()
+    assert hook.done == 2  # the input's region and the output's
+    first.join(10)
+
+
+def test_a_close_from_within_the_close_returns_at_once(server: LocalServer, protocol: str) -> None:
+    # A hook of the close's own calls: waiting for the close to end would wait on itself.
+    took: list[float] = []
+
+    class ClosesAgain(ts.CallHook):
+        def before_send(self, op: object, ctx: ts.CallContext) -> None:
+            if isinstance(op, UnregisterSystemSharedMemory) and not took:
+                started = time.monotonic()
+                client.close()
+                took.append(time.monotonic() - started)
+
+    client = ts.Client(server_url(server, protocol), shared_memory="system", hooks=[ClosesAgain()])
+    client.model("big_fixed").infer(X=np.ones((1, 262144), dtype=np.float32))
+    client.close()
+    assert took
+    assert took[0] < 1
