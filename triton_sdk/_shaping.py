@@ -486,9 +486,8 @@ def _cast_floats(
     if source.kind == "f":
         if _LARGEST.get(source, np.inf) <= largest:
             return array.astype(target)  # a float that widens: nothing overflows
-        with np.errstate(invalid="ignore"):  # (NaNs are left out: they stay NaN)
-            peak = np.nanmax(np.abs(array)) if np.isnan(array).any() else np.abs(array).max()
-        if not peak > largest:  # (all NaN: a NaN peak)
+        # fmax passes over NaNs (they stay NaN): one would make max() NaN, and hide the rest.
+        if not np.fmax.reduce(np.abs(array), axis=None) > largest:  # (all NaN: a NaN peak)
             return array.astype(target)
     elif source.kind in _INTEGER_KINDS:
         if largest > 2.0**64 or _INTEGER_PEAK.get(source, np.inf) <= largest:
