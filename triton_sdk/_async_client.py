@@ -392,10 +392,11 @@ class AsyncClient:
         asked yet); see _free_abandoned."""
         self._closed = False
         self._closing = False
+        """Set when close begins: from then on, no call places tensors in shared memory."""
         self._close_done = False
+        """Set when close has ended: a second close waits for it."""
         self._closer: object = None
         """What runs the close (a thread, an asyncio task): a close within it returns."""
-        """Set when close begins: from then on, no call places tensors in shared memory."""
         self._registering: set[AnyRegion] = set()
         """Regions whose registration is in flight: close waits for them, then drains."""
         self._llm_models: dict[str, AsyncModel] = {}
@@ -674,6 +675,7 @@ class AsyncClient:
         while True:
             each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
             failure: TritonError | None = None
+            server_ready = False  # (the first probe is the server's)
             for probe in probes:
                 try:
                     ready = await self._run(probe, each)
@@ -683,6 +685,7 @@ class AsyncClient:
                     ready, failure = False, error
                 if not ready:
                     break
+                server_ready = True
             else:
                 return
             left = deadline - time.monotonic()
@@ -690,7 +693,7 @@ class AsyncClient:
                 what = "the server" if model is None else f"model {model!r}"
                 if failure is None and model is not None:
                     # (Triton is not ready as a whole while a model loads or unloads.)
-                    last = await self._model_state(model, headers)
+                    last = await self._model_state(model, headers, server_ready=server_ready)
                 else:
                     last = "" if failure is None else f" (last: {failure})"
                 raise TritonTimeoutError(
@@ -699,9 +702,10 @@ class AsyncClient:
                 ) from failure
             await asleep(min(_POLL_INTERVAL, left))  # (the last probe is at the deadline)
 
-    async def _model_state(self, model: str, headers: Headers) -> str:
+    async def _model_state(self, model: str, headers: Headers, *, server_ready: bool) -> str:
         """Why a model is not ready, as the repository index says (its state and the
-        reason: LOADING, UNAVAILABLE after a failed load), for a message."""
+        reason: LOADING, UNAVAILABLE after a failed load), for a message. One more call,
+        of at most 1 s, after the wait's timeout."""
         try:
             entries = await self._run(ListModels(), self._options(1.0, headers, _ONCE))
         except TritonError as error:
@@ -709,11 +713,13 @@ class AsyncClient:
         states = [status for status in map(ModelStatus.from_json, entries) if status.name == model]
         if not states:
             return " (last: it is not in the model repository)"
-        described = [
+        described = "; ".join(
             (state.state or "no state") + (f": {state.reason}" if state.reason else "")
             for state in states
-        ]
-        return f" (last: {'; '.join(described)})"
+        )
+        if not server_ready:
+            return f" (last: the server is not ready; the model is {described})"
+        return f" (last: {described})"
 
     def _where(self) -> str:
         """The server's URL, or each of the client's endpoints (or its DNS name)."""
@@ -1107,7 +1113,12 @@ class AsyncClient:
             await self._forget_stale_regions(pool, once)
         await self._free_abandoned(pool, once)
         for region in pool.surplus():  # (left after a burst of calls)
-            await self._unregister(region, once)
+            try:
+                await self._run(region.unregister_op(), once)
+            except TritonError as error:
+                logger.info("shared memory %s is kept: %s", region.name, error)
+                pool.readmit(region)  # (registered still: close unregisters it)
+                break
             region.close()
         for region in regions:
             if region.registered:
@@ -1260,7 +1271,12 @@ class AsyncClient:
         if self._closer == acurrent_worker():
             return
         deadline = time.monotonic() + _CLOSE_WAIT
-        while not self._close_done and time.monotonic() < deadline:
+        while not self._close_done:
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "close: gave up waiting for the close under way after %ss", _CLOSE_WAIT
+                )
+                return
             await asleep(0.005)
 
     async def _registrations_done(self) -> None:

@@ -189,8 +189,8 @@ class RetryPolicy:
 _random = random.Random()
 
 
-def _path(value: object) -> str | None:
-    """A file name: a str or an os.PathLike."""
+def _path(value: str | os.PathLike[str] | None) -> str | None:
+    """A file name: a str or an os.PathLike (checked: callers without types give others)."""
     if value is None:
         return None
     if isinstance(value, str | os.PathLike):

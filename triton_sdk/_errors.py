@@ -201,10 +201,11 @@ def classify_status(
 
     This is the table documented in ``docs/errors.md``.
     """
-    error_class, retryable = _status_class(status, message.lower())
+    lowered = message.lower()
+    error_class, retryable = _status_class(status, lowered)
     if error_class is TritonConnectionError and not retryable:
         message = f"TLS failure: {message}"  # (gRPC's words; HTTP's say it so too)
-    return error_class(
+    error = error_class(
         message,
         status=status,
         model=model,
@@ -214,6 +215,9 @@ def classify_status(
         # does a gateway (502/504) that forwarded it and lost the answer.
         may_have_run=error_class is TritonTimeoutError or status in (502, 504),
     )
+    if isinstance(error, UnsupportedError) and not _has(lowered, _NO_METHOD_HINTS):
+        error._names_server = True  # (its own words say what: not a missing endpoint)
+    return error
 
 
 def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool]:
@@ -221,7 +225,9 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
     http_status = status if isinstance(status, int) else None
     if grpc_code == "UNIMPLEMENTED" and _has(lowered, _NO_METHOD_HINTS):
         return UnsupportedError, False  # grpc's answer for an RPC the server does not have
-    if http_status == 501:  # Not Implemented (KServe: "Model versioning not supported yet")
+    if grpc_code == "UNIMPLEMENTED" or http_status == 501:
+        # Triton's UNSUPPORTED ("ModelInfer RPC doesn't support decoupled models"), KServe's
+        # "Model versioning not supported yet": what this server or model cannot do.
         return UnsupportedError, False
     if grpc_code == "NOT_FOUND" or http_status == 404:
         if _has(lowered, _NOT_READY_HINTS):

@@ -229,6 +229,7 @@ def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str,
     read from an array), and checked: OpenAI's integer and number options are of those
     types (their ranges are the server's to check), ``stop`` a str or a sequence of
     them."""
+    options = {name: value for name, value in options.items() if value is not None}
     if "max_tokens" in options and "max_completion_tokens" in options:
         raise InvalidInputError(
             "max_tokens and max_completion_tokens are the same limit: give one", model=model
@@ -241,7 +242,7 @@ def plain_options(options: Mapping[str, SamplingValue], model: str) -> dict[str,
         elif isinstance(value, np.ndarray):  # (token ids, say)
             value = value.tolist()
         if value is None:
-            continue  # (not given: the server's default, as OpenAI's servers read null)
+            continue  # (a 0-d array of None: not given either)
         if (name in _INTEGER_OPTIONS and (type(value) is not int)) or (
             name in _NUMBER_OPTIONS and type(value) not in (int, float)
         ):

@@ -208,11 +208,15 @@ class InferResult(Displayable, Mapping[str, Array]):
                 model=self.model_name,
             )
         try:
-            codecs.lookup(encoding)  # (checked even when there is nothing to decode)
+            codec = codecs.lookup(encoding)  # (checked even when there is nothing to decode)
         except (LookupError, ValueError):  # (ValueError: a NUL in the name)
             raise InvalidInputError(
                 f"as_strings: unknown encoding {encoding!r}", model=self.model_name
             ) from None
+        if not getattr(codec, "_is_text_encoding", True):  # base64, rot13, ...
+            raise InvalidInputError(
+                f"as_strings: {encoding!r} is not a text encoding", model=self.model_name
+            )
         array = self[name]
         if array.dtype != np.object_:
             raise InvalidInputError(

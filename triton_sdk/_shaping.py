@@ -119,9 +119,17 @@ def prepare_inputs(
                 )
         tensors.append(Tensor(name, tensor_spec.datatype, array))
     if missing:
+        # An input named like a call's option: its keyword set the option instead.
+        shadowed = [name for name in missing if name in _OPTIONS_OF_OTHER_CALLS]
+        hint = (
+            f" ({', '.join(map(repr, shadowed))} as a keyword is the call's option: give "
+            "such inputs in a mapping, model.infer({...}))"
+            if shadowed
+            else ""
+        )
         raise InvalidInputError(
             f"model {spec.name!r} needs input {', '.join(map(repr, missing))}; "
-            f"its inputs are {_names(specs)}",
+            f"its inputs are {_names(specs)}{hint}",
             model=spec.name,
         )
     if batched and not tensors and specs:
@@ -275,7 +283,24 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
                 cast = _cast_python_integers(exact, target, spec, model)
                 if cast is not None:
                     return cast
+        if kind == "O" and target.kind == "f":
+            floats = _python_floats(array)
+            if floats is not None:  # (pd.Series([1.5, 2.0], dtype=object), say)
+                return _cast(floats, target, spec, model)
     return _cast(array, target, spec, model)
+
+
+def _python_floats(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """An object array of numbers (no bool) as float64, or None when an element is
+    anything else, or an int too large for a float."""
+    flat = array.reshape(-1).tolist()
+    if not all(type(item) in (float, int) for item in flat):
+        return None
+    try:
+        floats: np.ndarray[Any, Any] = np.array(flat, dtype=np.float64).reshape(array.shape)
+    except OverflowError:
+        return None
+    return floats
 
 
 _EXACT_KINDS: Final = frozenset("iub")
@@ -353,8 +378,9 @@ def _holds_bools(value: object) -> bool:
 
 
 def _refuse_overflow(bad: object, spec: TensorSpec, model: str) -> NoReturn:
+    shown = _shown(bad) if type(bad) is int else repr(bad)
     raise InvalidInputError(
-        f"input {spec.name!r} is {spec.datatype}: value {bad!r} is outside its "
+        f"input {spec.name!r} is {spec.datatype}: value {shown} is outside its "
         "range (it would become inf)",
         model=model,
     )
@@ -458,12 +484,20 @@ def _check_integer_range(
     """Refuse integers from ``low`` to ``high`` that the integer ``target`` cannot hold."""
     info = np.iinfo(target)
     if low < info.min or high > info.max:
-        bad = low if low < info.min else high
+        bad = _shown(low if low < info.min else high)
         raise InvalidInputError(
             f"input {spec.name!r} is {spec.datatype}: value {bad} is outside "
             f"[{info.min}, {info.max}]",
             model=model,
         )
+
+
+def _shown(number: int) -> str:
+    """An integer for a message: whole, unless it has hundreds of digits."""
+    digits = str(number)
+    if len(digits) <= 40:
+        return digits
+    return f"{digits[:20]}...{digits[-4:]} ({len(digits.lstrip('-'))} digits)"
 
 
 def _cast_floats(

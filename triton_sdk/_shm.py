@@ -92,6 +92,9 @@ a program keeping many results does not keep as many regions registered."""
 CHECK_EVERY_S: Final = 1.0
 """How often a client asks the server whether it still uses abandoned regions."""
 
+_LONGEST_SWEEP_WAIT: Final = 60.0
+"""The longest wait between two sweeps for regions of dead processes the server keeps."""
+
 SURPLUS_AFTER_S: Final = 30.0
 """An idle region passed over by every call of its size for this long is freed: the pool
 shrinks back after a burst of concurrent calls."""
@@ -343,6 +346,9 @@ class RegionPool:
     shared memory, else the GPU whose memory the pool's regions are.
     """
 
+    _still_stale: set[str]
+    _sweep_wait: float
+
     def __init__(self, device: int | None = None) -> None:
         self.device = device
         self._start()
@@ -356,10 +362,17 @@ class RegionPool:
         return bool(self._still_stale) and time.monotonic() >= self._next_sweep
 
     def swept(self, kept: set[str]) -> None:
-        """A sweep is done; the server would not let go of ``kept`` yet."""
+        """A sweep is done; the server would not let go of ``kept`` yet: asked again
+        after CHECK_EVERY_S, then twice as long each time the same ones are kept (a
+        request that never ends would otherwise cost calls once a second for good)."""
+        self._sweep_wait = (
+            min(self._sweep_wait * 2, _LONGEST_SWEEP_WAIT)
+            if kept and kept == self._still_stale
+            else CHECK_EVERY_S
+        )
         self._swept = True
         self._still_stale = kept
-        self._next_sweep = time.monotonic() + CHECK_EVERY_S
+        self._next_sweep = time.monotonic() + self._sweep_wait
 
     def after_fork_in_child(self) -> None:
         """A forked child's pool starts empty, with names of its own: the parent's
@@ -368,10 +381,11 @@ class RegionPool:
 
     def _start(self) -> None:
         self._swept = False
-        self._still_stale = set[str]()
+        self._still_stale = set()
         """Regions of dead processes that the server would not let go of yet (a request
-        of theirs was still running there): asked for again every CHECK_EVERY_S."""
+        of theirs was still running there): asked for again, less and less often."""
         self._next_sweep = 0.0
+        self._sweep_wait = CHECK_EVERY_S
         # Reentrant: a view's finalizer may run (garbage collection) while this thread
         # holds the lock.
         self._lock = threading.RLock()
@@ -476,6 +490,13 @@ class RegionPool:
                     if len(surplus) == _SURPLUS_PER_CHECK:
                         return surplus
         return surplus
+
+    def readmit(self, region: AnyRegion) -> None:
+        """Take back an idle region :meth:`surplus` gave out whose unregistration failed."""
+        with self._lock:
+            self._all.append(region)
+            self._idle.setdefault(region.size, []).append(region)
+            self._idle_since[region] = time.monotonic()
 
     def may_lend(self) -> bool:
         """Whether outputs may be handed out as views (fewer than MAX_LENT regions are)."""

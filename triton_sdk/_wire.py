@@ -40,10 +40,8 @@ def payload_size(tensors: Iterable[Tensor]) -> int:
     BYTES tensor's encoded payload when shaping remembered it, else 8 bytes an element."""
     size = 0
     for tensor in tensors:
-        size += tensor.array.nbytes
-        if tensor.datatype == "BYTES":  # the array holds references: count the payload
-            encoded = encoded_payload(tensor.array)
-            size += 0 if encoded is None else len(encoded)
+        encoded = encoded_payload(tensor.array) if tensor.datatype == "BYTES" else None
+        size += tensor.array.nbytes if encoded is None else len(encoded)
     return size
 
 

@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 import numpy as np
 
 from ._call import CallContext
-from ._dtypes import datatype_of
+from ._dtypes import datatype_of, wire_dtype
 from ._errors import InferenceError, ModelNotFoundError, TritonError, UnsupportedError
 from ._ops import (
     JSON,
@@ -286,8 +286,13 @@ def _result(
     for (all of them when it names none), of the version it names, with its id; an
     output asked for with a class count, given as scores, is classified as Triton does
     it."""
+    asked = {output.name: output.class_count for output in request.outputs or ()}
+    if spec is not None and spec.outputs:
+        outputs = {
+            name: value if asked.get(name) else _fitted(name, value, spec)  # (classes: text)
+            for name, value in outputs.items()
+        }
     if request.outputs is not None:
-        asked = {output.name: output.class_count for output in request.outputs}
         outputs = {name: value for name, value in outputs.items() if name in asked}
         for name, value in outputs.items():
             scores = np.asarray(value)
@@ -296,6 +301,26 @@ def _result(
     return result_of(
         request.model, outputs, model_version=request.version or "1", id=request.request_id
     )
+
+
+def _fitted(name: str, value: Any, spec: ModelSpec) -> Any:
+    """An output of the handler's answer in the datatype the model declares, as a server
+    sends it (a list of Python floats for an FP32 output comes back FP32); refused when
+    its values are not of the declared kind. Outputs the model does not declare are kept
+    as they are."""
+    declared = spec.outputs.get(name)
+    if declared is None or declared.datatype in ("BYTES", "BF16"):
+        return value  # (text: encoded as the server sends it, see result_of)
+    array = np.asarray(value)
+    target = wire_dtype(declared.datatype)
+    if array.dtype == target:
+        return array
+    if array.dtype.kind in "USO" or not np.can_cast(array.dtype, target, "same_kind"):
+        raise ValueError(
+            f"the handler answered output {name!r} of model {spec.name!r} with {array.dtype} "
+            f"values; it is {declared.datatype}"
+        )
+    return array.astype(target)
 
 
 def _classified(scores: np.ndarray[Any, Any], count: int, spec: ModelSpec | None) -> Any:

@@ -10,7 +10,7 @@ import pytest
 
 import triton_sdk as ts
 from triton_sdk._base import with_suggestions
-from triton_sdk._errors import classify_status, classify_transport_error
+from triton_sdk._errors import classify_status, classify_transport_error, names_no_server
 
 UNKNOWN_MODEL = "Request for unknown model: 'nope' is not found"
 UNKNOWN_VERSION = "Request for unknown model: 'simple' version 3 is not found"
@@ -121,12 +121,20 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
             ts.UnsupportedError,
             False,
         ),
+        # What the server or model cannot do (Triton's UNSUPPORTED), its words kept
         (
             "UNIMPLEMENTED",
             "ModelInfer RPC doesn't support decoupled models",
-            ts.InferenceError,
+            ts.UnsupportedError,
             False,
         ),
+        (
+            501,
+            "HTTP end point doesn't support models with decoupled transaction policy",
+            ts.UnsupportedError,
+            False,
+        ),
+        (501, "Model versioning not supported yet.", ts.UnsupportedError, False),
     ],
 )
 def test_classify_status(
@@ -164,10 +172,11 @@ def test_other_http_statuses_are_not_retryable(status: int) -> None:
     assert not error.retryable
 
 
-def test_501_not_implemented_is_unsupported() -> None:
-    error = classify_status(501, "Model versioning not supported yet.")
-    assert isinstance(error, ts.UnsupportedError)
-    assert not error.retryable
+def test_what_a_model_cannot_do_is_not_read_as_a_missing_endpoint() -> None:
+    # Its own words say what; a missing endpoint's are reworded to name the server.
+    assert not names_no_server(classify_status(501, "Model versioning not supported yet."))
+    assert not names_no_server(classify_status("UNIMPLEMENTED", "doesn't support decoupled"))
+    assert names_no_server(classify_status("UNIMPLEMENTED", "Method not found!"))
 
 
 def test_http_restricted_api_is_not_retryable() -> None:

@@ -161,6 +161,13 @@ def test_an_option_given_as_none_is_left_out() -> None:
     assert "temperature" not in call.fields
 
 
+def test_one_limit_given_and_the_other_none_is_the_one_given() -> None:
+    # "max_tokens and max_completion_tokens are the same limit: give one"
+    options: dict[str, SamplingValue] = {"max_tokens": 3, "max_completion_tokens": None}
+    call = LLMCall.plan(VLLM(VLLM_SPEC), "hi", options, stream=False, prefix="c")
+    assert json.loads(str(call.fields["sampling_parameters"])) == {"max_tokens": 3}
+
+
 def test_a_backends_own_option_may_be_a_mapping() -> None:
     options: dict[str, SamplingValue] = {"logit_bias": {"50256": -100.0}}
     call = LLMCall.plan(VLLM(VLLM_SPEC), "hi", options, stream=False, prefix="c")

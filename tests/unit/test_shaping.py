@@ -289,6 +289,36 @@ def test_missing_required_input() -> None:
     assert info.value.model == "m"
 
 
+def test_a_missing_input_named_like_an_option_says_how_to_give_it() -> None:
+    # infer(timeout=1.0) set the call's timeout: "needs input 'timeout'" said no more.
+    spec = make_spec(
+        TensorSpec(name="X", datatype="FP32", shape=(1,)),
+        TensorSpec(name="timeout", datatype="FP32", shape=(1,)),
+    )
+    with pytest.raises(InvalidInputError, match=r"'timeout' as a keyword is the call's option"):
+        prepare_inputs(spec, {"X": [[1.0]]})
+
+
+@pytest.mark.parametrize("datatype", ["FP64", "FP32"])
+def test_an_object_array_of_python_floats_is_read_as_floats(datatype: str) -> None:
+    # Refused as "values of dtype object cannot be cast to it without loss", while an
+    # object array of ints went.
+    array = converted(np.array([1.5, 2, -0.25], dtype=object), datatype)
+    assert array.dtype == np.dtype(datatype.replace("FP", "float"))
+    assert array.tolist() == [1.5, 2.0, -0.25]
+    with pytest.raises(InvalidInputError, match="without loss"):
+        converted(np.array([1.5, True], dtype=object), datatype)  # (a bool: refused)
+    with pytest.raises(InvalidInputError, match="outside its range"):
+        converted(np.array([1e300], dtype=object), "FP32")
+
+
+def test_an_integer_of_hundreds_of_digits_is_shown_short() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        converted([2**2000], "INT64")
+    assert len(str(info.value)) < 200
+    assert "(603 digits)" in str(info.value)
+
+
 def test_unknown_input_name() -> None:
     values = {"A": np.zeros((2, 3), np.float32), "C": [1, 2], "TYPO": [1]}
     with pytest.raises(InvalidInputError) as info:
@@ -719,7 +749,10 @@ def test_every_int64_and_uint64_fits_fp32_and_bf16(datatype: str) -> None:
 def test_python_ints_past_float64_are_refused() -> None:
     with pytest.raises(InvalidInputError) as info:
         converted([1, -(2**1100)], "FP64")
-    assert str(info.value).startswith(f"input 'X' is FP64: value {-(2**1100)} is outside its range")
+    shown = str(-(2**1100))
+    assert str(info.value).startswith(
+        f"input 'X' is FP64: value {shown[:20]}...{shown[-4:]} (332 digits) is outside its range"
+    )
 
 
 @pytest.mark.parametrize(

@@ -720,6 +720,19 @@ async def test_one_client_closed_leaves_the_mock_serving_the_others(connect: Con
     assert (await resolve(double.infer(X=[[1.0]])))["Y"].tolist() == [[2.0]]
 
 
+async def test_the_mock_answers_in_the_declared_datatypes(connect: Connect) -> None:
+    # A list of Python floats for an FP32 output came back float64, which no server sends.
+    client, _ = connect(lambda op, ctx: {"Y": [[2.5]]})
+    double = await resolve(client.model("double"))
+    result = await resolve(double.infer(X=[[1.0]]))
+    assert result["Y"].dtype == np.float32
+    assert result.datatype("Y") == "FP32"
+    client, _ = connect(lambda op, ctx: {"Y": [["x"]]})
+    double = await resolve(client.model("double"))
+    with pytest.raises(ValueError, match="'Y' of model 'double' with <U1 values; it is FP32"):
+        await resolve(double.infer(X=[[1.0]]))
+
+
 async def test_the_mock_config_names_each_tensors_data_type(connect: Connect) -> None:
     client, _ = connect()
     config = await resolve(client.model_config("writer"))

@@ -993,6 +993,17 @@ async def test_an_aclose_cut_off_by_a_timeout_still_unregisters_its_regions() ->
         await client.server_metadata()
 
 
+def test_regions_the_server_keeps_are_asked_for_less_and_less_often() -> None:
+    pool = RegionPool()
+    assert pool.sweep_due()
+    waits = []
+    for kept in ({"a"}, {"a"}, {"a"}, {"b"}, set()):
+        pool.swept(kept)
+        waits.append(pool._sweep_wait)
+    assert waits == [1.0, 2.0, 4.0, 1.0, 1.0]
+    assert not pool.sweep_due()  # (nothing kept: no sweep again)
+
+
 def test_surplus_is_what_calls_of_its_size_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shm, "SURPLUS_AFTER_S", 0.0)
     monkeypatch.setattr(shm, "CHECK_EVERY_S", 0.0)

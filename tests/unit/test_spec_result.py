@@ -408,6 +408,12 @@ def test_as_strings_refuses_an_unknown_encoding_even_with_nothing_to_decode(enco
             make_result(NAMES=names).as_strings("NAMES", encoding)
 
 
+def test_as_strings_refuses_a_codec_that_is_not_for_text_even_with_nothing_to_decode() -> None:
+    empty = make_result(NAMES=np.empty((0, 1), dtype=np.object_))
+    with pytest.raises(ts.InvalidInputError, match="'base64' is not a text encoding"):
+        empty.as_strings("NAMES", "base64")
+
+
 def test_unknown_output() -> None:
     result = make_result(SCORES=SCORES, NAMES=NAMES)
     for access in (result.__getitem__, result.as_numpy, result.as_strings):

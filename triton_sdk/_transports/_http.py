@@ -217,11 +217,14 @@ class HttpTransport:
 
 
 def _not_kept(response: aiohttp.ClientResponse) -> None:
-    """Close the connection of an answer that was read, rather than keep it for the next
-    call: uvicorn (MLServer, KServe) closes it after a 500 without saying so, and the next
-    call would find it reset. aiohttp handed it back to its pool as the body ended; the
-    pool passes over a closed one."""
-    protocol = getattr(response, "_protocol", None)  # (no public name holds it then)
+    """Close the connection of a 500 answer that was read, rather than keep it for the
+    next call: uvicorn (MLServer, KServe) closes it after a 500 without saying so, and the
+    next call would find it reset. aiohttp handed it back to its pool as the body ended
+    (for a small one, before the response was returned: ``response.connection`` is None
+    by then), and its pool passes over a closed one. Only the response's private
+    ``_protocol`` still holds it; without it (another aiohttp) the next call is resent
+    as before."""
+    protocol = getattr(response, "_protocol", None)
     if protocol is not None:
         protocol.close()
 
@@ -392,7 +395,7 @@ class AsyncHttpTransport:
                     if self._closed:  # aclose() ran while the answer's head arrived
                         raise closed_in_flight()
                     data = await _body(response)
-                    if response.status >= 500:
+                    if response.status == 500:
                         _not_kept(response)
                 finally:
                     self._reading.discard(response)

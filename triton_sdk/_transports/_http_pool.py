@@ -523,8 +523,9 @@ class ConnectionPool:
         if (
             response.will_close
             # uvicorn (MLServer, KServe) closes the connection after a 500 without saying
-            # so: the next call would find it reset.
-            or response.status >= 500
+            # so: the next call would find it reset. (Triton's 503s keep theirs: a server
+            # refusing for a full queue is no time for new connections.)
+            or response.status == 500
             or self._closed
             or len(self._idle) >= self._max_idle
             or (
