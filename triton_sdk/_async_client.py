@@ -163,7 +163,13 @@ from ._shm import (
     stale_regions,
 )
 from ._spec import ModelSpec
-from ._status import CudaSharedMemoryRegion, ModelStatus, ServerMetadata, SharedMemoryRegion
+from ._status import (
+    CudaSharedMemoryRegion,
+    ModelStatus,
+    ServerMetadata,
+    SharedMemoryRegion,
+    not_ready_because,
+)
 from ._streams import AsyncResponseStream
 from ._transports._balanced import AsyncBalancedTransport
 from ._transports._loop import refuse_another_loop
@@ -710,16 +716,7 @@ class AsyncClient:
             entries = await self._run(ListModels(), self._options(1.0, headers, _ONCE))
         except TritonError as error:
             return f" (its state could not be read: {error})"
-        states = [status for status in map(ModelStatus.from_json, entries) if status.name == model]
-        if not states:
-            return " (last: it is not in the model repository)"
-        described = "; ".join(
-            (state.state or "no state") + (f": {state.reason}" if state.reason else "")
-            for state in states
-        )
-        if not server_ready:
-            return f" (last: the server is not ready; the model is {described})"
-        return f" (last: {described})"
+        return f" (last: {not_ready_because(entries, model, server_ready=server_ready)})"
 
     def _where(self) -> str:
         """The server's URL, or each of the client's endpoints (or its DNS name)."""

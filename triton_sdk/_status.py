@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
-__all__ = ["CudaSharedMemoryRegion", "ModelStatus", "ServerMetadata", "SharedMemoryRegion"]
+__all__ = [
+    "CudaSharedMemoryRegion",
+    "ModelStatus",
+    "ServerMetadata",
+    "SharedMemoryRegion",
+    "not_ready_because",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -94,3 +100,16 @@ class CudaSharedMemoryRegion:
             device_id=int(data.get("device_id") or 0),
             byte_size=int(data.get("byte_size") or 0),
         )
+
+
+def not_ready_because(index: Iterable[Mapping[str, Any]], model: str, *, server_ready: bool) -> str:
+    """Why ``model`` is not ready, from the repository ``index``: its state and reason
+    (``UNAVAILABLE: unloaded``, ``LOADING``), or that it is not there."""
+    states = [status for status in map(ModelStatus.from_json, index) if status.name == model]
+    if not states:
+        return "it is not in the model repository"
+    described = "; ".join(
+        (state.state or "no state") + (f": {state.reason}" if state.reason else "")
+        for state in states
+    )
+    return described if server_ready else f"the server is not ready; the model is {described}"

@@ -324,6 +324,27 @@ def test_lost_answer_times_out_and_is_not_retried(
     assert inference_count(fault_server, "add_sub") == before + 1
 
 
+def answer_lost(
+    model: Any, relay: Relay, fault_server: LocalServer, then: Callable[[], object]
+) -> BaseException | None:
+    """What an add_sub infer raises when the server runs it, the relay holds its answer
+    back, and ``then()`` breaks the connection."""
+    before = request_count(fault_server, "add_sub")
+    relay.mode = "drop_response"
+    outcome: list[BaseException | None] = []
+    call = threading.Thread(
+        target=lambda: outcome.append(timed(lambda: model.infer(**ADD_SUB_INPUTS, timeout=10))[0])
+    )
+    call.start()
+    deadline = time.monotonic() + 10
+    while request_count(fault_server, "add_sub") == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    then()
+    call.join(15)
+    (error,) = outcome
+    return error
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("protocol", "mode"), TRANSPORTS)
 def test_a_connection_broken_after_the_request_left_says_it_may_have_run(
@@ -338,23 +359,8 @@ def test_a_connection_broken_after_the_request_left_says_it_may_have_run(
     model = make_client(protocol, mode, relay, retry=ts.RetryPolicy.none()).model("add_sub")
     check_add_sub(model.infer(**ADD_SUB_INPUTS))
     before = inference_count(fault_server, "add_sub")
-    relay.mode = "drop_response"
-    sent = relay.bytes_from_clients
-    outcome: list[BaseException | None] = []
-    call = threading.Thread(
-        target=lambda: outcome.append(timed(lambda: model.infer(**ADD_SUB_INPUTS, timeout=10))[0])
-    )
-    call.start()
-    deadline = time.monotonic() + 5
-    while relay.bytes_from_clients == sent and time.monotonic() < deadline:
-        time.sleep(0.01)
-    # The request reaches the server and runs; the relay holds its answer back.
-    deadline = time.monotonic() + 10
-    while request_count(fault_server, "add_sub") == before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    relay.mode = "reset"  # then the connection breaks before the answer comes back
-    call.join(15)
-    (error,) = outcome
+    # Then the connection breaks before the answer comes back.
+    error = answer_lost(model, relay, fault_server, lambda: setattr(relay, "mode", "reset"))
     assert isinstance(error, ts.TritonConnectionError), repr(error)
     assert error.retryable
     assert error.may_have_run
@@ -374,19 +380,8 @@ def test_may_have_run_holds_for_any_attempt_not_only_the_last(
     # server at all. The error said may_have_run=False, the last attempt's word.
     relay = make_relay(protocol)
     model = connected_model(make_client, protocol, mode, relay)
-    before = request_count(fault_server, "add_sub")
-    relay.mode = "drop_response"
-    outcome: list[BaseException | None] = []
-    call = threading.Thread(
-        target=lambda: outcome.append(timed(lambda: model.infer(**ADD_SUB_INPUTS, timeout=10))[0])
-    )
-    call.start()
-    deadline = time.monotonic() + 10
-    while request_count(fault_server, "add_sub") == before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    relay.close()  # the connection breaks, and nothing listens there any more
-    call.join(15)
-    (error,) = outcome
+    # The connection breaks, and nothing listens there any more.
+    error = answer_lost(model, relay, fault_server, relay.close)
     assert isinstance(error, ts.TritonConnectionError), repr(error)
     assert error.may_have_run
 
