@@ -1088,6 +1088,24 @@ class AsyncClient:
         # runs again with the outputs on the socket.
         return await self._run(request, options)
 
+    async def _free_surplus(self, pool: RegionPool, options: CallOptions) -> None:
+        """Unregister and free the regions a burst of calls left (see RegionPool.surplus).
+        Close waits for them as for registrations, then drains those given back."""
+        surplus = pool.surplus()
+        self._registering.update(surplus)
+        try:
+            for index, region in enumerate(surplus):
+                try:
+                    await self._run(region.unregister_op(), options)
+                except TritonError as error:
+                    logger.info("shared memory %s is kept: %s", region.name, error)
+                    for kept in surplus[index:]:  # (registered still: close unregisters them)
+                        pool.readmit(kept)
+                    return
+                region.close()
+        finally:
+            self._registering.difference_update(surplus)
+
     async def _forget_lost_regions(
         self, pool: RegionPool, error: TritonError, options: CallOptions
     ) -> None:
@@ -1109,14 +1127,8 @@ class AsyncClient:
         if pool.sweep_due():
             await self._forget_stale_regions(pool, once)
         await self._free_abandoned(pool, once)
-        for region in pool.surplus():  # (left after a burst of calls)
-            try:
-                await self._run(region.unregister_op(), once)
-            except TritonError as error:
-                logger.info("shared memory %s is kept: %s", region.name, error)
-                pool.readmit(region)  # (registered still: close unregisters it)
-                break
-            region.close()
+        if not self._closing:
+            await self._free_surplus(pool, once)
         for region in regions:
             if region.registered:
                 continue

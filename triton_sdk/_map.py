@@ -8,7 +8,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._checks import check_int
-from ._errors import InferenceError, InvalidInputError, TritonError, is_values_refusal
+from ._errors import (
+    InferenceError,
+    InvalidInputError,
+    TritonError,
+    UnsupportedError,
+    is_values_refusal,
+)
 from ._request import InferRequest, check_outputs
 from ._result import InferResult
 from ._shaping import Tensor, prepare_inputs
@@ -206,7 +212,12 @@ class MapPlan:
             return False
         if is_values_refusal(error):
             return True
-        refused = type(error) is InferenceError and not (error.retryable or error.may_have_run)
+        # (An UnsupportedError in the server's words is a model's refusal too: Triton's
+        # UNSUPPORTED. One of a missing endpoint would fail each sample alike.)
+        refused = (
+            type(error) is InferenceError
+            or (type(error) is UnsupportedError and error.status is not None)
+        ) and not (error.retryable or error.may_have_run)
         return self.collect and refused
 
     def batch_error(self, samples: list[PreparedSample], error: TritonError) -> TritonError:

@@ -49,8 +49,14 @@ from typing import Any, NamedTuple, TypeVar, cast
 import numpy as np
 
 from ._call import CallContext
-from ._dtypes import datatype_of, wire_dtype
-from ._errors import InferenceError, ModelNotFoundError, TritonError, UnsupportedError
+from ._dtypes import datatype_of
+from ._errors import (
+    InferenceError,
+    InvalidInputError,
+    ModelNotFoundError,
+    TritonError,
+    UnsupportedError,
+)
 from ._ops import (
     JSON,
     GetModelConfig,
@@ -65,6 +71,7 @@ from ._ops import (
 )
 from ._request import InferRequest
 from ._result import InferResult
+from ._shaping import to_array
 from ._spec import ModelSpec, TensorSpec
 from ._transports._protocol import AsyncTransport, Transport
 
@@ -305,22 +312,19 @@ def _result(
 
 def _fitted(name: str, value: Any, spec: ModelSpec) -> Any:
     """An output of the handler's answer in the datatype the model declares, as a server
-    sends it (a list of Python floats for an FP32 output comes back FP32); refused when
-    its values are not of the declared kind. Outputs the model does not declare are kept
-    as they are."""
+    sends it (a list of Python floats for an FP32 output comes back FP32), cast by the
+    rules inputs are (no value changed on the way: 300 is no UINT8); refused when they
+    refuse it. Outputs the model does not declare are kept as they are."""
     declared = spec.outputs.get(name)
-    if declared is None or declared.datatype in ("BYTES", "BF16"):
+    if declared is None or declared.datatype == "BYTES":
         return value  # (text: encoded as the server sends it, see result_of)
-    array = np.asarray(value)
-    target = wire_dtype(declared.datatype)
-    if array.dtype == target:
-        return array
-    if array.dtype.kind in "USO" or not np.can_cast(array.dtype, target, "same_kind"):
+    try:
+        return to_array(value, declared, spec.name)
+    except InvalidInputError as error:
         raise ValueError(
-            f"the handler answered output {name!r} of model {spec.name!r} with {array.dtype} "
-            f"values; it is {declared.datatype}"
-        )
-    return array.astype(target)
+            f"the handler's output {name!r} of model {spec.name!r} cannot be "
+            f"{declared.datatype} ({error})"
+        ) from None
 
 
 def _classified(scores: np.ndarray[Any, Any], count: int, spec: ModelSpec | None) -> Any:

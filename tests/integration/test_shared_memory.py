@@ -286,6 +286,36 @@ def test_the_pool_shrinks_back_after_a_burst(
     assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)
 
 
+def test_regions_a_failed_trim_kept_are_unregistered_at_close(
+    make_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A failed unregistration gave back only its own region: the others taken out for
+    # freeing were neither freed nor the pool's, and stayed registered after close.
+    failures = [0]
+
+    class FailsOnce(ts.CallHook):
+        def before_send(self, op: object, ctx: ts.CallContext) -> None:
+            if failures[0] and isinstance(op, UnregisterSystemSharedMemory):
+                failures[0] -= 1
+                raise ts.TritonConnectionError("a failure that passes")
+
+    client = make_client(shared_memory="system", hooks=[FailsOnce()])
+    model = client.model("big_fixed")
+    batch = np.ones((1, SAMPLE), dtype=np.float32)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: model.infer(X=batch)["Y"].copy(), range(32)))
+    mine = set(own(client))
+    assert len(mine) > 3
+    monkeypatch.setattr(shm, "SURPLUS_AFTER_S", 0.2)
+    time.sleep(shm.CHECK_EVERY_S + 0.1)  # (one check a second at most)
+    failures[0] = 1
+    assert np.array_equal(model.infer(X=batch)["Y"], 2 * batch)  # (its trim fails)
+    assert failures == [0]
+    other = make_client()
+    close(client)
+    assert not mine & set(ours(other))
+
+
 def test_close_unregisters_the_clients_regions(make_client: Any) -> None:
     client = make_client(shared_memory="system")
     client.model("big_fixed").infer(X=np.ones((1, SAMPLE), dtype=np.float32))

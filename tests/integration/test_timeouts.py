@@ -176,3 +176,21 @@ def test_wait_until_ready_raises_at_once_on_a_port_of_the_other_protocol(
         assert not caught.value.may_have_run
     finally:
         close_client(client, loop_thread)
+
+
+def test_the_metadata_read_before_the_first_http_inference_shares_its_timeout(
+    server: LocalServer, mode: str, loop_thread: LoopThread
+) -> None:
+    # The read (which chooses the body's format) had a whole timeout of its own, and the
+    # inference another: a first call could take twice its timeout.
+    with Relay("127.0.0.1", server.http_port, mode="delay", delay=0.15) as slow:
+        client = open_client(f"http://{slow.address}", mode, loop_thread, retry=None)
+        try:
+            model = client.model("add_sub")  # (the spec read: 0.3 s and more each way)
+            started = time.monotonic()
+            with pytest.raises(ts.TritonTimeoutError) as caught:
+                model.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1], timeout=0.45)
+            assert time.monotonic() - started < 0.45 + 0.3
+            assert caught.value.model == "add_sub"
+        finally:
+            close_client(client, loop_thread)

@@ -727,10 +727,12 @@ async def test_the_mock_answers_in_the_declared_datatypes(connect: Connect) -> N
     result = await resolve(double.infer(X=[[1.0]]))
     assert result["Y"].dtype == np.float32
     assert result.datatype("Y") == "FP32"
-    client, _ = connect(lambda op, ctx: {"Y": [["x"]]})
-    double = await resolve(client.model("double"))
-    with pytest.raises(ValueError, match="'Y' of model 'double' with <U1 values; it is FP32"):
-        await resolve(double.infer(X=[[1.0]]))
+    # Cast by the rules inputs are: no value changes on the way (1e300 is no FP32).
+    for wrong in ([["x"]], [[1e300]]):
+        client, _ = connect(lambda op, ctx, wrong=wrong: {"Y": wrong})
+        double = await resolve(client.model("double"))
+        with pytest.raises(ValueError, match="output 'Y' of model 'double' cannot be FP32"):
+            await resolve(double.infer(X=[[1.0]]))
 
 
 async def test_the_mock_config_names_each_tensors_data_type(connect: Connect) -> None:

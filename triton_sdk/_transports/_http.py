@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final, Literal, TypeVar
 
 import aiohttp
+import attrs
 
 from .._call import CallContext
 from .._compression import Compression, compress, decompress
@@ -116,10 +117,12 @@ class HttpTransport:
         if isinstance(op, OWN_URL_CALLS):
             return own_url_call(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         if self._codec.binary is None and isinstance(op, InferRequest):
+            started = time.monotonic()
             try:
                 self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
             except TritonError as refusal:
                 self._codec.binary = _binary_unless_passing(refusal, op)
+            ctx = _rest_of_the_timeout(ctx, started, op)
         call = self._codec.encode(op)
         body, size = body_of(call.body)
         headers = dict(call.headers)
@@ -382,10 +385,12 @@ class AsyncHttpTransport:
         if isinstance(op, OWN_URL_CALLS):
             return await own_url_acall(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         if self._codec.binary is None and isinstance(op, InferRequest):
+            started = time.monotonic()
             try:
                 self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
             except TritonError as refusal:
                 self._codec.binary = _binary_unless_passing(refusal, op)
+            ctx = _rest_of_the_timeout(ctx, started, op)
         call = self._codec.encode(op)
         timeout = _call_timeout(ctx.timeout)
         try:
@@ -535,12 +540,35 @@ def _binary_unless_passing(error: TritonError, request: InferRequest) -> bool:
     failure that may pass (unreachable, timed out, overloaded) decides nothing. The
     call fails with it, under its retry policy, and the next one asks again: a JSON-only
     server briefly down would otherwise get binary requests for the client's life."""
-    if error.retryable or isinstance(error, TritonTimeoutError):
+    if isinstance(error, TritonTimeoutError):
+        raise _metadata_timed_out(request, error) from error
+    if error.retryable:
         error.may_have_run = False  # (the inference itself was not sent)
         # The call's own failure, as gRPC's would be: it names the model and request id.
         error.model, error.request_id = request.model, request.request_id or None
         raise error
     return True
+
+
+def _metadata_timed_out(request: InferRequest, detail: object) -> TritonTimeoutError:
+    return TritonTimeoutError(
+        f"infer {request.model!r}: the server's metadata, read before a client's first "
+        f"inference to choose the body's format, did not come in time ({detail}); the "
+        "inference was not sent",
+        model=request.model,
+        request_id=request.request_id,
+    )
+
+
+def _rest_of_the_timeout(ctx: CallContext, started: float, request: InferRequest) -> CallContext:
+    """The context of the inference that follows the metadata read: one timeout bounds
+    the two (the read may have waited for a connection under load)."""
+    if ctx.timeout is None:
+        return ctx
+    left = ctx.timeout - (time.monotonic() - started)
+    if left <= 0:
+        raise _metadata_timed_out(request, f"it took all of the {ctx.timeout:g} s")
+    return attrs.evolve(ctx, timeout=left)
 
 
 _NOT_CONNECTED: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
