@@ -406,6 +406,8 @@ class Client:
         """What runs the close (a thread, an asyncio task): a close within it returns."""
         self._registering: set[AnyRegion] = set()
         """Regions whose registration is in flight: close waits for them, then drains."""
+        self._trimming: set[object] = set()
+        """Markers of the surplus frees in flight (see _free_surplus): close waits too."""
         self._llm_models: dict[str, Model] = {}
         self._sequences = OpenSequences()
         self._has_config = True  # False once the server showed it has no config endpoint
@@ -1083,21 +1085,32 @@ class Client:
 
     def _free_surplus(self, pool: RegionPool, options: CallOptions) -> None:
         """Unregister and free the regions a burst of calls left (see RegionPool.surplus).
-        Close waits for them as for registrations, then drains those given back."""
-        surplus = pool.surplus()
-        self._registering.update(surplus)
+
+        As a registration does, it marks itself in flight before it looks at
+        ``_closing``: either close waits for it (and then drains what it gave back), or it
+        sees the client closing and takes nothing out of the pool."""
+        trim = object()
+        self._trimming.add(trim)
         try:
+            if self._closing:
+                return
+            surplus = pool.surplus()
             for index, region in enumerate(surplus):
                 try:
                     self._run(region.unregister_op(), options)
-                except TritonError as error:
-                    logger.info("shared memory %s is kept: %s", region.name, error)
-                    for kept in surplus[index:]:  # (registered still: close unregisters them)
+                except BaseException as error:  # (a cancellation too: none may be lost)
+                    if isinstance(error, TritonError):
+                        logger.info("shared memory %s is kept: %s", region.name, error)
+                    # Registered still (or, cut off, perhaps not: a later call that
+                    # finds it gone registers it anew): close unregisters them.
+                    for kept in surplus[index:]:
                         pool.readmit(kept)
+                    if not isinstance(error, TritonError):
+                        raise
                     return
                 region.close()
         finally:
-            self._registering.difference_update(surplus)
+            self._trimming.discard(trim)
 
     def _forget_lost_regions(
         self, pool: RegionPool, error: TritonError, options: CallOptions
@@ -1120,8 +1133,7 @@ class Client:
         if pool.sweep_due():
             self._forget_stale_regions(pool, once)
         self._free_abandoned(pool, once)
-        if not self._closing:
-            self._free_surplus(pool, once)
+        self._free_surplus(pool, once)
         for region in regions:
             if region.registered:
                 continue
@@ -1217,9 +1229,13 @@ class Client:
             remove_stale_files()
         try:
             status = self._run(pool.status_op(), options)
-        except (InferenceError, UnsupportedError):
-            pool.swept(set())
-            return  # the registration that follows says what the server allows
+        except UnsupportedError:
+            pool.swept(set())  # (no such endpoint: the registration that follows says so)
+            return
+        except TritonError as error:
+            logger.info("regions of dead processes are looked for later: %s", error)
+            pool.sweep_later()
+            return
         kept = set()
         for name in stale_regions(status):
             try:
@@ -1287,7 +1303,7 @@ class Client:
         close sets ``_closing`` before it looks here: either close sees that region, or
         the call sees the client closing and registers nothing."""
         deadline = time.monotonic() + _REGISTRATIONS_WAIT
-        while self._registering and time.monotonic() < deadline:
+        while (self._registering or self._trimming) and time.monotonic() < deadline:
             sleep(0.005)
 
     def _drain_regions(self, options: CallOptions) -> None:

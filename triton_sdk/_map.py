@@ -212,8 +212,9 @@ class MapPlan:
             return False
         if is_values_refusal(error):
             return True
-        # (An UnsupportedError in the server's words is a model's refusal too: Triton's
-        # UNSUPPORTED. One of a missing endpoint would fail each sample alike.)
+        # (An UnsupportedError with a status is a model's refusal too: Triton's
+        # UNSUPPORTED. A missing endpoint would answer so as well, and each sample then
+        # fails alike; no server lacks the inference endpoint.)
         refused = (
             type(error) is InferenceError
             or (type(error) is UnsupportedError and error.status is not None)

@@ -236,7 +236,7 @@ class InferResult(Displayable, Mapping[str, Array]):
                 f"byte {error.start}: {items[index][:40]!r}); use as_numpy for its bytes",
                 model=self.model_name,
             ) from error
-        except LookupError as error:  # an unknown encoding, or one that is not for text
+        except (LookupError, UnicodeError) as error:  # ("undefined" raises UnicodeError)
             raise InvalidInputError(f"as_strings: {error}", model=self.model_name) from None
         return decoded
 

@@ -357,9 +357,9 @@ class RegionPool:
     def sweep_due(self) -> bool:
         """Whether to look for regions that dead processes of this host left registered:
         at the first registration, then while the server keeps some of them."""
-        if not self._swept:
-            return True
-        return bool(self._still_stale) and time.monotonic() >= self._next_sweep
+        if time.monotonic() < self._next_sweep:
+            return False
+        return not self._swept or bool(self._still_stale)
 
     def swept(self, kept: set[str]) -> None:
         """A sweep is done; the server would not let go of ``kept`` yet: asked again
@@ -372,6 +372,12 @@ class RegionPool:
         )
         self._swept = True
         self._still_stale = kept
+        self._next_sweep = time.monotonic() + self._sweep_wait
+
+    def sweep_later(self) -> None:
+        """A sweep could not read the server's regions: it is due again after a wait,
+        twice as long as the last (what it was to look for is kept)."""
+        self._sweep_wait = min(self._sweep_wait * 2, _LONGEST_SWEEP_WAIT)
         self._next_sweep = time.monotonic() + self._sweep_wait
 
     def after_fork_in_child(self) -> None:

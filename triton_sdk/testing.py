@@ -321,10 +321,8 @@ def _fitted(name: str, value: Any, spec: ModelSpec) -> Any:
     try:
         return to_array(value, declared, spec.name)
     except InvalidInputError as error:
-        raise ValueError(
-            f"the handler's output {name!r} of model {spec.name!r} cannot be "
-            f"{declared.datatype} ({error})"
-        ) from None
+        said = str(error).replace(f"input {name!r}", f"output {name!r}", 1)
+        raise ValueError(f"the handler's answer for model {spec.name!r}: {said}") from None
 
 
 def _classified(scores: np.ndarray[Any, Any], count: int, spec: ModelSpec | None) -> Any:

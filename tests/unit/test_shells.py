@@ -731,7 +731,7 @@ async def test_the_mock_answers_in_the_declared_datatypes(connect: Connect) -> N
     for wrong in ([["x"]], [[1e300]]):
         client, _ = connect(lambda op, ctx, wrong=wrong: {"Y": wrong})
         double = await resolve(client.model("double"))
-        with pytest.raises(ValueError, match="output 'Y' of model 'double' cannot be FP32"):
+        with pytest.raises(ValueError, match="answer for model 'double': output 'Y' is FP32"):
             await resolve(double.infer(X=[[1.0]]))
 
 

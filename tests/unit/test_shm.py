@@ -1004,6 +1004,20 @@ def test_regions_the_server_keeps_are_asked_for_less_and_less_often() -> None:
     assert not pool.sweep_due()  # (nothing kept: no sweep again)
 
 
+def test_a_sweep_that_could_not_read_the_regions_is_due_again_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A failed status read ended the sweeps for good (and the first one's, every sweep).
+    pool = RegionPool()
+    pool.swept({"a"})
+    pool.sweep_later()
+    assert not pool.sweep_due()
+    assert pool._still_stale == {"a"}
+    now = time.monotonic()
+    monkeypatch.setattr(shm.time, "monotonic", lambda: now + 60)
+    assert pool.sweep_due()
+
+
 def test_surplus_is_what_calls_of_its_size_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shm, "SURPLUS_AFTER_S", 0.0)
     monkeypatch.setattr(shm, "CHECK_EVERY_S", 0.0)

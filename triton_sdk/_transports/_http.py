@@ -121,7 +121,7 @@ class HttpTransport:
             try:
                 self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
             except TritonError as refusal:
-                self._codec.binary = _binary_unless_passing(refusal, op)
+                self._codec.binary = _binary_unless_passing(refusal, op, ctx.timeout)
             ctx = _rest_of_the_timeout(ctx, started, op)
         call = self._codec.encode(op)
         body, size = body_of(call.body)
@@ -389,7 +389,7 @@ class AsyncHttpTransport:
             try:
                 self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
             except TritonError as refusal:
-                self._codec.binary = _binary_unless_passing(refusal, op)
+                self._codec.binary = _binary_unless_passing(refusal, op, ctx.timeout)
             ctx = _rest_of_the_timeout(ctx, started, op)
         call = self._codec.encode(op)
         timeout = _call_timeout(ctx.timeout)
@@ -454,7 +454,10 @@ class AsyncHttpTransport:
                         raise closed_in_flight()
                     content_type = response.headers.get("Content-Type")
                     if not call.opens(response.status, content_type):
-                        call.refuse(response.status, content_type, await response.read())
+                        refusal = await response.read()
+                        if response.status == 500:
+                            _not_kept(response)
+                        call.refuse(response.status, content_type, refusal)
                     opened = True
                     waiting = EventWait(ctx.timeout)
                     while data := await waiting.readany(response.content):
@@ -534,14 +537,16 @@ def _only_interrupted(task: asyncio.Task[Any] | None) -> bool:
     return uncancel is None or uncancel() == 0
 
 
-def _binary_unless_passing(error: TritonError, request: InferRequest) -> bool:
+def _binary_unless_passing(
+    error: TritonError, request: InferRequest, timeout: float | None
+) -> bool:
     """After the server's metadata could not be read for ``http_binary="auto"``: binary
     for good where the server will not say (a gateway, a restricted endpoint), but a
     failure that may pass (unreachable, timed out, overloaded) decides nothing. The
     call fails with it, under its retry policy, and the next one asks again: a JSON-only
     server briefly down would otherwise get binary requests for the client's life."""
     if isinstance(error, TritonTimeoutError):
-        raise _metadata_timed_out(request, error) from error
+        raise _metadata_timed_out(request, timeout) from error
     if error.retryable:
         error.may_have_run = False  # (the inference itself was not sent)
         # The call's own failure, as gRPC's would be: it names the model and request id.
@@ -550,11 +555,12 @@ def _binary_unless_passing(error: TritonError, request: InferRequest) -> bool:
     return True
 
 
-def _metadata_timed_out(request: InferRequest, detail: object) -> TritonTimeoutError:
+def _metadata_timed_out(request: InferRequest, timeout: float | None) -> TritonTimeoutError:
+    within = "" if timeout is None else f" within {timeout:g} s"
     return TritonTimeoutError(
         f"infer {request.model!r}: the server's metadata, read before a client's first "
-        f"inference to choose the body's format, did not come in time ({detail}); the "
-        "inference was not sent",
+        f"inference to choose the body's format, did not come{within}; the inference "
+        "was not sent",
         model=request.model,
         request_id=request.request_id,
     )
@@ -567,7 +573,7 @@ def _rest_of_the_timeout(ctx: CallContext, started: float, request: InferRequest
         return ctx
     left = ctx.timeout - (time.monotonic() - started)
     if left <= 0:
-        raise _metadata_timed_out(request, f"it took all of the {ctx.timeout:g} s")
+        raise _metadata_timed_out(request, ctx.timeout)
     return attrs.evolve(ctx, timeout=left)
 
 
