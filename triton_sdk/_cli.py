@@ -310,7 +310,8 @@ def serve(repository: Path, ports: tuple[int, int, int] | None) -> int:
             return 1
         except KeyboardInterrupt:
             print("Stopping.")
-    return 0
+    # Stopped by Ctrl+C, the server down now: "interrupted" and exit 130, as any command.
+    raise KeyboardInterrupt
 
 
 def _ports(args: argparse.Namespace) -> tuple[int, int, int] | None:
@@ -319,6 +320,8 @@ def _ports(args: argparse.Namespace) -> tuple[int, int, int] | None:
         return None
     if any(port is None for port in chosen):
         raise UsageError("give --http-port, --grpc-port and --metrics-port together")
+    if len(set(chosen)) < len(chosen):
+        raise UsageError("--http-port, --grpc-port and --metrics-port must be three ports")
     return (args.http_port, args.grpc_port, args.metrics_port)
 
 

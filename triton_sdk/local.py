@@ -57,6 +57,15 @@ _KNOWN_START_CRASH: Final = "boost::interprocess::lock_exception"
 # How tritonserver says a port is taken: "Socket '127.0.0.1:P' already in use" (HTTP,
 # gRPC, metrics), "Address already in use" (gRPC).
 _PORT_CLASH: Final = "already in use"
+
+
+def _taken_ports(log: Path) -> str:
+    """The log's lines that say a port was taken, for the front of a message (the log's
+    tail follows: a one-line report would bury them at its end)."""
+    lines = [line.strip() for line in _tail(log, 200).splitlines() if _PORT_CLASH in line.lower()]
+    return f" ({'; '.join(dict.fromkeys(lines))})" if lines else ""
+
+
 # The Python backend starts each stub with `bash -c "exec STUB MODEL_PATH ..."`, unquoted:
 # a path with a space, `$`, non-ASCII or other shell characters breaks (or runs) there.
 _PLAIN_PATH: Final = re.compile(r"[A-Za-z0-9_./-]+")
@@ -514,6 +523,10 @@ class LocalServer:
     def log_path(self) -> Path:
         """The file the server's output goes to."""
         if self._log_path is None:
+            if getattr(self, "_log_removed", False):
+                raise ServerStartError(
+                    "the server's log was removed when it stopped (stop(keep_log=True) keeps it)"
+                )
             raise ServerStartError("the server has not been started")
         return self._log_path
 
@@ -673,8 +686,8 @@ class LocalServer:
             code = self._process.poll()
             if code is not None:
                 raise ServerStartError(
-                    f"tritonserver exited with code {code} while starting; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
+                    f"tritonserver exited with code {code} while starting"
+                    f"{_taken_ports(self.log_path)}; log {self.log_path}:\n{self.log_tail()}"
                 )
             if _ready(self.host, self.http_port):
                 listening = _listening_ports(self._process.pid) if can_check else None
@@ -683,7 +696,8 @@ class LocalServer:
                 if _PORT_CLASH in _tail(self.log_path, 200).lower():
                     # (Some versions log a taken metrics port and run on without it.)
                     raise ServerStartError(
-                        f"a port of tritonserver was taken; log {self.log_path}:\n{self.log_tail()}"
+                        f"a port of tritonserver was taken{_taken_ports(self.log_path)}; "
+                        f"log {self.log_path}:\n{self.log_tail()}"
                     )
             time.sleep(0.1)
         raise ServerStartError(
@@ -724,6 +738,7 @@ class LocalServer:
             return
         if own_log:
             self._log_path = None
+            self._log_removed = True
         shutil.rmtree(workdir, ignore_errors=True)
 
     def after_fork_in_child(self) -> None:

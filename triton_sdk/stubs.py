@@ -30,6 +30,8 @@ def signature(spec: ModelSpec) -> str:
     parts = [f"max_batch_size {spec.max_batch_size}"]
     if spec.decoupled:
         parts.append("decoupled")
+    if spec.sequence:  # (its calls go through model.sequence(): a change the stub must see)
+        parts.append("sequences")
     for kind, tensors in (("input", spec.inputs), ("output", spec.outputs)):
         for tensor in tensors.values():
             optional = " optional" if tensor.optional else ""

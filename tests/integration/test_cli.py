@@ -405,6 +405,29 @@ def test_serve_on_chosen_ports_until_sigterm(tmp_path: Path) -> None:
         assert process.wait(60) == 128 + signal.SIGTERM
 
 
+def test_serve_stopped_by_ctrl_c_exits_130(tmp_path: Path) -> None:
+    # It printed "Stopping." and exited 0, unlike every other command (and SIGTERM: 143).
+    command = [sys.executable, "-m", "triton_sdk", "serve", str(EXAMPLES)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    try:
+        assert process.stdout is not None
+        while "Press Ctrl+C" not in process.stdout.readline():
+            assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 130
+    assert process.stderr is not None
+    assert process.stderr.read().strip().endswith("serve: interrupted")
+
+
+def test_serve_refuses_one_port_for_two_services(capsys: Capture) -> None:
+    assert main(["serve", str(EXAMPLES), "--http-port", "18100", "--grpc-port", "18100",
+                 "--metrics-port", "18102"]) == 2  # fmt: skip
+    assert "must be three ports" in capsys.readouterr().err
+
+
 def children_named(parent: int, name: str) -> list[int]:
     """The processes whose parent is ``parent`` and whose command line holds ``name``."""
     found = []

@@ -230,6 +230,9 @@ def test_a_killed_server_leaves_no_shared_memory_files() -> None:
         assert not any((Path("/dev/shm") / name).exists() for name in backend_files)
     finally:
         server.stop()
+    # Its log went with it: "has not been started" said the wrong thing.
+    with pytest.raises(ServerStartError, match="log was removed when it stopped"):
+        server.log_tail()
 
 
 def test_a_crashed_server_reports_its_exit_code_and_restarts_on_its_ports() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 
@@ -83,6 +84,14 @@ def load(text: str, folder: Path, name: str = "models") -> ModuleType:
 )
 def test_class_names(model: str, expected: str) -> None:
     assert class_name(model) == expected
+
+
+def test_a_sequence_model_s_signature_says_so() -> None:
+    # A model that gained sequence batching kept its signature: the stub's check passed,
+    # and its infer() could only fail.
+    stateful = attrs.evolve(SIMPLE, sequence=True)
+    assert "sequences" in signature(stateful)
+    assert signature(stateful) != signature(SIMPLE)
 
 
 def test_the_module_has_a_result_a_handle_and_an_async_twin_per_model(tmp_path: Path) -> None:
