@@ -192,5 +192,6 @@ def test_the_metadata_read_before_the_first_http_inference_shares_its_timeout(
                 model.infer(INPUT0=[1, 2, 3, 4], INPUT1=[1, 1, 1, 1], timeout=0.45)
             assert time.monotonic() - started < 0.45 + 0.3
             assert caught.value.model == "add_sub"
+            assert "within 0.45 s" in str(caught.value)  # (the call's, not what was left)
         finally:
             close_client(client, loop_thread)

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final, Literal, TypeVar
 
 import aiohttp
-import attrs
 
 from .._call import CallContext
 from .._compression import Compression, compress, decompress
@@ -116,13 +115,14 @@ class HttpTransport:
     def call(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, OWN_URL_CALLS):
             return own_url_call(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
+        limit = ctx.timeout  # (errors name the call's own timeout: ctx.timeout)
         if self._codec.binary is None and isinstance(op, InferRequest):
             started = time.monotonic()
             try:
                 self._codec.binary = is_triton(self.call(GetServerMetadata(), ctx))
             except TritonError as refusal:
                 self._codec.binary = _binary_unless_passing(refusal, op, ctx.timeout)
-            ctx = _rest_of_the_timeout(ctx, started, op)
+            limit = _rest_of_the_timeout(ctx.timeout, started, op)
         call = self._codec.encode(op)
         body, size = body_of(call.body)
         headers = dict(call.headers)
@@ -132,9 +132,7 @@ class HttpTransport:
             headers["Content-Length"] = str(size)
         headers = request_headers(headers, ctx.headers)
         try:
-            status, length, data = self._pool.request(
-                call.method, call.path, body, headers, ctx.timeout
-            )
+            status, length, data = self._pool.request(call.method, call.path, body, headers, limit)
         except PoolClosed as exc:
             raise closed_error(exc) from exc
         except AnswerLost as lost:
@@ -384,15 +382,16 @@ class AsyncHttpTransport:
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
         if isinstance(op, OWN_URL_CALLS):
             return await own_url_acall(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
+        limit = ctx.timeout  # (errors name the call's own timeout: ctx.timeout)
         if self._codec.binary is None and isinstance(op, InferRequest):
             started = time.monotonic()
             try:
                 self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
             except TritonError as refusal:
                 self._codec.binary = _binary_unless_passing(refusal, op, ctx.timeout)
-            ctx = _rest_of_the_timeout(ctx, started, op)
+            limit = _rest_of_the_timeout(ctx.timeout, started, op)
         call = self._codec.encode(op)
-        timeout = _call_timeout(ctx.timeout)
+        timeout = _call_timeout(limit)
         try:
             async with self._request(call, ctx, timeout) as response:
                 self._reading.add(response)
@@ -566,15 +565,17 @@ def _metadata_timed_out(request: InferRequest, timeout: float | None) -> TritonT
     )
 
 
-def _rest_of_the_timeout(ctx: CallContext, started: float, request: InferRequest) -> CallContext:
-    """The context of the inference that follows the metadata read: one timeout bounds
-    the two (the read may have waited for a connection under load)."""
-    if ctx.timeout is None:
-        return ctx
-    left = ctx.timeout - (time.monotonic() - started)
+def _rest_of_the_timeout(
+    timeout: float | None, started: float, request: InferRequest
+) -> float | None:
+    """What is left of the call's ``timeout`` for the inference that follows the metadata
+    read: one timeout bounds the two (the read may have waited for a connection)."""
+    if timeout is None:
+        return None
+    left = timeout - (time.monotonic() - started)
     if left <= 0:
-        raise _metadata_timed_out(request, ctx.timeout)
-    return attrs.evolve(ctx, timeout=left)
+        raise _metadata_timed_out(request, timeout)
+    return left
 
 
 _NOT_CONNECTED: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
