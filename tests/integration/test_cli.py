@@ -409,15 +409,25 @@ def test_serve_stopped_by_ctrl_c_exits_130(tmp_path: Path) -> None:
     # It printed "Stopping." and exited 0, unlike every other command (and SIGTERM: 143).
     command = [sys.executable, "-m", "triton_sdk", "serve", str(EXAMPLES)]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        # A shell without job control starts background jobs with SIGINT ignored (CI
+        # does), and a Python started so never sees Ctrl+C: give it the default back.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert process.stdout is not None
         while "Press Ctrl+C" not in process.stdout.readline():
             assert process.poll() is None
-    finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
     assert process.stderr is not None
     assert process.stderr.read().strip().endswith("serve: interrupted")
 
