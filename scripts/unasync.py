@@ -57,6 +57,7 @@ RULES: list[tuple[str, str]] = [
     (r"\basleep\b", "sleep"),
     (r"\bashielded\b", "shielded"),
     (r"\bacurrent_worker\b", "current_worker"),
+    (r"\bawait_until\b", "wait_until"),
     (r"Async(?=[A-Z])", ""),
 ]
 

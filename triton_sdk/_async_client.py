@@ -57,6 +57,7 @@ from ._concurrency import (
     aiterate,
     ashielded,
     asleep,
+    await_until,
 )
 from ._config import (
     DEFAULT_TIMEOUT,
@@ -1295,14 +1296,8 @@ class AsyncClient:
         Within the close itself (a hook of its calls), it returns at once."""
         if self._closer == acurrent_worker():
             return
-        deadline = time.monotonic() + _CLOSE_WAIT
-        while not self._close_done:
-            if time.monotonic() >= deadline:
-                logger.warning(
-                    "close: gave up waiting for the close under way after %ss", _CLOSE_WAIT
-                )
-                return
-            await asleep(0.005)
+        if not await await_until(lambda: self._close_done, _CLOSE_WAIT):
+            logger.warning("close: gave up waiting for the close under way after %ss", _CLOSE_WAIT)
 
     async def _registrations_done(self) -> None:
         """Wait for the registrations in flight (a few milliseconds each; at most
@@ -1311,9 +1306,7 @@ class AsyncClient:
         A call adds its region to ``_registering`` before it looks at ``_closing``, and
         close sets ``_closing`` before it looks here: either close sees that region, or
         the call sees the client closing and registers nothing."""
-        deadline = time.monotonic() + _REGISTRATIONS_WAIT
-        while (self._registering or self._trimming) and time.monotonic() < deadline:
-            await asleep(0.005)
+        await await_until(lambda: not (self._registering or self._trimming), _REGISTRATIONS_WAIT)
 
     async def _drain_regions(self, options: CallOptions) -> None:
         """Unregister and free the client's regions, but not memory the server may still

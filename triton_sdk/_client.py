@@ -58,6 +58,7 @@ from ._concurrency import (
     iterate,
     shielded,
     sleep,
+    wait_until,
 )
 from ._config import (
     DEFAULT_TIMEOUT,
@@ -1286,14 +1287,8 @@ class Client:
         Within the close itself (a hook of its calls), it returns at once."""
         if self._closer == current_worker():
             return
-        deadline = time.monotonic() + _CLOSE_WAIT
-        while not self._close_done:
-            if time.monotonic() >= deadline:
-                logger.warning(
-                    "close: gave up waiting for the close under way after %ss", _CLOSE_WAIT
-                )
-                return
-            sleep(0.005)
+        if not wait_until(lambda: self._close_done, _CLOSE_WAIT):
+            logger.warning("close: gave up waiting for the close under way after %ss", _CLOSE_WAIT)
 
     def _registrations_done(self) -> None:
         """Wait for the registrations in flight (a few milliseconds each; at most
@@ -1302,9 +1297,7 @@ class Client:
         A call adds its region to ``_registering`` before it looks at ``_closing``, and
         close sets ``_closing`` before it looks here: either close sees that region, or
         the call sees the client closing and registers nothing."""
-        deadline = time.monotonic() + _REGISTRATIONS_WAIT
-        while (self._registering or self._trimming) and time.monotonic() < deadline:
-            sleep(0.005)
+        wait_until(lambda: not (self._registering or self._trimming), _REGISTRATIONS_WAIT)
 
     def _drain_regions(self, options: CallOptions) -> None:
         """Unregister and free the client's regions, but not memory the server may still

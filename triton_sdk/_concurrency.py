@@ -43,11 +43,13 @@ __all__ = [
     "aiterate",
     "ashielded",
     "asleep",
+    "await_until",
     "close_iterator",
     "current_worker",
     "iterate",
     "shielded",
     "sleep",
+    "wait_until",
     "within",
 ]
 
@@ -88,6 +90,26 @@ async def ashielded(work: Callable[[A], Coroutine[Any, Any, T]], argument: A) ->
     _SHIELDED.add(task)
     task.add_done_callback(_SHIELDED.discard)
     return await asyncio.shield(task)
+
+
+def wait_until(done: Callable[[], bool], limit: float) -> bool:
+    """Poll ``done`` every 5 ms for at most ``limit`` seconds; whether it came true."""
+    deadline = time.monotonic() + limit
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        sleep(0.005)
+    return True
+
+
+async def await_until(done: Callable[[], bool], limit: float) -> bool:
+    """The asyncio twin of :func:`wait_until`."""
+    deadline = time.monotonic() + limit
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        await asleep(0.005)
+    return True
 
 
 def current_worker() -> object:

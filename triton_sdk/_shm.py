@@ -365,14 +365,14 @@ class RegionPool:
         """A sweep is done; the server would not let go of ``kept`` yet: asked again
         after CHECK_EVERY_S, then twice as long each time the same ones are kept (a
         request that never ends would otherwise cost calls once a second for good)."""
-        self._sweep_wait = (
-            min(self._sweep_wait * 2, _LONGEST_SWEEP_WAIT)
-            if kept and kept == self._still_stale
-            else CHECK_EVERY_S
-        )
+        kept_again = bool(kept) and kept == self._still_stale
         self._swept = True
         self._still_stale = kept
-        self._next_sweep = time.monotonic() + self._sweep_wait
+        if kept_again:
+            self.sweep_later()
+        else:
+            self._sweep_wait = CHECK_EVERY_S
+            self._next_sweep = time.monotonic() + CHECK_EVERY_S
 
     def sweep_later(self) -> None:
         """A sweep could not read the server's regions: it is due again after a wait,
