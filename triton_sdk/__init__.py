@@ -32,6 +32,7 @@ from ._errors import (
     TritonTimeoutError,
     UnknownOutputError,
     UnsupportedError,
+    UnsupportedRequestError,
 )
 from ._generate import JSONValue
 from ._llm_types import (
@@ -133,6 +134,7 @@ __all__ = [
     "TritonTimeoutError",
     "UnknownOutputError",
     "UnsupportedError",
+    "UnsupportedRequestError",
     "Usage",
     "__version__",
 ]

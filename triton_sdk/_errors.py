@@ -39,6 +39,7 @@ __all__ = [
     "TritonTimeoutError",
     "UnknownOutputError",
     "UnsupportedError",
+    "UnsupportedRequestError",
 ]
 
 Status = str | int
@@ -150,6 +151,13 @@ class UnsupportedError(TritonError):
     _names_server = False  # (see names_no_server)
 
 
+class UnsupportedRequestError(UnsupportedError, InferenceError):
+    """The server or the model refused this request as one it cannot serve (Triton's
+    UNSUPPORTED: gRPC ``UNIMPLEMENTED`` or HTTP 501 in the server's own words, e.g.
+    "ModelInfer RPC doesn't support decoupled models"). Both an :class:`UnsupportedError`
+    and, being the model's answer to a request, an :class:`InferenceError`."""
+
+
 class SequenceLostError(TritonConnectionError):
     """A request of a sequence whose endpoint failed. A sequence's state lives in one
     server, so it never moves to another endpoint: start the sequence again."""
@@ -228,7 +236,7 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
     if grpc_code == "UNIMPLEMENTED" or http_status == 501:
         # Triton's UNSUPPORTED ("ModelInfer RPC doesn't support decoupled models"), KServe's
         # "Model versioning not supported yet": what this server or model cannot do.
-        return UnsupportedError, False
+        return UnsupportedRequestError, False
     if grpc_code == "NOT_FOUND" or http_status == 404:
         if _has(lowered, _NOT_READY_HINTS):
             return ModelNotReadyError, False

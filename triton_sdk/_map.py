@@ -12,7 +12,7 @@ from ._errors import (
     InferenceError,
     InvalidInputError,
     TritonError,
-    UnsupportedError,
+    UnsupportedRequestError,
     is_values_refusal,
 )
 from ._request import InferRequest, check_outputs
@@ -212,13 +212,9 @@ class MapPlan:
             return False
         if is_values_refusal(error):
             return True
-        # (An UnsupportedError with a status is a model's refusal too: Triton's
-        # UNSUPPORTED. A missing endpoint would answer so as well, and each sample then
-        # fails alike; no server lacks the inference endpoint.)
-        refused = (
-            type(error) is InferenceError
-            or (type(error) is UnsupportedError and error.status is not None)
-        ) and not (error.retryable or error.may_have_run)
+        refused = type(error) in (InferenceError, UnsupportedRequestError) and not (
+            error.retryable or error.may_have_run
+        )
         return self.collect and refused
 
     def batch_error(self, samples: list[PreparedSample], error: TritonError) -> TritonError:

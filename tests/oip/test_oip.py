@@ -190,9 +190,12 @@ def test_what_the_server_lacks_is_unsupported(client: Any, server: OIPServer) ->
         # Over gRPC it said "State.READY", and stubgen found no ready model to write.
         assert states["add_sub"] == "READY"
     if server.name == "kserve" and client.url.startswith("http"):
-        # Its 501 "Model versioning not supported yet" was an InferenceError.
-        with pytest.raises(ts.UnsupportedError, match="versioning"):
+        # Its 501 "Model versioning not supported yet": the server cannot serve this
+        # request, so both an UnsupportedError and (a refused request) an InferenceError.
+        with pytest.raises(ts.UnsupportedRequestError, match="versioning") as refused:
             client.model("add_sub", "1")
+        assert isinstance(refused.value, ts.UnsupportedError)
+        assert isinstance(refused.value, ts.InferenceError)
 
 
 def test_large_tensors_go_over_sockets(client: Any) -> None:

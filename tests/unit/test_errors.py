@@ -125,16 +125,16 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         (
             "UNIMPLEMENTED",
             "ModelInfer RPC doesn't support decoupled models",
-            ts.UnsupportedError,
+            ts.UnsupportedRequestError,
             False,
         ),
         (
             501,
             "HTTP end point doesn't support models with decoupled transaction policy",
-            ts.UnsupportedError,
+            ts.UnsupportedRequestError,
             False,
         ),
-        (501, "Model versioning not supported yet.", ts.UnsupportedError, False),
+        (501, "Model versioning not supported yet.", ts.UnsupportedRequestError, False),
     ],
 )
 def test_classify_status(
@@ -170,6 +170,24 @@ def test_other_http_statuses_are_not_retryable(status: int) -> None:
     error = classify_status(status, "some failure")
     assert isinstance(error, ts.InferenceError)
     assert not error.retryable
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ("UNIMPLEMENTED", "ModelInfer RPC doesn't support decoupled models"),
+        (501, "Model versioning not supported yet."),
+    ],
+)
+def test_a_refused_request_is_caught_as_unsupported_and_as_an_inference_error(
+    status: str | int, message: str
+) -> None:
+    # API.md: a model error arrives as InferenceError; the server's UNSUPPORTED is one too.
+    error = classify_status(status, message)
+    with pytest.raises(ts.InferenceError):
+        raise error
+    with pytest.raises(ts.UnsupportedError):
+        raise error
 
 
 def test_what_a_model_cannot_do_is_not_read_as_a_missing_endpoint() -> None:

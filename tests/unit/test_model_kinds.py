@@ -617,7 +617,8 @@ def test_map_plan_isolates_only_batches_the_server_refused() -> None:
     two = prepared([1.0], [2.0])
     assert plan.isolate(two, ts.InferenceError("model failed", status=500))
     # What the model cannot do for one sample (Triton's UNSUPPORTED: 501, UNIMPLEMENTED).
-    assert plan.isolate(two, ts.UnsupportedError("not for negatives", status=501))
+    assert plan.isolate(two, ts.UnsupportedRequestError("not for negatives", status=501))
+    assert not plan.isolate(two, ts.UnsupportedError("Not Found", status=404))  # no endpoint
     assert not plan.isolate(two, ts.UnsupportedError("n > 1 on a one-choice backend"))
     # A timed-out or cut-off batch may still run: it is not sent again sample by sample.
     assert not plan.isolate(two, ts.TritonTimeoutError("timed out"))

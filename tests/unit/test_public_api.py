@@ -82,6 +82,7 @@ EXPORTED = [
     "CompletionChunk",
     "Usage",
     "UnsupportedError",
+    "UnsupportedRequestError",
     "__version__",
 ]
 
