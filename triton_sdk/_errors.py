@@ -458,3 +458,13 @@ def answered_in_http2(exc: BaseException) -> bool:
     # aiohttp shows the bytes escaped, once or more (a repr inside a repr).
     text = str(exc)
     return "bad status line" in text.lower() and re.search(r"(\\+x00){2}", text) is not None
+
+
+def redirect_refused(status: int, message: str) -> str:
+    """The message of a redirect, which no transport follows: it would send the request
+    and its headers (credentials) to wherever the answer points."""
+    said = f": {message}" if message else ""
+    return (
+        f"HTTP {status}: a redirect, which is not followed (it would send the request and "
+        f"its headers elsewhere); give the client the URL of the server itself{said}"
+    )

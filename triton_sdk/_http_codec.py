@@ -23,6 +23,7 @@ from ._errors import (
     UnsupportedError,
     classify_message,
     classify_status,
+    redirect_refused,
     values_refused,
 )
 from ._generate import (
@@ -389,6 +390,8 @@ def error_from_response(
             message = "Not Found"  # a web server's or a proxy's HTML page
         if _NO_ROUTE.fullmatch(message):
             return UnsupportedError(message, status=404, model=model, request_id=request_id)
+    if 300 <= status < 400:
+        message = redirect_refused(status, message)
     return classify_status(status, message or f"HTTP {status}", model=model, request_id=request_id)
 
 

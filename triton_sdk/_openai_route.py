@@ -15,6 +15,7 @@ from ._errors import (
     ModelNotFoundError,
     TritonError,
     classify_message,
+    redirect_refused,
     unreadable_answer,
 )
 from ._llm import SamplingValue
@@ -145,6 +146,8 @@ def error_from_body(status: int, raw: bytes, url: str, model: str | None) -> Tri
     except ValueError:
         message = None
     text = message or raw.decode("utf-8", "replace").strip() or f"HTTP {status}"
+    if 300 <= status < 400:
+        text = redirect_refused(status, message or raw.decode("utf-8", "replace").strip())
     text = f"{text} (from the OpenAI-compatible frontend at {url})"
     if status == 404:
         return ModelNotFoundError(text, status=status, model=model)

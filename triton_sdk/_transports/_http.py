@@ -377,6 +377,9 @@ class AsyncHttpTransport:
             headers=headers,
             timeout=timeout,
             server_hostname=self._tls.server_hostname if self._tls else None,
+            # A redirect is refused, as the blocking transport does: following one would
+            # send the request, its body and its headers (credentials) to another host.
+            allow_redirects=False,
         )
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:

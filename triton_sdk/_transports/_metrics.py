@@ -77,6 +77,7 @@ async def fetch_metrics_async(url: str, ctx: CallContext, tls: TLSConfig | None)
                 headers=dict(ctx.headers),
                 ssl=context,
                 server_hostname=tls_name(target, tls),
+                allow_redirects=False,  # (as the blocking read: no headers sent elsewhere)
             ) as response,
         ):
             body = await response.read()

@@ -117,7 +117,7 @@ def _open(
         connection.request("POST", path, op.payload, _headers(ctx.headers, stream))
         hold_socket(connection)
         response = connection.getresponse()
-        if response.status >= 400:
+        if response.status >= 300:
             raise error_from_body(response.status, response.read(), url, model)
     except (OSError, http.client.HTTPException) as exc:
         _close(connection)
@@ -238,8 +238,9 @@ async def _aopen(
             headers=_headers(ctx.headers, stream),
             ssl=context,
             server_hostname=tls_name(url, tls),
+            allow_redirects=False,  # (as the blocking transport: no headers sent elsewhere)
         )
-        if response.status >= 400:
+        if response.status >= 300:
             raw = await response.read()
             response.release()
             raise error_from_body(response.status, raw, url, model)
