@@ -272,22 +272,32 @@ def redact_url(url: str) -> str:
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "", text
-    if "@" in rest:
-        rest = "***@" + rest.rpartition("@")[2]
-    for mark in ("?", "#"):
-        if mark in rest:
-            rest = rest.partition(mark)[0] + mark + "***"
-    return f"{scheme}{sep}{rest}"
+    head, mark, _ = _split_query(rest)
+    if "@" in head:
+        head = "***@" + head.rpartition("@")[2]
+    elif "@" in rest and "/" not in head:
+        # "user:p?ss@host" and "host:8000?key=a@secret" look alike: show neither.
+        return f"{scheme}{sep}***"
+    return f"{scheme}{sep}{head}{mark}{'***' if mark else ''}"
+
+
+def _split_query(rest: str) -> tuple[str, str, str]:
+    """``rest`` cut at its first ``?`` or ``#``: what comes before, the mark, and after."""
+    cut = min((at for at in (rest.find("?"), rest.find("#")) if at >= 0), default=-1)
+    if cut < 0:
+        return rest, "", ""
+    return rest[:cut], rest[cut], rest[cut + 1 :]
 
 
 def check_url_secrets(url: str, shown: str) -> None:
     """Refuse credentials in a URL: they belong in headers, where they are never shown."""
-    if "@" in url:
+    head, mark, _ = _split_query(url.partition("://")[2] or url)
+    if "@" in head or ("@" in url and "/" not in head):
         raise InvalidInputError(
             f"credentials in the URL {shown!r} are not sent: give them as headers "
             '(e.g. headers={"authorization": "Bearer ..."})'
         )
-    if "?" in url or "#" in url:
+    if mark:
         raise InvalidInputError(
             f"a URL here cannot have a query or fragment: {shown!r}; credentials go in "
             'headers (e.g. headers={"authorization": "Bearer ..."})'

@@ -104,6 +104,11 @@ def test_reprs_of_call_contexts_hide_header_values() -> None:
         "http://user:1234/SECRET@host:8000",
         "http://user:abc/SECRET@host",
         "grpc://tok:SECRET@host:8001",
+        # An "@" in the query or fragment showed all that followed it.
+        "http://127.0.0.1:8000/?user=me@corp.com&api_key=SECRET",
+        "grpc://h:8001?x=a@b&token=SECRET",
+        "http://h:8000#k=a@SECRET",
+        "http://user:pa?SECRET@host:8000",
     ],
 )
 def test_credentials_in_urls_are_refused_and_never_shown(url: str) -> None:
@@ -112,8 +117,19 @@ def test_credentials_in_urls_are_refused_and_never_shown(url: str) -> None:
     assert "SECRET" not in str(caught.value)
 
 
+def test_a_query_is_named_as_a_query_and_the_host_is_still_shown() -> None:
+    with pytest.raises(ts.InvalidInputError, match="cannot have a query") as caught:
+        ts.Client("http://127.0.0.1:8000/?user=me@corp.com&api_key=SECRET")
+    assert "'http://127.0.0.1:8000/?***'" in str(caught.value)
+
+
 @pytest.mark.parametrize(
-    "url", ["http://u:SECRET@127.0.0.1:1/metrics", "http://127.0.0.1:1/metrics?token=SECRET"]
+    "url",
+    [
+        "http://u:SECRET@127.0.0.1:1/metrics",
+        "http://127.0.0.1:1/metrics?token=SECRET",
+        "http://127.0.0.1:1/metrics?x=a@b&token=SECRET",
+    ],
 )
 async def test_metrics_urls_with_credentials_are_refused_and_never_shown(
     mode: str, url: str
