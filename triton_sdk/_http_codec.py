@@ -19,6 +19,7 @@ import attrs
 from ._errors import (
     InferenceError,
     InvalidInputError,
+    ModelNotFoundError,
     TritonError,
     UnsupportedError,
     classify_message,
@@ -43,6 +44,7 @@ from ._ops import (
     GenerateStream,
     GetCudaSharedMemoryStatus,
     GetLogSettings,
+    GetModelMetadata,
     GetModelStatistics,
     GetSystemSharedMemoryStatus,
     GetTraceSettings,
@@ -565,6 +567,31 @@ def _json_reader(what: str, model: str | None = None) -> Reader[Any]:
     return _reader(json_body, model)
 
 
+def _same_model(reader: Reader[Any], name: str) -> Reader[Any]:
+    """``reader`` of a model's metadata or statistics, refusing those of another model.
+
+    Triton's HTTP endpoint looks a %-escaped name up as it travels (``a%20b`` for
+    ``a b``), so a model literally named so would answer in its place.
+    """
+
+    def of_that_model(status: int, header_length: int | None, body: Body) -> Any:
+        answer = reader(status, header_length, body)
+        entries = answer if isinstance(answer, list) else [answer]
+        named = {entry.get("name") if isinstance(entry, dict) else None for entry in entries}
+        if named <= {name}:
+            return answer
+        raise ModelNotFoundError(
+            f"model {name!r} was not reached: over HTTP the name travels as "
+            f"{path_segment(name)!r}, which this server does not decode, and the model "
+            f"{sorted(map(str, named - {name}))[0]!r} answered; a model whose name needs "
+            "%-escapes is reachable over gRPC",
+            status=404,
+            model=name,
+        )
+
+    return of_that_model
+
+
 def _status_reader(model: str | None, request_id: str | None = None) -> Reader[None]:
     def nothing(header_length: int | None, body: Body) -> None:
         return None
@@ -783,6 +810,8 @@ class HttpCodec:
         if route.answer == "ok":
             return HttpCall("GET", self.base + path, None, _NO_HEADERS, _is_ok)
         reader = _json_reader(op.call.replace("_", " "), op.model)
+        if isinstance(op, GetModelMetadata) and path_segment(op.name) != op.name:
+            reader = _same_model(reader, op.name)
         return HttpCall("GET", self.base + path, None, _NO_HEADERS, reader)
 
     def _shm_path(self, name: str, action: str, kind: str = "system") -> str:
@@ -834,6 +863,8 @@ class HttpCodec:
     def _statistics(self, op: GetModelStatistics) -> HttpCall[Any]:
         reader = _field_reader("model_stats", op.name)
         if op.name is not None:
+            if path_segment(op.name) != op.name:
+                reader = _same_model(reader, op.name)
             path = model_path(self.base, op.name, op.version, "/stats")
             return HttpCall("GET", path, None, _NO_HEADERS, reader)
 

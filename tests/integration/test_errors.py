@@ -6,6 +6,7 @@ checked here are the public contract (API.md, "Errors"); the messages are Triton
 
 from __future__ import annotations
 
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -144,6 +145,11 @@ def test_unknown_model_infer(client: Any, loop_thread: LoopThread) -> None:
 def unload_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     repository = tmp_path_factory.mktemp("unload_repository")
     (repository / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub", target_is_directory=True)
+    # A model named as "a b" travels in an HTTP path (see the test of escaped names).
+    escaped = repository / ESCAPED_TWIN
+    shutil.copytree(EXAMPLE_MODELS / "add_sub", escaped, ignore=shutil.ignore_patterns("__py*"))
+    config = escaped / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "add_sub"', f'name: "{ESCAPED_TWIN}"'))
     with LocalServer(repository) as running:
         yield running
 
@@ -154,6 +160,24 @@ def unload_client(
 ) -> Iterator[Any]:
     with client_for(unload_server, protocol, mode, loop_thread) as client:
         yield client
+
+
+ESCAPED_TWIN = "a%20b"
+
+
+def test_a_model_named_as_another_name_travels_over_http_is_not_taken_for_it(
+    unload_client: Any,
+) -> None:
+    # Triton's HTTP endpoint looks up "a%20b" as it travels: the handle of "a b" was that
+    # model's (named "a%20b"), and its statistics were too.
+    for call in (lambda: unload_client.model("a b"), lambda: unload_client.model_statistics("a b")):
+        with pytest.raises(ts.ModelNotFoundError) as caught:
+            call()
+        assert caught.value.model == "a b"
+    if unload_client.url.startswith("http"):
+        assert "the model 'a%20b' answered" in str(caught.value)
+    else:
+        assert unload_client.model(ESCAPED_TWIN).name == ESCAPED_TWIN
 
 
 def test_unloaded_model(unload_client: Any) -> None:
