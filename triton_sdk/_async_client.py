@@ -1138,8 +1138,11 @@ class AsyncClient:
         """Register the regions the server does not know yet; False when it cannot read
         this host's memory and ``mode`` is "auto" (sockets, then, for good)."""
         once = attrs.evolve(options, retry=_ONCE)
-        if pool.sweep_due():
-            await self._forget_stale_regions(pool, once)
+        if pool.claim_sweep():
+            try:
+                await self._forget_stale_regions(pool, once)
+            finally:
+                pool.sweep_over()
         await self._free_abandoned(pool, once)
         await self._free_surplus(pool, once)
         for region in regions:

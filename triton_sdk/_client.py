@@ -1131,8 +1131,11 @@ class Client:
         """Register the regions the server does not know yet; False when it cannot read
         this host's memory and ``mode`` is "auto" (sockets, then, for good)."""
         once = attrs.evolve(options, retry=_ONCE)
-        if pool.sweep_due():
-            self._forget_stale_regions(pool, once)
+        if pool.claim_sweep():
+            try:
+                self._forget_stale_regions(pool, once)
+            finally:
+                pool.sweep_over()
         self._free_abandoned(pool, once)
         self._free_surplus(pool, once)
         for region in regions:

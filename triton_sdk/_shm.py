@@ -348,18 +348,24 @@ class RegionPool:
 
     _still_stale: set[str]
     _sweep_wait: float
+    _sweeping: bool
 
     def __init__(self, device: int | None = None) -> None:
         self.device = device
         self._start()
         on_fork(self)
 
-    def sweep_due(self) -> bool:
-        """Whether to look for regions that dead processes of this host left registered:
-        at the first registration, then while the server keeps some of them."""
-        if time.monotonic() < self._next_sweep:
-            return False
-        return not self._swept or bool(self._still_stale)
+    def claim_sweep(self) -> bool:
+        """Whether the caller is to look for regions that dead processes of this host
+        left registered: at the first registration, then while the server keeps some of
+        them. One sweep at a time: calls that come while one runs go on without it."""
+        with self._lock:
+            if self._sweeping or time.monotonic() < self._next_sweep:
+                return False
+            if self._swept and not self._still_stale:
+                return False
+            self._sweeping = True
+            return True
 
     def swept(self, kept: set[str]) -> None:
         """A sweep is done; the server would not let go of ``kept`` yet: asked again
@@ -373,12 +379,18 @@ class RegionPool:
         else:
             self._sweep_wait = CHECK_EVERY_S
             self._next_sweep = time.monotonic() + CHECK_EVERY_S
+            self._sweeping = False
 
     def sweep_later(self) -> None:
         """A sweep could not read the server's regions: it is due again after a wait,
         twice as long as the last (what it was to look for is kept)."""
         self._sweep_wait = min(self._sweep_wait * 2, _LONGEST_SWEEP_WAIT)
         self._next_sweep = time.monotonic() + self._sweep_wait
+        self._sweeping = False
+
+    def sweep_over(self) -> None:
+        """The claimed sweep has ended, however (one cut short is due again at once)."""
+        self._sweeping = False
 
     def after_fork_in_child(self) -> None:
         """A forked child's pool starts empty, with names of its own: the parent's
@@ -387,6 +399,7 @@ class RegionPool:
 
     def _start(self) -> None:
         self._swept = False
+        self._sweeping = False
         self._still_stale = set()
         """Regions of dead processes that the server would not let go of yet (a request
         of theirs was still running there): asked for again, less and less often."""

@@ -995,13 +995,27 @@ async def test_an_aclose_cut_off_by_a_timeout_still_unregisters_its_regions() ->
 
 def test_regions_the_server_keeps_are_asked_for_less_and_less_often() -> None:
     pool = RegionPool()
-    assert pool.sweep_due()
+    assert pool.claim_sweep()
     waits = []
     for kept in ({"a"}, {"a"}, {"a"}, {"b"}, set()):
         pool.swept(kept)
         waits.append(pool._sweep_wait)
     assert waits == [1.0, 2.0, 4.0, 1.0, 1.0]
-    assert not pool.sweep_due()  # (nothing kept: no sweep again)
+    assert not pool.claim_sweep()  # (nothing kept: no sweep again)
+
+
+def test_one_sweep_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Calls that came while the first sweep ran each swept too (16 at once: 16 sweeps).
+    pool = RegionPool()
+    assert pool.claim_sweep()
+    assert not pool.claim_sweep()
+    pool.sweep_over()  # (cut short: due again at once)
+    assert pool.claim_sweep()
+    pool.swept({"a"})
+    now = time.monotonic()
+    monkeypatch.setattr(shm.time, "monotonic", lambda: now + 60)
+    assert pool.claim_sweep()
+    assert not pool.claim_sweep()
 
 
 def test_a_sweep_that_could_not_read_the_regions_is_due_again_later(
@@ -1011,11 +1025,11 @@ def test_a_sweep_that_could_not_read_the_regions_is_due_again_later(
     pool = RegionPool()
     pool.swept({"a"})
     pool.sweep_later()
-    assert not pool.sweep_due()
+    assert not pool.claim_sweep()
     assert pool._still_stale == {"a"}
     now = time.monotonic()
     monkeypatch.setattr(shm.time, "monotonic", lambda: now + 60)
-    assert pool.sweep_due()
+    assert pool.claim_sweep()
 
 
 def test_surplus_is_what_calls_of_its_size_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
