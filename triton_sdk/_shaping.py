@@ -290,11 +290,15 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
     return _cast(array, target, spec, model)
 
 
+_REAL_NUMBERS = (float, int, np.floating, np.integer)
+_BOOLS = (bool, np.bool_)
+
+
 def _python_floats(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
-    """An object array of numbers (no bool) as float64, or None when an element is
-    anything else, or an int too large for a float."""
+    """An object array of numbers (no bool), Python's or numpy's, as float64, or None
+    when an element is anything else, or an int too large for a float."""
     flat = array.reshape(-1).tolist()
-    if not all(type(item) in (float, int) for item in flat):
+    if not all(isinstance(item, _REAL_NUMBERS) and not isinstance(item, _BOOLS) for item in flat):
         return None
     try:
         floats: np.ndarray[Any, Any] = np.array(flat, dtype=np.float64).reshape(array.shape)

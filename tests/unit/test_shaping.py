@@ -312,6 +312,14 @@ def test_an_object_array_of_python_floats_is_read_as_floats(datatype: str) -> No
         converted(np.array([1e300], dtype=object), "FP32")
 
 
+def test_an_object_array_of_numpy_and_python_numbers_is_read_as_floats() -> None:
+    # A pandas object column mixes them; numpy scalars were refused "without loss".
+    mixed = np.array([np.float64(1.5), np.float32(2.5), np.int64(3), 4.0], dtype=object)
+    assert converted(mixed, "FP32").tolist() == [1.5, 2.5, 3.0, 4.0]
+    with pytest.raises(InvalidInputError, match="without loss"):
+        converted(np.array([1.5, np.bool_(True)], dtype=object), "FP32")
+
+
 def test_an_integer_of_hundreds_of_digits_is_shown_short() -> None:
     with pytest.raises(InvalidInputError) as info:
         converted([2**2000], "INT64")
