@@ -41,7 +41,7 @@ from ._config import (
     parse_url,
     resolve_addresses,
 )
-from ._errors import InvalidInputError, TritonError, UnsupportedError
+from ._errors import InvalidInputError, TritonError, UnsupportedError, refused_before_sending
 from ._llm import Adapter, LLMAdapter, LLMCall, SamplingValue, adapter_for
 from ._logging import LogCalls, wanted
 from ._request import (
@@ -260,7 +260,7 @@ def client_repr(kind: str, settings: ClientSettings) -> str:
 
 
 def closed_error(kind: str) -> TritonError:
-    return TritonError(f"this {kind} is closed")
+    return refused_before_sending(TritonError(f"this {kind} is closed"))
 
 
 def config_json(config: Mapping[str, object] | str | None) -> str | None:

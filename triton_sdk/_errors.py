@@ -79,6 +79,8 @@ class TritonError(Displayable, Exception):
         self.retryable = retryable
         self.may_have_run = may_have_run
 
+    _sent_nothing = False  # (see refused_before_sending)
+
     def __str__(self) -> str:
         return self.message
 
@@ -320,6 +322,18 @@ def values_refused(message: str, *, model: str | None = None) -> InvalidInputErr
     error = InvalidInputError(message, model=model)
     error._of_values = True
     return error
+
+
+def refused_before_sending(error: TritonError) -> TritonError:
+    """``error``, marked as a refusal on the client: the request never went out (a
+    closed client, an event loop the connections do not belong to)."""
+    error._sent_nothing = True
+    return error
+
+
+def sent_nothing(error: BaseException) -> bool:
+    """Whether ``error`` says the request never left the client."""
+    return isinstance(error, InvalidInputError) or getattr(error, "_sent_nothing", False)
 
 
 def is_values_refusal(error: TritonError) -> bool:

@@ -14,7 +14,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 import numpy as np
 
 from ._checks import check_text, numpy_number
-from ._errors import InvalidInputError, TritonConnectionError, TritonError
+from ._errors import InvalidInputError, TritonConnectionError, TritonError, sent_nothing
 from ._fork import renew_lock_on_fork
 from ._request import InferRequest
 from ._spec import ModelSpec
@@ -84,7 +84,7 @@ class Delivery:
             return True
         if self.failure is not None:
             error = self.failure
-        if isinstance(error, InvalidInputError):
+        if sent_nothing(error):
             return False
         return not (
             isinstance(error, TritonConnectionError) and error.retryable and not error.may_have_run

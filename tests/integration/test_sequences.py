@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -279,6 +280,28 @@ def test_a_sequence_that_sent_nothing_does_not_warn(client: Any, loop_thread: Lo
     with sequence(client.model("accumulate"), loop_thread) as seq:
         pass
     assert not seq.ended
+
+
+def test_a_request_refused_for_another_event_loop_does_not_warn(
+    url: str, loop_thread: LoopThread
+) -> None:
+    # The refusal came from the transport, so the request counted as sent: a
+    # SequenceNotEndedWarning said the server kept a slot it never had.
+    client = ts.AsyncClient(url)
+    model = loop_thread.run(client.model("accumulate"))  # (its connections: that loop's)
+
+    async def in_another_loop() -> None:
+        async with model.sequence() as seq:
+            with pytest.raises(ts.TritonError, match="another event loop") as refused:
+                await seq.infer(INPUT=[1])
+            assert not refused.value.may_have_run
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ts.SequenceNotEndedWarning)
+            asyncio.run(in_another_loop())
+    finally:
+        loop_thread.run(client.aclose())
 
 
 def _fail_inside_a_sequence(model: Any, loop: LoopThread, ids: list[int | str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .._errors import TritonError
+from .._errors import TritonError, refused_before_sending
 
 __all__ = ["check_loop", "check_open_loop", "refuse_another_loop"]
 
@@ -13,9 +13,11 @@ def check_loop(bound: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEvent
     """The running loop, refusing one other than the loop the connections were opened in."""
     running = asyncio.get_running_loop()
     if bound is not None and bound is not running:
-        raise TritonError(
-            "this AsyncClient was first used in another event loop, and its connections "
-            "belong to that loop: open one AsyncClient per event loop"
+        raise refused_before_sending(
+            TritonError(
+                "this AsyncClient was first used in another event loop, and its connections "
+                "belong to that loop: open one AsyncClient per event loop"
+            )
         )
     return running
 
