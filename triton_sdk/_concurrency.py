@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeAlias, TypeVar
 
 from ._base import closed_error
+from ._errors import TritonError, sent_nothing
 from ._fork import on_fork
 
 __all__ = [
@@ -211,19 +212,31 @@ class ChunkRunner:
                 )
             executor = self._executor
         futures: list[Future[R]] = []
+        started: list[None] = []  # (one per chunk that began to be sent)
+
+        def start(chunk: A) -> R:
+            if self._closed:  # a chunk that waited for a thread until close(): not sent
+                raise closed_error(self._kind)
+            started.append(None)
+            return send(chunk)
+
         try:
             try:
                 for chunk in chunks:
                     # Each runs in the caller's context (contextvars: a tracer's span).
                     context = contextvars.copy_context()
-                    futures.append(executor.submit(context.run, self._start, send, chunk))
+                    futures.append(executor.submit(context.run, start, chunk))
             except RuntimeError as exc:  # the pool was shut down by close() meanwhile
-                raise closed_error(self._kind) from exc
+                raise self._closed_error(started) from exc
             # The first failure ends the call, whichever chunk it is.
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for future in futures:
-                if future in done and future.exception() is not None:
-                    future.result()  # raises it
+                failure = future.exception() if future in done else None
+                if failure is None:
+                    continue
+                if isinstance(failure, TritonError) and sent_nothing(failure) and started:
+                    raise self._closed_error(started) from failure
+                future.result()  # raises it
             return [future.result() for future in futures]
         finally:
             # A failed call sends none of its chunks still waiting for a thread (a
@@ -231,10 +244,16 @@ class ChunkRunner:
             for future in futures:
                 future.cancel()
 
-    def _start(self, send: Callable[[A], R], chunk: A) -> R:
-        if self._closed:  # a chunk that waited for a thread until close(): not sent
-            raise closed_error(self._kind)
-        return send(chunk)
+    def _closed_error(self, started: list[None]) -> TritonError:
+        """The error of a call that close() cut short: it may have run in part when
+        some of its chunks had gone out."""
+        if not started:
+            return closed_error(self._kind)
+        error = TritonError(
+            "the client's connection is closed (closed while the call was in flight)"
+        )
+        error.may_have_run = True
+        return error
 
     def close(self) -> None:
         """Refuse new calls and chunks not started, without waiting for those in flight:
