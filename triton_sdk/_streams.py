@@ -6,12 +6,27 @@ from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from ._errors import TritonError
+
 if TYPE_CHECKING:
     from ._call import StreamStop
 
 __all__ = ["AsyncResponseStream", "ResponseStream"]
 
 T = TypeVar("T")
+
+
+def ended_by(failure: BaseException) -> TritonError:
+    """The error of reading on after ``failure`` came out of a stream: it has ended (a
+    timeout or a cancellation cancels the request), and it must not look like an end
+    after the last response."""
+    error = TritonError(
+        f"this stream ended with {type(failure).__name__}"
+        + (f": {failure}" if str(failure) else "")
+        + "; it gives no more responses (open a new one)"
+    )
+    error.__cause__ = failure
+    return error
 
 
 class ResponseStream(Generic[T]):
@@ -22,17 +37,26 @@ class ResponseStream(Generic[T]):
     frees the stream; ``with model.stream(...) as responses:`` makes that explicit.
     """
 
-    __slots__ = ("_iterator", "_stop")
+    __slots__ = ("_failure", "_iterator", "_stop")
 
     def __init__(self, iterator: Iterator[T], stop: StreamStop | None = None) -> None:
         self._iterator = iterator
         self._stop = stop
+        self._failure: BaseException | None = None
 
     def __iter__(self) -> ResponseStream[T]:
         return self
 
     def __next__(self) -> T:
-        return next(self._iterator)
+        if self._failure is not None:
+            raise ended_by(self._failure)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self._failure = exc
+            raise
 
     def close(self) -> None:
         """Stop reading: cancel the request if it is still running. From another thread
@@ -70,17 +94,26 @@ class ResponseStream(Generic[T]):
 class AsyncResponseStream(Generic[T]):
     """The asyncio twin of :class:`ResponseStream`: ``async for``, ``aclose``, ``async with``."""
 
-    __slots__ = ("_iterator", "_stop")
+    __slots__ = ("_failure", "_iterator", "_stop")
 
     def __init__(self, iterator: AsyncIterator[T], stop: StreamStop | None = None) -> None:
         self._iterator = iterator
         self._stop = stop
+        self._failure: BaseException | None = None
 
     def __aiter__(self) -> AsyncResponseStream[T]:
         return self
 
     async def __anext__(self) -> T:
-        return await self._iterator.__anext__()
+        if self._failure is not None:
+            raise ended_by(self._failure)
+        try:
+            return await self._iterator.__anext__()
+        except StopAsyncIteration:
+            raise
+        except BaseException as exc:
+            self._failure = exc
+            raise
 
     async def aclose(self) -> None:
         """Stop reading: cancel the request if it is still running. From another task

@@ -158,9 +158,14 @@ def test_per_response_timeout(client: Any) -> None:
     stream = model.stream(IN=[1, 2], DELAY_MS=3000, timeout=0.3)
     assert values([next(stream)]) == [(1, 0)]
     started = time.monotonic()
-    with pytest.raises(ts.TritonTimeoutError):
+    with pytest.raises(ts.TritonTimeoutError) as timed_out:
         next(stream)
     assert time.monotonic() - started < 2.0
+    if isinstance(client, ts.Client):  # (the asyncio one: test_async_timeout_and_cancelled_task)
+        # Reading on is an error, not an end as after the last response (StopIteration).
+        with pytest.raises(ts.TritonError, match="stream ended with TritonTimeoutError") as read:
+            next(stream)
+        assert read.value.__cause__ is timed_out.value
     # The client still works.
     assert values(list(model.stream(IN=[4]))) == [(4, 0)]
 
@@ -304,6 +309,16 @@ async def test_async_timeout_and_cancelled_task(url: str) -> None:
         with pytest.raises(ts.TritonTimeoutError):
             await anext(stream)
         assert time.monotonic() - started < 2.0
+        with pytest.raises(ts.TritonError, match="this stream ended with TritonTimeoutError"):
+            await anext(stream)
+
+        # A read cancelled from outside (asyncio.wait_for) ends the stream as well.
+        cut = model.stream(IN=[1, 2], DELAY_MS=3000)
+        assert int((await anext(cut))["OUT"][0]) == 1
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(cut), 0.3)
+        with pytest.raises(ts.TritonError, match="this stream ended with CancelledError"):
+            await anext(cut)
 
         # A task reading a stream can be cancelled; the client stays usable.
         async def read_all() -> list[int]:
