@@ -275,7 +275,7 @@ def _varint(value: int) -> bytes:
 def serialize_large_infer(request: InferRequest) -> bytes | None:
     """The wire bytes of an infer request whose raw contents are large; None for others,
     which the protobuf message serves better."""
-    size = payload_size(request.socket_inputs())
+    size = payload_size(request)
     if size < LARGE_REQUEST:
         return None
     if size >= 2**31:  # (refused before its payloads are made: they may not fit in memory)

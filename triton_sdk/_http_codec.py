@@ -72,7 +72,7 @@ from ._result import (
     read_region,
 )
 from ._spec import ModelSpec
-from ._wire import payload_size, tensor_payload
+from ._wire import tensor_payload
 
 if TYPE_CHECKING:
     from ._shm import Placement, Slot
@@ -207,16 +207,19 @@ def encode_infer(request: InferRequest) -> tuple[list[bytes | memoryview], int]:
     parts: list[bytes | memoryview] = [b""]
     sizes: list[int | None] = []
     placement = request.shared_memory
-    if payload_size(request.socket_inputs()) >= _LARGEST_BODY:  # (counted before any copy is made)
-        raise _too_large(request)
+    total = 0
     for tensor in request.inputs:
         if placement is not None and tensor.name in placement.inputs:
             sizes.append(None)  # its data is in a region
             continue
+        if tensor.datatype != "BYTES" and total + tensor.array.nbytes >= _LARGEST_BODY:
+            raise _too_large(request)  # (before its payload is made: a copy, if strided)
         raw = tensor_payload(tensor)
         parts.append(raw)
-        sizes.append(len(raw) if isinstance(raw, bytes) else raw.nbytes)
-    if sum(size for size in sizes if size is not None) >= _LARGEST_BODY:
+        size = len(raw) if isinstance(raw, bytes) else raw.nbytes
+        sizes.append(size)
+        total += size
+    if total >= _LARGEST_BODY:
         raise _too_large(request)
     plain = not (
         request.request_id

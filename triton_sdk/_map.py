@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._checks import check_int
+from ._dtypes import EncodedBytes, encoded_payload, remember_encoding
 from ._errors import (
     InferenceError,
     InvalidInputError,
@@ -253,10 +254,26 @@ def join_samples(samples: list[PreparedSample], batched: bool) -> list[Tensor]:
         Tensor(
             tensor.name,
             tensor.datatype,
-            np.concatenate([(sample.tensors or [])[index].array for sample in samples]),
+            _joined([(sample.tensors or [])[index].array for sample in samples], tensor.datatype),
         )
         for index, tensor in enumerate(first)
     ]
+
+
+def _joined(arrays: list[np.ndarray[Any, Any]], datatype: str) -> np.ndarray[Any, Any]:
+    """``arrays`` concatenated; for BYTES, with the samples' encoded payloads joined, so
+    that the batch's size is known before it is sent (and it is not encoded again)."""
+    joined = np.concatenate(arrays)
+    if datatype != "BYTES":
+        return joined
+    payloads: list[bytes] = []
+    for array in arrays:
+        payload = encoded_payload(array)
+        if payload is None:
+            return joined  # (encoded when it is sent)
+        payloads.append(payload)
+    remember_encoding(joined, EncodedBytes(b"".join(payloads), joined.size))
+    return joined
 
 
 def progress_bar(samples: object) -> Any:

@@ -8,14 +8,17 @@ measured against its shape here, with overflow-checked arithmetic, on both proto
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from ._dtypes import DATATYPES, encode_bytes, encoded_payload
 from ._errors import InvalidInputError
 from ._shaping import Tensor
+
+if TYPE_CHECKING:
+    from ._request import InferRequest
 
 __all__ = ["declared_count", "payload_size", "tensor_bytes", "tensor_payload"]
 
@@ -35,13 +38,18 @@ def declared_count(shape: Sequence[int], name: str) -> int:
     return count
 
 
-def payload_size(tensors: Iterable[Tensor]) -> int:
-    """About how many bytes the tensors' payloads take, counted without making them: a
-    BYTES tensor's encoded payload when shaping remembered it, else 8 bytes an element."""
+def payload_size(request: InferRequest) -> int:
+    """About how many bytes the payloads of the request's inputs that go on the socket
+    take, counted without making them: a BYTES tensor's encoded payload when shaping
+    remembered it, else 8 bytes an element."""
+    placement = request.shared_memory
     size = 0
-    for tensor in tensors:
-        encoded = encoded_payload(tensor.array) if tensor.datatype == "BYTES" else None
-        size += tensor.array.nbytes if encoded is None else len(encoded)
+    for tensor in request.inputs:
+        if placement is not None and tensor.name in placement.inputs:
+            continue
+        array = tensor.array
+        encoded = encoded_payload(array) if tensor.datatype == "BYTES" else None
+        size += array.nbytes if encoded is None else len(encoded)
     return size
 
 

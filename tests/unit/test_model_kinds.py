@@ -18,6 +18,7 @@ from triton_sdk import Classification, InferResult, ModelSpec, TensorSpec
 from triton_sdk._base import ModelCore, SequenceFlags
 from triton_sdk._classify import parse_classifications
 from triton_sdk._concurrency import Gate
+from triton_sdk._dtypes import encode_bytes, encoded_payload
 from triton_sdk._generate import (
     ServerSentEvents,
     event_to_result,
@@ -46,6 +47,7 @@ from triton_sdk._sequence import (
 )
 from triton_sdk._shaping import Tensor
 from triton_sdk._streams import AsyncResponseStream, ResponseStream
+from triton_sdk._wire import payload_size
 from triton_sdk.testing import MockTransport
 
 from ._both import resolve
@@ -674,6 +676,20 @@ def test_join_samples_concatenates_along_the_batch_axis() -> None:
     assert joined.datatype == "FP32"
     assert joined.array.shape == (3, 2)
     assert joined.array.tolist() == [[1, 2], [3, 4], [5, 6]]
+
+
+def test_a_joined_text_batch_carries_its_encoded_size() -> None:
+    # np.concatenate lost the samples' encodings: the batch counted 8 bytes an element
+    # (a >2 GiB map batch of text went unrefused over gRPC) and was encoded again.
+    spec = make_spec([tensor("T", "BYTES", 1)])
+    builder = BatchBuilder(spec, 2)
+    builder.add({"T": "a" * 100})
+    (batch,) = builder.add({"T": "é" * 50})
+    (joined,) = join_samples(batch, batched=True)
+    payload = encoded_payload(joined.array)
+    assert payload == encode_bytes([("a" * 100).encode(), ("é" * 50).encode()], "T")
+    request = MapPlan(spec, None, 2, 1, "raise", None).request(batch)
+    assert payload_size(request) == len(payload) == 2 * 4 + 200
 
 
 def test_join_samples_of_one_or_unbatched_are_the_first() -> None:
