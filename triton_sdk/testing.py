@@ -51,7 +51,6 @@ import numpy as np
 from ._call import CallContext
 from ._dtypes import datatype_of
 from ._errors import (
-    InferenceError,
     InvalidInputError,
     ModelNotFoundError,
     TritonError,
@@ -111,8 +110,8 @@ class MockTransport:
     spec with ``has_config=False`` gets no config (a 404, as from MLServer or KServe),
     so the client builds its spec from the metadata alone. The server is as live and
     ready as :attr:`live` and :attr:`ready` say (set ``mock.ready = False`` to test a
-    server that is not ready). An op nothing answers raises an InferenceError with
-    status ``"UNIMPLEMENTED"``.
+    server that is not ready). An op nothing answers raises an UnsupportedError with
+    status ``"UNIMPLEMENTED"``, as from a server without that endpoint.
 
     The handler gets each attempt's ``ctx`` (``ctx.timeout`` included) but is not cut
     off at the timeout: to test how your code meets a timeout, raise (or return)
@@ -176,7 +175,8 @@ class MockTransport:
         if isinstance(answer, BaseException):
             raise _as_raised(op, answer)
         if answer is _UNANSWERED:
-            raise InferenceError(
+            # As a server without the endpoint answers (grpc's "Method not found!").
+            raise UnsupportedError(
                 f"MockTransport has no answer for {type(op).__name__}",
                 status="UNIMPLEMENTED",
                 model=op.model,

@@ -1345,10 +1345,14 @@ async def test_models_answer_an_unknown_name_without_the_handler(connect: Connec
 
 
 async def test_an_op_without_answer_raises_unimplemented(connect: Connect) -> None:
+    # As a server without the endpoint: an UnsupportedError naming the op (it was an
+    # InferenceError, which no real server's missing endpoint gives).
     client, _ = connect(None)
-    with pytest.raises(ts.InferenceError) as info:
+    with pytest.raises(ts.UnsupportedError) as info:
         await resolve(client.server_metadata())
+    assert not isinstance(info.value, ts.InferenceError)
     assert info.value.status == "UNIMPLEMENTED"
+    assert "does not support server_metadata" in str(info.value)
     assert "GetServerMetadata" in str(info.value)
 
 
