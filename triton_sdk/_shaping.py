@@ -85,9 +85,16 @@ def prepare_inputs(
     batch_owner = ""
     for name, tensor_spec in specs.items():
         value = values.get(name, _MISSING)
-        if value is _MISSING:
-            if not tensor_spec.optional:
-                missing.append(name)
+        if value is _MISSING or value is None:  # (None: left out, as stubs take it)
+            if tensor_spec.optional:
+                continue
+            if value is None:
+                raise InvalidInputError(
+                    f"input {name!r} of model {spec.name!r} is None; it is required "
+                    "(only an optional input may be left out)",
+                    model=spec.name,
+                )
+            missing.append(name)
             continue
         dims = tensor_spec.shape
         numeric = _NUMERIC.get(tensor_spec.datatype)

@@ -363,6 +363,16 @@ def test_optional_input_may_be_left_out() -> None:
     assert prepared.batch_size == 2
 
 
+def test_none_leaves_an_optional_input_out_and_is_refused_for_a_required_one() -> None:
+    # Both were "values of dtype object cannot be cast to it without loss"; the typed
+    # stubs give None for an optional input left out.
+    values = {"A": np.zeros((2, 3), np.float32), "C": [1, 2]}
+    prepared = prepare_inputs(three_inputs(), {**values, "B": None})
+    assert [tensor.name for tensor in prepared.tensors] == ["A", "C"]
+    with pytest.raises(InvalidInputError, match=r"input 'C' of model .* is None; it is required"):
+        prepare_inputs(three_inputs(), {**values, "C": None})
+
+
 def test_optional_input_may_be_given() -> None:
     values = {"A": np.zeros((2, 3)), "B": np.ones((2, 3)), "C": [1, 2]}
     prepared = prepare_inputs(three_inputs(), values)
