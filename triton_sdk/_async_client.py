@@ -434,7 +434,7 @@ class AsyncClient:
         # (copy.copy and deepcopy come here too: a copy would share the connections, and
         # closing it would close them under the original)
         raise TypeError(
-            f"a {type(self).__name__} cannot be pickled or copied: it holds open "
+            f"{type(self).__name__} cannot be pickled or copied: it holds open "
             "connections; make one in each process (from the same URL and settings)"
         )
 

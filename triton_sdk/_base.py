@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, NoReturn
 
 import attrs
 
@@ -347,6 +347,14 @@ class ModelCore:
         self._adapter: LLMAdapter | None = None
 
     # Chat and completions: everything decided before sending
+
+    def __reduce__(self) -> NoReturn:
+        # (copy.copy comes here too; without this the message named the client)
+        raise TypeError(
+            f"a {type(self).__name__} handle cannot be pickled or copied: it uses its "
+            "client's open connections; make a client in each process and take the "
+            "handle there (client.model(name))"
+        )
 
     def _llm(self, given: Adapter | None) -> LLMAdapter:
         if given is not None:

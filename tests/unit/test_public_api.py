@@ -14,6 +14,9 @@ import attrs
 import pytest
 
 import triton_sdk as ts
+from triton_sdk.testing import MockTransport
+
+from ._both import resolve
 
 EXPORTED = [
     "NOT_GIVEN",
@@ -304,8 +307,20 @@ def test_a_client_refuses_to_be_pickled_or_copied(make: Any) -> None:
     """A copy would share the connections: closing it would close the original's."""
     client = make("grpc://127.0.0.1:1")
     for copier in (pickle.dumps, copy.copy, copy.deepcopy):
-        with pytest.raises(TypeError, match="cannot be pickled or copied: it holds open"):
+        with pytest.raises(TypeError, match=f"^{make.__name__} cannot be pickled or copied"):
             copier(client)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_model_handle_refuses_to_be_pickled_or_copied_naming_itself(mode: str) -> None:
+    # Pickling one said "a Client cannot be pickled", and copy.copy made a copy.
+    spec = ts.ModelSpec(name="m", inputs={}, outputs={})
+    kind = ts.Client if mode == "sync" else ts.AsyncClient
+    client = kind("grpc://test", transport=MockTransport(models=[spec]))
+    model = await resolve(client.model("m"))
+    for copier in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match=f"^a {type(model).__name__} handle cannot be"):
+            copier(model)
 
 
 def test_importing_the_package_imports_no_network_library() -> None:
