@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeAlias, TypeVar
 
 from ._base import closed_error
-from ._errors import TritonError, sent_nothing
+from ._errors import TritonError
 from ._fork import on_fork
 
 __all__ = [
@@ -185,6 +185,14 @@ async def within(awaitable: Awaitable[T], timeout: float | None) -> T:
         timer.cancel()
 
 
+class _NotStarted(Exception):
+    """A chunk that close() kept from being sent: ``error`` is the closed client's."""
+
+    def __init__(self, error: TritonError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class ChunkRunner:
     """Runs the chunks of a split batch on a pool of threads shared by the client's calls."""
 
@@ -216,7 +224,7 @@ class ChunkRunner:
 
         def start(chunk: A) -> R:
             if self._closed:  # a chunk that waited for a thread until close(): not sent
-                raise closed_error(self._kind)
+                raise _NotStarted(closed_error(self._kind))
             started.append(None)
             return send(chunk)
 
@@ -234,8 +242,8 @@ class ChunkRunner:
                 failure = future.exception() if future in done else None
                 if failure is None:
                     continue
-                if isinstance(failure, TritonError) and sent_nothing(failure) and started:
-                    raise self._closed_error(started) from failure
+                if isinstance(failure, _NotStarted):  # (close() came first)
+                    raise self._closed_error(started) from None
                 future.result()  # raises it
             return [future.result() for future in futures]
         finally:

@@ -31,6 +31,13 @@ def test_generate_takes_a_mapping_too(client: Any) -> None:
     }
 
 
+def test_none_for_an_optional_field_leaves_it_out_on_both_protocols(client: Any) -> None:
+    # HTTP sent "DELAY_MS": null, which Triton refused; gRPC left it out.
+    model = client.model("repeat")  # DELAY_MS is optional
+    assert model.generate({"IN": [1], "DELAY_MS": None}) == {"OUT": 1, "IDX": 0}
+    assert list(model.generate_stream({"IN": [1], "DELAY_MS": None})) == [{"OUT": 1, "IDX": 0}]
+
+
 def test_more_than_one_response_is_an_inference_error(client: Any, protocol: str) -> None:
     model = client.model("generator")
     with pytest.raises(ts.InferenceError) as caught:

@@ -41,3 +41,18 @@ def test_a_call_after_close_sent_nothing() -> None:
     with pytest.raises(ts.TritonError, match="this Client is closed") as caught:
         runner.run(lambda chunk: chunk, range(3))
     assert not caught.value.may_have_run
+
+
+def test_a_chunk_refused_on_the_client_keeps_its_own_error() -> None:
+    # It was taken for a close: "closed while the call was in flight", may_have_run=True.
+    runner = ChunkRunner("Client")
+
+    def send(chunk: int) -> int:
+        if chunk == 5:
+            raise ts.InvalidInputError("NaN cannot travel as JSON")
+        return chunk
+
+    with pytest.raises(ts.InvalidInputError, match="NaN") as caught:
+        runner.run(send, range(10))
+    assert not caught.value.may_have_run
+    runner.close()
