@@ -351,7 +351,7 @@ class ModelCore:
     def __reduce__(self) -> NoReturn:
         # (copy.copy comes here too; without this the message named the client)
         raise TypeError(
-            f"a {type(self).__name__} handle cannot be pickled or copied: it uses its "
+            f"a model handle ({type(self).__name__}) cannot be pickled or copied: it uses its "
             "client's open connections; make a client in each process and take the "
             "handle there (client.model(name))"
         )

@@ -275,8 +275,8 @@ def redact_url(url: str) -> str:
     head, mark, _ = _split_query(rest)
     if "@" in head:
         head = "***@" + head.rpartition("@")[2]
-    elif "@" in rest and "/" not in head:
-        # "user:p?ss@host" and "host:8000?key=a@secret" look alike: show neither.
+    elif "@" in rest:
+        # "user:p/s?x@host" and "host:8000/?key=a@secret" look alike: show neither.
         return f"{scheme}{sep}***"
     return f"{scheme}{sep}{head}{mark}{'***' if mark else ''}"
 

@@ -44,6 +44,7 @@ from ._ops import (
     GenerateStream,
     GetCudaSharedMemoryStatus,
     GetLogSettings,
+    GetModelConfig,
     GetModelMetadata,
     GetModelStatistics,
     GetSystemSharedMemoryStatus,
@@ -813,7 +814,7 @@ class HttpCodec:
         if route.answer == "ok":
             return HttpCall("GET", self.base + path, None, _NO_HEADERS, _is_ok)
         reader = _json_reader(op.call.replace("_", " "), op.model)
-        if isinstance(op, GetModelMetadata) and path_segment(op.name) != op.name:
+        if isinstance(op, GetModelMetadata | GetModelConfig) and path_segment(op.name) != op.name:
             reader = _same_model(reader, op.name)
         return HttpCall("GET", self.base + path, None, _NO_HEADERS, reader)
 

@@ -308,8 +308,9 @@ def _python_floats(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
     if not all(isinstance(item, _REAL_NUMBERS) and not isinstance(item, _BOOLS) for item in flat):
         return None
     try:
-        floats: np.ndarray[Any, Any] = np.array(flat, dtype=np.float64).reshape(array.shape)
-    except OverflowError:
+        with np.errstate(over="raise"):  # (a longdouble beyond float64 would become inf)
+            floats: np.ndarray[Any, Any] = np.array(flat, dtype=np.float64).reshape(array.shape)
+    except (OverflowError, FloatingPointError):
         return None
     return floats
 

@@ -170,7 +170,11 @@ def test_a_model_named_as_another_name_travels_over_http_is_not_taken_for_it(
 ) -> None:
     # Triton's HTTP endpoint looks up "a%20b" as it travels: the handle of "a b" was that
     # model's (named "a%20b"), and its statistics were too.
-    for call in (lambda: unload_client.model("a b"), lambda: unload_client.model_statistics("a b")):
+    for call in (
+        lambda: unload_client.model("a b"),
+        lambda: unload_client.model_config("a b"),
+        lambda: unload_client.model_statistics("a b"),
+    ):
         with pytest.raises(ts.ModelNotFoundError) as caught:
             call()
         assert caught.value.model == "a b"
