@@ -13,7 +13,7 @@ import time
 import warnings
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Final, Generic, Literal, NoReturn, TypeVar, overload
+from typing import Any, Final, Generic, Literal, NoReturn, TypeVar, overload
 
 import attrs
 from tenacity import AsyncRetrying
@@ -256,6 +256,15 @@ def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> AsyncTranspo
         max_connection_age=settings.max_connection_age,
         binary=settings.http_binary,
     )
+
+
+def _refuse_error_body(data: object, what: str, model: str | None) -> None:
+    """Raise the error of an answer that is only ``{"error": ...}`` (answered with 200, as
+    generate's can be)."""
+    if isinstance(data, Mapping) and data.keys() == {"error"}:
+        raise InferenceError(
+            f"the server's answer to {what} is an error: {data['error']}", status=200, model=model
+        )
 
 
 class AsyncClient:
@@ -730,12 +739,45 @@ class AsyncClient:
             return "any of " + ", ".join(str(endpoint) for endpoint in settings.endpoints)
         return self.url
 
+    def _read(
+        self,
+        parse: Callable[[Mapping[str, Any]], T],
+        data: Any,
+        what: str,
+        model: str | None = None,
+    ) -> T:
+        """``parse`` of a JSON object the server answered; InferenceError when it is none
+        or lacks what ``parse`` needs (a proxy's answer, say), never a raw exception."""
+        try:
+            if not isinstance(data, Mapping):
+                raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
+            _refuse_error_body(data, what, model)
+            return parse(data)
+        except self._malformed as exc:
+            raise unreadable_answer(exc, what, model) from exc
+
+    def _read_each(
+        self,
+        parse: Callable[[Mapping[str, Any]], T],
+        data: Any,
+        what: str,
+        model: str | None = None,
+    ) -> list[T]:
+        """:meth:`_read` of each entry of a JSON array the server answered."""
+        try:
+            if not isinstance(data, list | tuple):
+                _refuse_error_body(data, what, model)
+                raise TypeError(f"a JSON array was expected, not {type(data).__name__}")
+        except self._malformed as exc:
+            raise unreadable_answer(exc, what, model) from exc
+        return [self._read(parse, entry, what, model) for entry in data]
+
     async def server_metadata(
         self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> ServerMetadata:
         """The server's name, version and protocol extensions."""
         data = await self._run(GetServerMetadata(), self._options(timeout, headers))
-        return ServerMetadata.from_json(data)
+        return self._read(ServerMetadata.from_json, data, "server_metadata")
 
     # Model repository
 
@@ -744,7 +786,7 @@ class AsyncClient:
     ) -> list[ModelStatus]:
         """Every model in the repository, with its version and state."""
         entries = await self._run(ListModels(), self._options(timeout, headers))
-        return [ModelStatus.from_json(entry) for entry in entries]
+        return self._read_each(ModelStatus.from_json, entries, "models")
 
     async def load_model(
         self,
@@ -791,7 +833,7 @@ class AsyncClient:
         """
         op = GetModelStatistics(name, version)
         entries = await self._run(op, self._options(timeout, headers))
-        return [ModelStatistics.from_json(entry) for entry in entries]
+        return self._read_each(ModelStatistics.from_json, entries, op.call, name)
 
     async def metrics(
         self, url: str | None = None, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
@@ -818,7 +860,7 @@ class AsyncClient:
     ) -> TraceSettings:
         """The server's trace settings, or one model's (needs the trace extension)."""
         data = await self._run(GetTraceSettings(model), self._options(timeout, headers))
-        return TraceSettings.from_json(data)
+        return self._read(TraceSettings.from_json, data, "trace_settings", model)
 
     async def update_trace_settings(
         self,
@@ -838,14 +880,15 @@ class AsyncClient:
         """
         updates = trace_updates(level=level, rate=rate, count=count, log_frequency=log_frequency)
         op = UpdateTraceSettings(model, updates)
-        return TraceSettings.from_json(await self._run(op, self._options(timeout, headers)))
+        data = await self._run(op, self._options(timeout, headers))
+        return self._read(TraceSettings.from_json, data, "update_trace_settings", model)
 
     async def log_settings(
         self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> LogSettings:
         """The server's log settings (needs the logging extension)."""
         data = await self._run(GetLogSettings(), self._options(timeout, headers))
-        return LogSettings.from_json(data)
+        return self._read(LogSettings.from_json, data, "log_settings")
 
     async def update_log_settings(
         self,
@@ -869,21 +912,21 @@ class AsyncClient:
             format=format,
         )
         data = await self._run(UpdateLogSettings(updates), self._options(timeout, headers))
-        return LogSettings.from_json(data)
+        return self._read(LogSettings.from_json, data, "update_log_settings")
 
     async def system_shared_memory_status(
         self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> list[SharedMemoryRegion]:
         """The system shared memory regions registered with the server (by any client)."""
         entries = await self._run(GetSystemSharedMemoryStatus(), self._options(timeout, headers))
-        return [SharedMemoryRegion.from_json(entry) for entry in entries]
+        return self._read_each(SharedMemoryRegion.from_json, entries, "shared memory status")
 
     async def cuda_shared_memory_status(
         self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> list[CudaSharedMemoryRegion]:
         """The CUDA shared memory regions registered with the server (by any client)."""
         entries = await self._run(GetCudaSharedMemoryStatus(), self._options(timeout, headers))
-        return [CudaSharedMemoryRegion.from_json(entry) for entry in entries]
+        return self._read_each(CudaSharedMemoryRegion.from_json, entries, "shared memory status")
 
     # Model handles
 

@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Final, Generic, Literal, NoReturn, TypeVar, overload
+from typing import Any, Final, Generic, Literal, NoReturn, TypeVar, overload
 
 import attrs
 from tenacity import Retrying
@@ -257,6 +257,15 @@ def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> Transport:
         max_connection_age=settings.max_connection_age,
         binary=settings.http_binary,
     )
+
+
+def _refuse_error_body(data: object, what: str, model: str | None) -> None:
+    """Raise the error of an answer that is only ``{"error": ...}`` (answered with 200, as
+    generate's can be)."""
+    if isinstance(data, Mapping) and data.keys() == {"error"}:
+        raise InferenceError(
+            f"the server's answer to {what} is an error: {data['error']}", status=200, model=model
+        )
 
 
 class Client:
@@ -729,19 +738,52 @@ class Client:
             return "any of " + ", ".join(str(endpoint) for endpoint in settings.endpoints)
         return self.url
 
+    def _read(
+        self,
+        parse: Callable[[Mapping[str, Any]], T],
+        data: Any,
+        what: str,
+        model: str | None = None,
+    ) -> T:
+        """``parse`` of a JSON object the server answered; InferenceError when it is none
+        or lacks what ``parse`` needs (a proxy's answer, say), never a raw exception."""
+        try:
+            if not isinstance(data, Mapping):
+                raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
+            _refuse_error_body(data, what, model)
+            return parse(data)
+        except self._malformed as exc:
+            raise unreadable_answer(exc, what, model) from exc
+
+    def _read_each(
+        self,
+        parse: Callable[[Mapping[str, Any]], T],
+        data: Any,
+        what: str,
+        model: str | None = None,
+    ) -> list[T]:
+        """:meth:`_read` of each entry of a JSON array the server answered."""
+        try:
+            if not isinstance(data, list | tuple):
+                _refuse_error_body(data, what, model)
+                raise TypeError(f"a JSON array was expected, not {type(data).__name__}")
+        except self._malformed as exc:
+            raise unreadable_answer(exc, what, model) from exc
+        return [self._read(parse, entry, what, model) for entry in data]
+
     def server_metadata(
         self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> ServerMetadata:
         """The server's name, version and protocol extensions."""
         data = self._run(GetServerMetadata(), self._options(timeout, headers))
-        return ServerMetadata.from_json(data)
+        return self._read(ServerMetadata.from_json, data, "server_metadata")
 
     # Model repository
 
     def models(self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None) -> list[ModelStatus]:
         """Every model in the repository, with its version and state."""
         entries = self._run(ListModels(), self._options(timeout, headers))
-        return [ModelStatus.from_json(entry) for entry in entries]
+        return self._read_each(ModelStatus.from_json, entries, "models")
 
     def load_model(
         self,
@@ -788,7 +830,7 @@ class Client:
         """
         op = GetModelStatistics(name, version)
         entries = self._run(op, self._options(timeout, headers))
-        return [ModelStatistics.from_json(entry) for entry in entries]
+        return self._read_each(ModelStatistics.from_json, entries, op.call, name)
 
     def metrics(
         self, url: str | None = None, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
@@ -815,7 +857,7 @@ class Client:
     ) -> TraceSettings:
         """The server's trace settings, or one model's (needs the trace extension)."""
         data = self._run(GetTraceSettings(model), self._options(timeout, headers))
-        return TraceSettings.from_json(data)
+        return self._read(TraceSettings.from_json, data, "trace_settings", model)
 
     def update_trace_settings(
         self,
@@ -835,12 +877,13 @@ class Client:
         """
         updates = trace_updates(level=level, rate=rate, count=count, log_frequency=log_frequency)
         op = UpdateTraceSettings(model, updates)
-        return TraceSettings.from_json(self._run(op, self._options(timeout, headers)))
+        data = self._run(op, self._options(timeout, headers))
+        return self._read(TraceSettings.from_json, data, "update_trace_settings", model)
 
     def log_settings(self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None) -> LogSettings:
         """The server's log settings (needs the logging extension)."""
         data = self._run(GetLogSettings(), self._options(timeout, headers))
-        return LogSettings.from_json(data)
+        return self._read(LogSettings.from_json, data, "log_settings")
 
     def update_log_settings(
         self,
@@ -864,21 +907,21 @@ class Client:
             format=format,
         )
         data = self._run(UpdateLogSettings(updates), self._options(timeout, headers))
-        return LogSettings.from_json(data)
+        return self._read(LogSettings.from_json, data, "update_log_settings")
 
     def system_shared_memory_status(
         self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> list[SharedMemoryRegion]:
         """The system shared memory regions registered with the server (by any client)."""
         entries = self._run(GetSystemSharedMemoryStatus(), self._options(timeout, headers))
-        return [SharedMemoryRegion.from_json(entry) for entry in entries]
+        return self._read_each(SharedMemoryRegion.from_json, entries, "shared memory status")
 
     def cuda_shared_memory_status(
         self, *, timeout: Timeout = NOT_GIVEN, headers: Headers = None
     ) -> list[CudaSharedMemoryRegion]:
         """The CUDA shared memory regions registered with the server (by any client)."""
         entries = self._run(GetCudaSharedMemoryStatus(), self._options(timeout, headers))
-        return [CudaSharedMemoryRegion.from_json(entry) for entry in entries]
+        return self._read_each(CudaSharedMemoryRegion.from_json, entries, "shared memory status")
 
     # Model handles
 

@@ -112,6 +112,32 @@ async def test_statistics_that_break_the_protocol(client: Any) -> None:
         await resolve(client.model_statistics())
 
 
+@pytest.mark.parametrize(
+    ("path", "call"),
+    [
+        ("/v2", lambda client: client.server_metadata()),
+        ("/v2/repository/index", lambda client: client.models()),
+        ("/v2/trace/setting", lambda client: client.trace_settings()),
+        ("/v2/logging", lambda client: client.log_settings()),
+        ("/v2/systemsharedmemory/status", lambda client: client.system_shared_memory_status()),
+    ],
+)
+@pytest.mark.parametrize("body", [{"error": "boom"}, [], "x", [1]])
+async def test_operations_answered_with_something_else_raise(
+    client: Any, path: str, call: Any, body: object
+) -> None:
+    # A proxy's 200: a raw AttributeError escaped, or empty values came back (the
+    # server metadata of a server named "").
+    ANSWERS[path] = body
+    expects_array = path.endswith(("index", "status"))
+    if expects_array and body == []:
+        assert await resolve(call(client)) == []  # (an empty repository, no regions)
+        return
+    error = "is an error: boom" if body == {"error": "boom"} else "could not be read"
+    with pytest.raises(ts.InferenceError, match=error):
+        await resolve(call(client))
+
+
 async def test_a_max_batch_size_mistake_stays_an_invalid_input_error(client: Any) -> None:
     with pytest.raises(ts.InvalidInputError, match="needs a leading -1"):
         await resolve(client.model("m", max_batch_size=4))
