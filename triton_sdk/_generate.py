@@ -181,10 +181,11 @@ def _check_fields(
     if reserved:
         # (Over gRPC, Triton reads "priority" or "timeout" as the request's own; its HTTP
         # extension hands them to the model.)
+        hint = "; infer takes priority=" if "priority" in reserved else ""
         raise InvalidInputError(
             f"{', '.join(map(repr, reserved))} cannot be a generate field: the name is "
             "reserved by the inference protocol, and the two protocols would send it apart "
-            "(generate has no such option; infer takes priority=)",
+            f"(generate has no such option{hint})",
             model=spec.name,
         )
 
