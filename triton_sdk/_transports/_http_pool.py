@@ -203,8 +203,12 @@ def _parse_headers(fp: Any) -> _Headers:
         line = fp.readline(_MAX_LINE + 1)
         if len(line) > _MAX_LINE:
             raise http.client.LineTooLong("header line")
-        if line in (b"\r\n", b"\n", b""):
+        if line in (b"\r\n", b"\n"):
             return _Headers(items)
+        if not line:  # (http.client reads the end of the stream as the end of the headers)
+            raise http.client.RemoteDisconnected(
+                "the server closed the connection inside the answer's headers"
+            )
         if len(items) >= _MAX_HEADERS:
             raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
         text = line.decode("iso-8859-1")
@@ -514,7 +518,7 @@ class ConnectionPool:
         try:
             response = connection.getresponse()
             data = response.read()
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # (a bad length)
             connection.close()
             raise AnswerLost(exc) from exc
         except BaseException:
