@@ -6,7 +6,8 @@ client always declares the shape and datatype of the data it carries.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import mmap
+from collections.abc import Iterator, Mapping, MappingView, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Final, NamedTuple, NoReturn, TypeAlias
 
@@ -242,6 +243,8 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
         )
     if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
         value = np.asarray(value)  # a subclass may not reshape as asked (np.matrix stays 2-D)
+    elif not isinstance(value, np.ndarray):
+        value = _plain_value(value, spec, model)
     if spec.datatype == "BYTES":
         if isinstance(value, np.ndarray):
             _check_size(value, np.dtype(np.object_), spec, model)
@@ -250,8 +253,10 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
     if isinstance(value, np.ndarray):
         array: np.ndarray[Any, Any] = value
     elif isinstance(value, str | bytes):
+        raw = " (raw bytes of numbers: np.frombuffer(data, dtype))" if type(value) is bytes else ""
         raise InvalidInputError(
-            f"input {spec.name!r} is {spec.datatype}: a {type(value).__name__} does not fit it",
+            f"input {spec.name!r} is {spec.datatype}: a {type(value).__name__} does not fit "
+            f"it{raw}",
             model=model,
         )
     else:
@@ -294,7 +299,33 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
             floats = _python_floats(array)
             if floats is not None:  # (pd.Series([1.5, 2.0], dtype=object), say)
                 return _cast(floats, target, spec, model)
+        if kind == "O" and target.kind == "b":
+            flat = array.reshape(-1).tolist()
+            if all(isinstance(item, _BOOLS) for item in flat):
+                booleans: np.ndarray[Any, Any] = np.array(flat, dtype=np.bool_).reshape(array.shape)
+                return booleans
     return _cast(array, target, spec, model)
+
+
+_BYTE_FORMATS: Final = frozenset("Bbc")
+
+
+def _plain_value(value: object, spec: TensorSpec, model: str) -> object:
+    """``value`` as shaping reads it: the bytes of a bytes-like buffer (a bytearray, a
+    memoryview or mmap of bytes: numpy would read one number per byte), refusing what has
+    no order or shape (a set, a generator, a mapping)."""
+    if isinstance(value, bytearray | mmap.mmap) or (
+        isinstance(value, memoryview) and value.format in _BYTE_FORMATS
+    ):
+        return bytes(value)
+    if isinstance(value, AbstractSet | Iterator | Mapping | MappingView):
+        kind = type(value).__name__
+        raise InvalidInputError(
+            f"input {spec.name!r}: a {kind} has no order or shape to read values from; "
+            "give a list or an array",
+            model=model,
+        )
+    return value
 
 
 _REAL_NUMBERS = (float, int, np.floating, np.integer)
@@ -408,6 +439,10 @@ def _foreign_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[An
             array = np.asarray(value)
         if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
             array = np.stack(list(array))  # one array per row, as in a DataFrame column
+        elif array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
+            rows = np.array(array.tolist())  # one list per row (JSON, df.apply)
+            if rows.dtype != object:
+                array = rows
     except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError, BufferError) as exc:
         hint = " (call .detach() on a tensor that requires grad)" if "grad" in str(exc) else ""
         raise InvalidInputError(
@@ -480,7 +515,7 @@ def _cast(
     ):
         raise InvalidInputError(
             f"input {spec.name!r} is {spec.datatype} ({target}): values of dtype {source} "
-            "cannot be cast to it without loss",
+            f"cannot be cast to it without loss{_why_not(array)}",
             model=model,
         )
     if target.kind in _INTEGER_KINDS and source.kind in _INTEGER_KINDS and array.size:
@@ -488,6 +523,21 @@ def _cast(
     if target.kind == "f" or target == BF16:
         return _cast_floats(array, target, spec, model)
     return array.astype(target)
+
+
+def _why_not(array: np.ndarray[Any, Any]) -> str:
+    """What in ``array`` stops the cast, when one element can say it: the first element
+    of an object array that is no number, or a missing value (NaN: pandas' NA)."""
+    if array.dtype.kind == "f" and array.size and bool(np.isnan(array).any()):
+        return " (it holds missing values: NaN, as pandas and pyarrow give NA)"
+    if array.dtype.kind != "O":
+        return ""
+    for index, item in enumerate(array.reshape(-1).tolist()):
+        if not isinstance(item, _REAL_NUMBERS) or isinstance(item, _BOOLS):
+            shown = repr(item)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            return f" (at flat index {index}: {type(item).__name__} {shown})"
+    return ""
 
 
 def _check_integer_range(

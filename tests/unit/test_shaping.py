@@ -856,10 +856,14 @@ def test_booleans_among_python_ints_are_refused(value: Any, datatype: str) -> No
         converted(value, datatype)
 
 
-def test_an_object_array_of_booleans_into_bool_keeps_its_refusal() -> None:
-    # The Python-int reading is for integer and float inputs only.
+def test_an_object_array_of_booleans_goes_to_bool_and_one_of_ints_does_not() -> None:
+    # A slice of a pandas object column of booleans was refused. The Python-int reading
+    # is for integer and float inputs only.
+    booleans = converted(np.array([True, np.bool_(False)], dtype=object), "BOOL")
+    assert booleans.dtype == np.bool_
+    assert booleans.tolist() == [True, False]
     with pytest.raises(InvalidInputError, match=r"'X' is BOOL .* dtype object cannot be cast"):
-        converted(np.array([True, False], dtype=object), "BOOL")
+        converted(np.array([1, 0], dtype=object), "BOOL")
 
 
 @pytest.mark.parametrize(
@@ -907,3 +911,46 @@ def test_lists_without_booleans_or_of_booleans_only_where_they_belong_are_taken(
     value: Any, datatype: str
 ) -> None:
     assert converted(value, datatype).tolist() == np.asarray(value).tolist()
+
+
+@pytest.mark.parametrize(
+    "buffer",
+    [bytearray(b"\x00\x00\xc0\x3f"), memoryview(b"\x00\x00\xc0\x3f")],
+)
+def test_a_bytes_like_buffer_is_read_as_bytes_not_one_number_a_byte(buffer: object) -> None:
+    # numpy read it as uint8, and each byte went as one FP32 value: [0, 0, 192, 63].
+    with pytest.raises(InvalidInputError, match=r"a bytes does not fit it \(raw bytes"):
+        converted(buffer, "FP32")
+    assert converted(buffer, "BYTES", ()).tolist() == b"\x00\x00\xc0\x3f"
+    numbers = memoryview(np.array([1.5], np.float32))  # (a buffer of floats: its numbers)
+    assert converted(numbers, "FP32").tolist() == [1.5]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{1.0, 2.0}, (x for x in [1.0]), iter([1.0]), {"a": 1.0}, {"a": 1.0}.values()],
+)
+def test_values_without_order_or_shape_are_refused_naming_what_was_given(value: object) -> None:
+    with pytest.raises(InvalidInputError, match=r"has no order or shape .* give a list"):
+        converted(value, "FP32")
+
+
+def test_a_refused_object_array_names_the_element_at_fault() -> None:
+    # Every refusal read "values of dtype object cannot be cast to it without loss".
+    with pytest.raises(InvalidInputError, match=r"at flat index 1: str '2'"):
+        converted(np.array([1, "2"], dtype=object), "FP32")
+    with pytest.raises(InvalidInputError, match=r"at flat index 1: NoneType None"):
+        converted(np.array([1.5, None], dtype=object), "FP32")
+    with pytest.raises(InvalidInputError, match="it holds missing values: NaN"):
+        converted(np.array([1.0, np.nan]), "INT32")
+
+
+def test_rows_that_are_lists_are_stacked_as_rows_that_are_arrays() -> None:
+    rows = np.empty(2, dtype=object)
+    rows[0], rows[1] = [1.0, 2.0], [3.0, 4.0]
+
+    class Column:  # (a pandas column of lists: its __array__ gives such rows)
+        def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray[Any, Any]:
+            return rows
+
+    assert converted(Column(), "FP32", (-1, 2)).tolist() == [[1.0, 2.0], [3.0, 4.0]]
