@@ -77,15 +77,38 @@ class TritonPredictor:
         self.keep: list[str] = list(keep)
 
     def __call__(self, batch: Batch) -> dict[str, Array]:
-        """The outputs (and the kept columns) of one batch, as numpy columns."""
+        """The outputs (and the kept columns) of one batch, as numpy columns: row ``i``
+        of each output is the answer to row ``i`` of the batch."""
         wanted = [*self.inputs.values(), *self.keep]
         columns = _columns(batch, wanted)
         feed = {name: columns[column] for name, column in self.inputs.items()}
+        spec = self.model.spec
+        if spec.batched:
+            feed = {
+                name: self._rows(name, column, feed[name]) for name, column in self.inputs.items()
+            }
         result = self.model.infer(feed, outputs=self.outputs)
         answer = {column: columns[column] for column in self.keep}
         for name in self.outputs:
             answer[name] = result[name]
         return answer
+
+    def _rows(self, name: str, column: str, values: Array) -> Array:
+        """``values`` with one row per sample of input ``name``: a batch axis in front of
+        the input's dims (a column of scalars for an input of one element gets them).
+        Anything else would be read as one sample, and the answer would not line up with
+        the batch's rows."""
+        dims = self.model.spec.inputs[name].shape
+        if values.ndim == len(dims) + 1:
+            return values
+        if values.ndim == len(dims) and all(dim in (1, -1) for dim in dims) and dims:
+            return values.reshape(len(values), *(1 for _ in dims))
+        raise InvalidInputError(
+            f"column {column!r} has {len(values) if values.ndim else 1} rows of shape "
+            f"{list(values.shape[1:])}, but input {name!r} of model {self.model.name!r} "
+            f"takes {list(dims)} per sample: each row of the batch is one sample",
+            model=self.model.name,
+        )
 
     def __del__(self) -> None:
         client = getattr(self, "client", None)
@@ -96,37 +119,46 @@ class TritonPredictor:
 def _columns(batch: Batch, names: Iterable[str]) -> dict[str, Array]:
     """The named columns of a numpy, pandas or pyarrow batch, as numpy arrays (a column
     of arrays becomes one array with a leading batch axis)."""
-    available = _column_names(batch)
+    available = _column_labels(batch)
     columns = {}
     for name in names:
         if name not in available:
             raise InvalidInputError(
                 f"the batch has no column {name!r}; its columns: {sorted(available)}"
             )
-        columns[name] = _stacked(_column(batch, name))
+        try:
+            columns[name] = _stacked(_column(batch, available[name]))
+        except ValueError as exc:  # (rows of different shapes)
+            raise InvalidInputError(f"column {name!r}: {exc}") from exc
     return columns
 
 
-def _column_names(batch: Batch) -> set[str]:
+def _column_labels(batch: Batch) -> dict[str, Any]:
+    """Each column's label as a ``str`` (how ``inputs`` and ``keep`` name it), and the
+    label itself (a DataFrame's may be an int)."""
     if isinstance(batch, Mapping):
-        return {str(name) for name in batch}
-    if hasattr(batch, "column_names"):  # pyarrow.Table
-        return {str(name) for name in batch.column_names}
-    if hasattr(batch, "columns"):  # pandas.DataFrame
-        return {str(name) for name in batch.columns}
-    raise InvalidInputError(
-        f"a batch must be a dict of arrays, a pandas DataFrame or a pyarrow Table, "
-        f"got {type(batch).__name__}"
-    )
+        labels: Iterable[Any] = batch
+    elif hasattr(batch, "column_names"):  # pyarrow.Table, RecordBatch
+        labels = batch.column_names
+    elif hasattr(batch, "columns"):  # pandas.DataFrame
+        labels = batch.columns
+    else:
+        raise InvalidInputError(
+            f"a batch must be a dict of arrays, a pandas DataFrame or a pyarrow Table, "
+            f"got {type(batch).__name__}"
+        )
+    return {str(label): label for label in labels}
 
 
-def _column(batch: Batch, name: str) -> Any:
+def _column(batch: Batch, label: Any) -> Any:
     if isinstance(batch, Mapping):
-        return batch[name]
+        return batch[label]
     if hasattr(batch, "column_names"):  # pyarrow: tensor columns convert themselves
-        column = batch.column(name).combine_chunks()
+        column = batch.column(label)
+        if hasattr(column, "combine_chunks"):  # (a Table's; a RecordBatch's is one piece)
+            column = column.combine_chunks()
         return column.to_numpy(zero_copy_only=False)
-    return batch[name].to_numpy()
+    return batch[label].to_numpy()
 
 
 def _stacked(values: Any) -> Array:

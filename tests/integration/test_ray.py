@@ -84,3 +84,38 @@ def test_a_pyarrow_column_of_nested_lists_is_stacked(fleet: list[LocalServer]) -
     answer = predictor(table)
     expected = np.arange(1, 9, dtype=np.float32).reshape(2, 2, 2) * 2
     assert np.array_equal(answer["Y"], expected)
+
+
+def test_each_output_row_answers_a_row_of_the_batch(server: LocalServer) -> None:
+    import pandas as pd
+    import pyarrow as pa
+
+    import triton_sdk as ts
+
+    # A column of 3 scalars for an input of [-1] per sample went as one sample: one row
+    # of 3 values came back for 3 rows of ids. A row each, now; a column whose rows
+    # cannot be the input's samples is refused.
+    frame = pd.DataFrame({"id": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]})
+    vectors = TritonPredictor(
+        server.grpc_url, "all_dtypes", inputs={"IN_FP32": "x"}, outputs=["OUT_FP32"]
+    )
+    assert vectors(frame)["OUT_FP32"].tolist() == [[1.0], [2.0], [3.0]]  # (a row each)
+    matrices = TritonPredictor(server.grpc_url, "double", inputs={"X": "x"})
+    with pytest.raises(ts.InvalidInputError, match=r"column 'x' has 3 rows of shape \[\]"):
+        matrices(frame)
+    # A column of scalars for an input of one element: a row each.
+    scaled = TritonPredictor(
+        server.grpc_url, "scale", inputs={"IMAGE": "image", "SCALE": "s"}, keep=["id"]
+    )
+    images = np.ones((3, 2, 2), np.uint8)
+    answer = scaled({"id": np.array([7, 8, 9]), "image": images, "s": np.array([1.0, 2.0, 3.0])})
+    assert answer["OUT"].shape == (3, 2, 2)
+    assert answer["OUT"][:, 0, 0].tolist() == [1.0, 2.0, 3.0]
+    # Columns labelled by ints, a RecordBatch, and ragged rows (a raw ValueError before).
+    doubled = TritonPredictor(server.grpc_url, "double", inputs={"X": "0"})
+    assert doubled(pd.DataFrame({0: list(np.ones((2, 2, 2), np.float32))}))["Y"].shape == (2, 2, 2)
+    table = pa.record_batch({"0": [[[1.0, 2.0], [3.0, 4.0]]]})
+    assert doubled(table)["Y"].tolist() == [[[2.0, 4.0], [6.0, 8.0]]]
+    ragged = {0: [np.ones((2, 2), np.float32), np.ones((3, 2), np.float32)]}
+    with pytest.raises(ts.InvalidInputError, match="column '0'"):
+        doubled(pd.DataFrame(ragged))
