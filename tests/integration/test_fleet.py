@@ -634,3 +634,33 @@ def test_a_dns_client_with_no_address_yet_still_reads_metrics(
         assert any(entry.model == "double" for entry in metrics.models)
     finally:
         close_client(client, loop_thread)
+
+
+def test_another_event_loop_is_refused_before_an_endpoint_is_picked(
+    fleet: list[LocalServer], protocol: str, loop_thread: LoopThread
+) -> None:
+    # Each endpoint checked the loop itself: one not yet used took calls from a second
+    # loop, and the client then could be closed in neither.
+    import asyncio
+
+    client = ts.AsyncClient([server_url(server, protocol) for server in fleet])
+    try:
+        assert loop_thread.run(client.is_live())  # (one endpoint opened in that loop)
+
+        async def from_another_loop() -> list[str]:
+            outcomes = []
+            for _ in range(2 * len(fleet)):
+                try:
+                    await client.server_metadata()
+                    outcomes.append("sent")
+                except ts.TritonError as error:
+                    outcomes.append(
+                        "refused" if "another event loop" in str(error) else repr(error)
+                    )
+            return outcomes
+
+        assert asyncio.run(from_another_loop()) == ["refused"] * (2 * len(fleet))
+        for _ in range(2 * len(fleet)):
+            loop_thread.run(client.server_metadata())
+    finally:
+        loop_thread.run(client.aclose())

@@ -34,7 +34,7 @@ from .._errors import TritonError, UnsupportedError, names_no_server, unsupporte
 from .._fork import on_fork
 from .._ops import IsModelReady, IsServerLive, IsServerReady, Op, OpenAIEvents, StreamOp
 from .._retry import TokenBucket
-from ._loop import refuse_another_loop
+from ._loop import check_loop, check_open_loop, refuse_another_loop
 from ._openai import openai_events, openai_events_async
 from ._own_url import OWN_URL_CALLS, OwnTLS, own_url_acall, own_url_call
 from ._protocol import AsyncTransport, Transport
@@ -332,6 +332,10 @@ class AsyncBalancedTransport:
         self._closed = False
         self._wake: asyncio.Event | None = None
         self._upkeep: asyncio.Task[None] | None = None
+        # The loop of the first call: every endpoint's connections are opened in it, so
+        # another loop is refused before an endpoint is picked (one not yet used would
+        # take it, and the client could then be closed in neither).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def endpoints(self) -> list[EndpointState]:
         return self.balancer.states()
@@ -340,11 +344,12 @@ class AsyncBalancedTransport:
         return [member.endpoint.host for member in self.balancer.members]
 
     async def acall(self, op: Op[T], ctx: CallContext) -> T:
+        if isinstance(op, OWN_URL_CALLS):  # (no endpoint is picked: see own_url_call)
+            return await own_url_acall(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
+        self._loop = check_loop(self._loop)
         balancer = self.balancer
         if self._upkeep is None and self._discovery is not None:
             self._start_upkeep()
-        if isinstance(op, OWN_URL_CALLS):  # (no endpoint is picked: see own_url_call)
-            return await own_url_acall(op, ctx, self._own_tls(op.url))  # type: ignore[no-any-return]
         try:
             route = balancer.route(op)
         except TritonError:
@@ -380,6 +385,7 @@ class AsyncBalancedTransport:
             finally:
                 await aclose_iterator(own)
             return
+        self._loop = check_loop(self._loop)
         try:
             route = self.balancer.route(op)
         except TritonError:
@@ -409,6 +415,7 @@ class AsyncBalancedTransport:
     def refuse_other_loop(self) -> None:
         """Raise the documented TritonError when called in a loop other than the one
         its endpoints' connections were opened in."""
+        check_open_loop(self._loop)
         for member in [*self.balancer.members, *self.balancer.retired]:
             refuse_another_loop(member.transport)
 
