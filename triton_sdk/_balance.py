@@ -230,7 +230,16 @@ class Balancer(Generic[T]):
             return False
         with self._lock:
             route.tried.append(route.member)
-            if len(route.tried) >= len(self.members) or not allowed():
+            if len(route.tried) >= len(self.members):
+                return False
+            if not allowed():
+                logger.warning(
+                    "not failing %s over to another endpoint: the client's retry budget is "
+                    "spent; failure at %s: %s",
+                    op.call,
+                    route.member.endpoint,
+                    error,
+                )
                 return False
             route.member = self._take(route.tried)
             route.ejections = route.member.ejections

@@ -6,6 +6,7 @@ What a fleet of real servers does under failures is in tests/integration/test_fl
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -500,11 +501,19 @@ def test_no_failover_once_the_request_may_have_run() -> None:
     assert not pool.reroute(route, READY, broke)  # the retry policy decides, with its warning
 
 
-def test_failover_needs_the_budget() -> None:
+def test_failover_needs_the_budget_and_says_so_when_it_is_spent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Under RetryPolicy.none() a failover the budget refused was silent (the retry
+    # machinery, which logs it otherwise, never ran).
     pool = balancer(3)
     route = pool.route(READY)
     pool.failed(route, READY, REFUSED)
-    assert not pool.reroute(route, READY, REFUSED, lambda: False)
+    with caplog.at_level(logging.WARNING, logger="triton_sdk"):
+        assert not pool.reroute(route, READY, REFUSED, lambda: False)
+    (record,) = caplog.records
+    assert "not failing is_ready over to another endpoint" in record.getMessage()
+    assert "retry budget is spent" in record.getMessage()
 
 
 def test_sequences_left_open_are_forgotten_after_an_hour(
