@@ -100,3 +100,25 @@ def test_a_redirect_is_refused_and_nothing_reaches_the_other_host(mode: str, cal
 
         asyncio.run(run())
     assert Elsewhere.reached == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_over_many_endpoints_the_error_names_the_endpoint(mode: str) -> None:
+    # "give the client the URL of the server itself" did not say which of its URLs.
+    with redirected(307) as url, serving(Elsewhere) as other:
+
+        async def run() -> None:
+            kind = ts.Client if mode == "sync" else ts.AsyncClient
+            client = kind([url, other], retry=None)
+            try:
+                for _ in range(4):  # (each endpoint in turn: the one redirecting fails)
+                    try:
+                        await resolve(client.server_metadata())
+                    except ts.TritonError as error:
+                        assert str(error).endswith(f"(endpoint {url})"), error  # noqa: PT017
+                        return
+                pytest.fail("the redirecting endpoint was never picked")
+            finally:
+                await resolve(client.close() if mode == "sync" else client.aclose())
+
+        asyncio.run(run())

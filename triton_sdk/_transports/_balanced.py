@@ -67,6 +67,16 @@ def _refused_there(error: TritonError, op: AnyOp, route: Route[Any]) -> Unsuppor
     return unsupported_operation(error, op.call, str(route.member.endpoint))
 
 
+def _naming_endpoint(error: TritonError, route: Route[Any]) -> TritonError:
+    """``error`` with the endpoint that gave it in its message (a redirect, an answer
+    that cannot be read, a model that differs on one replica mid-rollout: which one?)."""
+    endpoint = str(route.member.endpoint)
+    if endpoint not in error.message:
+        error.message = f"{error.message} (endpoint {endpoint})"
+        error.args = (error.message,)
+    return error
+
+
 def _stream_over(
     balancer: Balancer[Any],
     route: Route[Any],
@@ -186,7 +196,7 @@ class BalancedTransport:
                     continue
                 if names_no_server(error):
                     raise _refused_there(error, op, route) from error
-                raise
+                raise _naming_endpoint(error, route)  # noqa: B904 (the same error)
             except BaseException:  # interrupted: nothing to say about the endpoint
                 balancer.abandoned(route, op)
                 raise
@@ -216,7 +226,7 @@ class BalancedTransport:
             failure = error
             if names_no_server(error):
                 raise _refused_there(error, op, route) from error
-            raise
+            raise _naming_endpoint(error, route)  # noqa: B904 (the same error)
         finally:
             if _stream_over(self.balancer, route, op, ctx, failure, answered):
                 self._after_failure()
@@ -369,7 +379,7 @@ class AsyncBalancedTransport:
                     continue
                 if names_no_server(error):
                     raise _refused_there(error, op, route) from error
-                raise
+                raise _naming_endpoint(error, route)  # noqa: B904 (the same error)
             except BaseException:  # cancelled: nothing to say about the endpoint
                 balancer.abandoned(route, op)
                 raise
@@ -404,7 +414,7 @@ class AsyncBalancedTransport:
             failure = error
             if names_no_server(error):
                 raise _refused_there(error, op, route) from error
-            raise
+            raise _naming_endpoint(error, route)  # noqa: B904 (the same error)
         finally:
             try:
                 await aclose_iterator(responses)  # cancels the call now, not when collected
