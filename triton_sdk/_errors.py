@@ -174,7 +174,8 @@ _NOT_FOUND_HINTS = ("unknown model", "is not found", "is not available")
 # "Model with name iris does not exist.", anchored so that other "not found"s stay apart.
 _OTHER_SERVERS_NOT_FOUND = re.compile(
     # (KServe's gRPC unload leaves the name out: "Model with name  does not exist.")
-    r"^model \S+ (with version \S* ?)?not found|^model with name +\S* ?does not exist"
+    # (A name may hold spaces: "Model no such not found"; the whole message is matched.)
+    r"^model .+? (with version \S* ?)?not found\.?$|^model with name +.*? ?does not exist\.?$"
 )
 # An RPC the server does not have: grpc C++ and Python ("Method not found!"), Java
 # ("Method not found: ..."), Go ("unknown method ... for service ...", "unknown service").

@@ -79,11 +79,13 @@ def generate_body(
     :func:`check_generate`)."""
     if spec is not None:
         check_generate(spec, fields, parameters, http=True)
-        # (None leaves an optional input out, as on gRPC: check_generate took it so)
+        # (None leaves an optional input out, as on gRPC: check_generate took it so;
+        # without declared tensors, every field is an input)
+        undeclared = not spec.inputs and not spec.has_config
         fields = {
             name: value
             for name, value in fields.items()
-            if not (value is None and name in spec.inputs)
+            if not (value is None and (undeclared or name in spec.inputs))
         }
     body = {name: _plain(value, "strict") for name, value in fields.items()}
     if request_id:

@@ -391,11 +391,22 @@ def error_from_response(
         message = _error_text(decoded, message)
     if model is not None:
         message = _with_name_as_given(message, model)
-    if status == 404:
-        if decoded is None and message.startswith("<"):
-            message = "Not Found"  # a web server's or a proxy's HTML page
-        if _NO_ROUTE.fullmatch(message):
-            return UnsupportedError(message, status=404, model=model, request_id=request_id)
+    if status == 404 and decoded is None and message.startswith("<"):
+        message = "Not Found"  # a web server's or a proxy's HTML page
+    no_route = status == 404 and _NO_ROUTE.fullmatch(message) is not None
+    if model is not None and "/" in model and (no_route or 300 <= status < 400):
+        # uvicorn (MLServer, KServe) decodes the %2F: the path has a part more, which
+        # no route has (or FastAPI redirects to drop a trailing slash).
+        return ModelNotFoundError(
+            f"model {model!r} was not found: over HTTP its '/' travels as %2F, which this "
+            "server decodes into a path of its own; a model whose name has a '/' is "
+            "reachable over gRPC",
+            status=status,
+            model=model,
+            request_id=request_id,
+        )
+    if no_route:
+        return UnsupportedError(message, status=404, model=model, request_id=request_id)
     if 300 <= status < 400:
         message = redirect_refused(status, message)
     return classify_status(status, message or f"HTTP {status}", model=model, request_id=request_id)
@@ -874,10 +885,16 @@ class HttpCodec:
 
         def every_model(status: int, header_length: int | None, body: Body) -> Any:
             # A server without the statistics extension reads /v2/models/stats as the
-            # metadata of a model named "stats", which it does not have.
+            # metadata of a model named "stats": it has none (404), or it answers with
+            # that model's metadata, which has no "model_stats".
             if status == 404:
                 error = error_from_response(status, body)
                 raise UnsupportedError(error.message, status=404) from error
+            answer = decode_json(body, "model statistics") if status == 200 else None
+            if isinstance(answer, dict) and "model_stats" not in answer:
+                raise UnsupportedError(
+                    "Not Found (the metadata of a model named 'stats' answered)", status=404
+                )
             return reader(status, header_length, body)
 
         return HttpCall("GET", f"{self.base}/v2/models/stats", None, _NO_HEADERS, every_model)

@@ -76,6 +76,8 @@ def prepare_inputs(
             model=spec.name,
         )
     if not specs and not spec.has_config and values:
+        # (None leaves an input out: nothing declares the inputs to say it is optional)
+        values = {name: value for name, value in values.items() if value is not None}
         specs, values = _undeclared(spec, values, sample)
     if not values.keys() <= specs.keys():
         _refuse_unknown(spec, sorted(set(values) - set(specs), key=repr), keywords)

@@ -28,7 +28,8 @@ class ServerMetadata:
     def from_json(cls, data: Mapping[str, Any]) -> ServerMetadata:
         """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
-            name=str(data["name"]),  # (a server always names itself: else no server's answer)
+            # (gRPC answers leave out empty fields: a name of "" is no name at all)
+            name=str(data.get("name", "")),
             version=str(data.get("version", "")),
             extensions=tuple(str(item) for item in data.get("extensions", ())),
         )

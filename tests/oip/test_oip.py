@@ -287,6 +287,16 @@ def test_sequences_need_a_sequence_batcher(client: Any) -> None:
         client.model("add_sub").sequence()
 
 
+def test_names_that_uvicorn_reads_apart_are_missing_models(client: Any) -> None:
+    # It decodes the %2F of "a/b" into a path no route has ("does not support
+    # model_metadata"), and FastAPI redirects "upper/" (a redirect, "give the client the
+    # URL of the server itself"); gRPC said the model is not found.
+    for name in ("a/b", "upper/"):
+        with pytest.raises(ts.ModelNotFoundError) as caught:
+            client.model(name)
+        assert caught.value.model == name
+
+
 def test_a_model_that_declares_no_tensors_takes_the_inputs_as_given(client: Any) -> None:
     """MLServer's runtimes (sklearn, xgboost...) declare no tensors unless their settings
     list them: the values given are sent with their own datatypes, for the server to check."""
@@ -303,6 +313,9 @@ def test_a_model_that_declares_no_tensors_takes_the_inputs_as_given(client: Any)
         model.infer(X=[1.0, True, 3.0])
     # generate: every field is an input (none is known to be one)
     assert model.generate(X=np.array([1.0, 2.0, 3.0], np.float32)) == {"Y": [2.0, 4.0, 6.0]}
+    # None leaves an input out (it was read as a BYTES value, and refused as one).
+    assert model.infer(X=[1.0, 2.0], Z=None)["Y"].tolist() == [2.0, 4.0]
+    assert model.generate(X=np.array([1.0, 2.0], np.float32), Z=None) == {"Y": [2.0, 4.0]}
 
 
 @pytest.mark.parametrize("compression", ["gzip", "deflate"])

@@ -138,6 +138,14 @@ async def test_operations_answered_with_something_else_raise(
         await resolve(call(client))
 
 
+async def test_statistics_answered_by_a_model_named_stats_are_unsupported(client: Any) -> None:
+    # A server without the statistics extension read /v2/models/stats as the metadata
+    # of its model "stats": model_statistics() returned [] (over gRPC, UnsupportedError).
+    ANSWERS["/v2/models/stats"] = {**METADATA, "name": "stats"}
+    with pytest.raises(ts.UnsupportedError, match="does not support model_statistics"):
+        await resolve(client.model_statistics())
+
+
 async def test_a_max_batch_size_mistake_stays_an_invalid_input_error(client: Any) -> None:
     with pytest.raises(ts.InvalidInputError, match="needs a leading -1"):
         await resolve(client.model("m", max_batch_size=4))

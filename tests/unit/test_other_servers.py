@@ -121,6 +121,9 @@ def test_kserve_naming_no_model_is_still_a_missing_model(status: ts.Status) -> N
         (404, {"error": "Model with name iris does not exist."}, ts.ModelNotFoundError, "iris"),
         (404, {"detail": "Not Found"}, ts.UnsupportedError, "Not Found"),
         (404, {"error": "Model iris not found"}, ts.ModelNotFoundError, "iris"),
+        # A name with spaces was an InferenceError (MLServer's and KServe's wording).
+        (404, {"error": "Model no such not found"}, ts.ModelNotFoundError, "no such"),
+        (404, {"error": "Model with name no such does not exist."}, ts.ModelNotFoundError, "no"),
         (
             404,
             {"error": "failed to find the output 'y' of model 'm': not found"},
