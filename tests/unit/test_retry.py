@@ -504,11 +504,11 @@ async def test_a_retry_before_the_request_went_out_is_an_info(
             False,
             True,
         ),
-        # Closed before gRPC could start: an HTTP port, or a port forwarder that cut the
-        # server's first bytes after the request went out (grpc does not wait for them).
+        # Closed before gRPC could start (an HTTP port, a port forwarder): grpc sends a
+        # request only once the server has answered the connection.
         (
             "failed to connect to all addresses; last error: UNAVAILABLE: Socket closed",
-            True,
+            False,
             False,
         ),
     ],

@@ -115,10 +115,6 @@ def grpc_error(
                 status=code.name,
                 model=model,
                 request_id=request_id,
-                # gRPC sends the request without waiting for the server's first bytes:
-                # behind a port forwarder that cut those, the server may have run it.
-                # (Over TLS nothing is sent before the handshake.)
-                may_have_run=not tls,
             )
         )
     if code.name == "DEADLINE_EXCEEDED":
