@@ -19,7 +19,14 @@ from ._dtypes import BF16, DATATYPES, datatype_of, remember_encoding, serialize_
 from ._errors import InvalidInputError
 from ._spec import ModelSpec, TensorSpec
 
-__all__ = ["InputValue", "PreparedInputs", "Tensor", "prepare_inputs", "split_batch"]
+__all__ = [
+    "InputValue",
+    "PreparedInputs",
+    "Tensor",
+    "holds_bools",
+    "prepare_inputs",
+    "split_batch",
+]
 
 InputValue: TypeAlias = npt.ArrayLike
 """What an input accepts: numpy arrays, Python scalars, ``str``/``bytes``, nested lists."""
@@ -170,7 +177,7 @@ def _undeclared(
             array = value
         else:
             array = _foreign_array(value, any_type, spec.name)
-            if array.dtype.kind in "iuf" and _holds_bools(value):  # (numpy reads True as 1)
+            if array.dtype.kind in "iuf" and holds_bools(value):  # (numpy reads True as 1)
                 raise InvalidInputError(
                     f"input {name!r}: got booleans among numbers; cast them explicitly",
                     model=spec.name,
@@ -267,7 +274,7 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
             isinstance(value, list | tuple)
             and array.dtype.kind in "iuf"
             and target.kind != "b"
-            and _holds_bools(value)
+            and holds_bools(value)
         ):
             # numpy reads True as 1: the mistake would reach the model unseen.
             among = "integers" if target.kind in _INTEGER_KINDS else "numbers"
@@ -310,17 +317,32 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
 
 
 _BYTE_FORMATS: Final = frozenset("Bbc")
+_SEQUENCES: Final = (list, tuple)
+
+
+_BYTE_BUFFERS: Final = (bytearray, mmap.mmap, memoryview)
+_SHAPELESS: Final = (AbstractSet, Iterator, Mapping, MappingView)
+_ONE_BYTE_TARGETS: Final = frozenset({"UINT8", "INT8"})
 
 
 def _plain_value(value: object, spec: TensorSpec, model: str) -> object:
-    """``value`` as shaping reads it: the bytes of a bytes-like buffer (a bytearray, a
-    memoryview or mmap of bytes: numpy would read one number per byte), refusing what has
-    no order or shape (a set, a generator, a mapping)."""
-    if isinstance(value, bytearray | mmap.mmap) or (
-        isinstance(value, memoryview) and value.format in _BYTE_FORMATS
-    ):
-        return bytes(value)
-    if isinstance(value, AbstractSet | Iterator | Mapping | MappingView):
+    """``value`` as shaping reads it: a flat bytes-like buffer (a bytearray, a memoryview
+    or mmap of bytes) as ``bytes``, except for 8-bit inputs, where numpy's one number a
+    byte is right (other inputs got a float a byte); refusing what has no order or shape
+    (a set, a generator, a mapping)."""
+    if type(value) in _SEQUENCES:
+        return value  # (the common case, first: ABC checks cost a microsecond)
+    if isinstance(value, _BYTE_BUFFERS) and spec.datatype not in _ONE_BYTE_TARGETS:
+        try:
+            if not isinstance(value, memoryview) or (
+                value.format in _BYTE_FORMATS and value.ndim <= 1
+            ):
+                return bytes(value)
+        except ValueError as exc:  # (a released memoryview, a closed mmap)
+            raise InvalidInputError(
+                f"input {spec.name!r}: cannot read the buffer given ({exc})", model=model
+            ) from exc
+    if isinstance(value, _SHAPELESS):
         kind = type(value).__name__
         raise InvalidInputError(
             f"input {spec.name!r}: a {kind} has no order or shape to read values from; "
@@ -406,7 +428,7 @@ _NESTED_TYPES: Final = frozenset({list, tuple, np.ndarray})
 _PLAIN_NUMBER_TYPES: Final = frozenset({int, float})
 
 
-def _holds_bools(value: object) -> bool:
+def holds_bools(value: object) -> bool:
     """Whether a (nested) Python sequence holds a bool, or a bool array, anywhere."""
     if isinstance(value, np.ndarray):
         return bool(value.dtype.kind == "b")
@@ -418,7 +440,7 @@ def _holds_bools(value: object) -> bool:
     if kinds & _BOOL_TYPES:
         return True
     if kinds & _NESTED_TYPES or any(issubclass(kind, list | tuple) for kind in kinds):
-        return any(_holds_bools(item) for item in value)
+        return any(holds_bools(item) for item in value)
     return False
 
 
@@ -442,9 +464,10 @@ def _foreign_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[An
         if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
             array = np.stack(list(array))  # one array per row, as in a DataFrame column
         elif array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
-            rows = np.array(array.tolist())  # one list per row (JSON, df.apply)
-            if rows.dtype != object:
-                array = rows
+            listed = array.tolist()  # one list per row (JSON, df.apply)
+            rows = np.array(listed)
+            if rows.dtype != object and not (rows.dtype.kind != "b" and holds_bools(listed)):
+                array = rows  # (booleans among numbers stay refused, as in a list)
     except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError, BufferError) as exc:
         hint = " (call .detach() on a tensor that requires grad)" if "grad" in str(exc) else ""
         raise InvalidInputError(
@@ -517,7 +540,7 @@ def _cast(
     ):
         raise InvalidInputError(
             f"input {spec.name!r} is {spec.datatype} ({target}): values of dtype {source} "
-            f"cannot be cast to it without loss{_why_not(array)}",
+            f"cannot be cast to it without loss{_why_not(array, target)}",
             model=model,
         )
     if target.kind in _INTEGER_KINDS and source.kind in _INTEGER_KINDS and array.size:
@@ -527,19 +550,25 @@ def _cast(
     return array.astype(target)
 
 
-def _why_not(array: np.ndarray[Any, Any]) -> str:
+def _why_not(array: np.ndarray[Any, Any], target: np.dtype[Any]) -> str:
     """What in ``array`` stops the cast, when one element can say it: the first element
-    of an object array that is no number, or a missing value (NaN: pandas' NA)."""
+    of an object array that is not of the target's kind, or a missing value (NaN:
+    pandas' NA)."""
     if array.dtype.kind == "f" and array.size and bool(np.isnan(array).any()):
         return " (it holds missing values: NaN, as pandas and pyarrow give NA)"
     if array.dtype.kind != "O":
         return ""
+    booleans = target.kind == "b"
     for index, item in enumerate(array.reshape(-1).tolist()):
-        if not isinstance(item, _REAL_NUMBERS) or isinstance(item, _BOOLS):
+        if not (isinstance(item, _BOOLS) if booleans else _is_number(item)):
             shown = repr(item)
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             return f" (at flat index {index}: {type(item).__name__} {shown})"
     return ""
+
+
+def _is_number(item: object) -> bool:
+    return isinstance(item, _REAL_NUMBERS) and not isinstance(item, _BOOLS)
 
 
 def _check_integer_range(

@@ -28,6 +28,7 @@ import numpy as np
 from ._client import Client, Model
 from ._errors import InvalidInputError
 from ._result import Array
+from ._shaping import holds_bools
 
 __all__ = ["TritonPredictor"]
 
@@ -167,4 +168,9 @@ def _stacked(values: Any) -> Array:
     array = np.asarray(values)
     if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
         return np.stack([_stacked(row) for row in array])
+    if array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
+        listed = array.tolist()  # (rows that are lists: a DataFrame column from JSON)
+        rows = np.array(listed)
+        if rows.dtype != object and (rows.dtype.kind == "b" or not holds_bools(listed)):
+            return rows  # (booleans among numbers stay for the input's check to refuse)
     return array

@@ -116,6 +116,12 @@ def test_each_output_row_answers_a_row_of_the_batch(server: LocalServer) -> None
     assert doubled(pd.DataFrame({0: list(np.ones((2, 2, 2), np.float32))}))["Y"].shape == (2, 2, 2)
     table = pa.record_batch({"0": [[[1.0, 2.0], [3.0, 4.0]]]})
     assert doubled(table)["Y"].tolist() == [[[2.0, 4.0], [6.0, 8.0]]]
+    # A column whose rows are lists (JSON, df.apply) is stacked as one of arrays.
+    listed = pd.DataFrame({"x": [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]})
+    pairs = TritonPredictor(
+        server.grpc_url, "all_dtypes", inputs={"IN_FP32": "x"}, outputs=["OUT_FP32"]
+    )
+    assert pairs(listed)["OUT_FP32"].tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
     ragged = {0: [np.ones((2, 2), np.float32), np.ones((3, 2), np.float32)]}
     with pytest.raises(ts.InvalidInputError, match="column '0'"):
         doubled(pd.DataFrame(ragged))

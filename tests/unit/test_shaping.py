@@ -954,3 +954,30 @@ def test_rows_that_are_lists_are_stacked_as_rows_that_are_arrays() -> None:
             return rows
 
     assert converted(Column(), "FP32", (-1, 2)).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_eight_bit_inputs_take_a_buffer_a_number_a_byte_as_numpy_reads_it() -> None:
+    image = np.arange(6, dtype=np.uint8).reshape(2, 3)
+    assert converted(memoryview(image), "UINT8", (2, 3)).tolist() == image.tolist()
+    assert converted(bytearray(b"\x01\x02\x03"), "UINT8").tolist() == [1, 2, 3]
+    released = memoryview(b"abc")
+    released.release()
+    with pytest.raises(InvalidInputError, match="cannot read the buffer given"):
+        converted(released, "FP32")
+
+
+def test_rows_that_are_lists_keep_booleans_among_numbers_refused() -> None:
+    rows = np.empty(2, dtype=object)
+    rows[0], rows[1] = [True, 2], [3, 4]
+
+    class Column:
+        def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray[Any, Any]:
+            return rows
+
+    with pytest.raises(InvalidInputError, match="list"):
+        converted(Column(), "INT32", (-1, 2))
+
+
+def test_a_bool_input_names_the_element_that_is_not_a_bool() -> None:
+    with pytest.raises(InvalidInputError, match=r"at flat index 1: int 1"):
+        converted(np.array([True, 1], dtype=object), "BOOL")
