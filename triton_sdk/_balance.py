@@ -232,18 +232,19 @@ class Balancer(Generic[T]):
             route.tried.append(route.member)
             if len(route.tried) >= len(self.members):
                 return False
-            if not allowed():
-                logger.warning(
-                    "not failing %s over to another endpoint: the client's retry budget is "
-                    "spent; failure at %s: %s",
-                    op.call,
-                    route.member.endpoint,
-                    error,
-                )
-                return False
-            route.member = self._take(route.tried)
-            route.ejections = route.member.ejections
-            return True
+            refused = not allowed()
+            if not refused:
+                route.member = self._take(route.tried)
+                route.ejections = route.member.ejections
+                return True
+        logger.warning(  # (outside the lock: a slow handler would hold up every call)
+            "not failing %s over to another endpoint: the client's retry budget is spent; "
+            "failure at %s: %s",
+            op.call,
+            route.tried[-1].endpoint,
+            error,
+        )
+        return False
 
     def succeeded(self, route: Route[T], op: AnyOp) -> None:
         """Record an attempt on ``route.member`` that was answered."""

@@ -891,6 +891,11 @@ class HttpCodec:
                 error = error_from_response(status, body)
                 raise UnsupportedError(error.message, status=404) from error
             answer = decode_json(body, "model statistics") if status == 200 else None
+            if isinstance(answer, dict) and answer.keys() == {"error"}:
+                raise InferenceError(
+                    f"the server's answer to model_statistics is an error: {answer['error']}",
+                    status=200,
+                )
             if isinstance(answer, dict) and "model_stats" not in answer:
                 raise UnsupportedError(
                     "Not Found (the metadata of a model named 'stats' answered)", status=404

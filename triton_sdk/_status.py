@@ -57,7 +57,7 @@ class ModelStatus:
     def from_json(cls, data: Mapping[str, Any]) -> ModelStatus:
         """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
-            name=str(data["name"]),
+            name=str(data.get("name", "")),
             version=str(data["version"]) if data.get("version") else None,
             # MLServer's gRPC index names the state as its Python enum prints ("State.READY").
             state=str(data.get("state") or "").removeprefix("State."),

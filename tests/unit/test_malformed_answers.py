@@ -36,6 +36,7 @@ class Page:
     content_type: str
     body: bytes
     delay: float = 0.0  # seconds before the head of the answer
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class Answering(BaseHTTPRequestHandler):
@@ -50,6 +51,8 @@ class Answering(BaseHTTPRequestHandler):
         self.send_response(200 if self.path in ANSWERS else 404)
         if answer.content_type:
             self.send_header("Content-Type", answer.content_type)
+        for name, value in answer.headers:
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -93,6 +96,16 @@ async def test_an_infer_answer_that_breaks_the_protocol(
     ANSWERS["/v2/models/m/infer"] = {"model_name": "m", "outputs": outputs}
     model = await resolve(client.model("m"))
     with pytest.raises(ts.InferenceError, match="the server's answer to infer could not be read"):
+        await resolve(model.infer(X=[1.0]))
+
+
+async def test_an_inference_header_length_that_is_no_length_cannot_be_read(client: Any) -> None:
+    # The blocking client read it as a connection failure of a request never answered.
+    body = json.dumps({"model_name": "m", "outputs": []}).encode()
+    length = (("Inference-Header-Content-Length", "zz"),)
+    ANSWERS["/v2/models/m/infer"] = Page("application/json", body, headers=length)
+    model = await resolve(client.model("m"))
+    with pytest.raises(ts.InferenceError, match="could not be read: its Inference-Header"):
         await resolve(model.infer(X=[1.0]))
 
 
@@ -143,6 +156,9 @@ async def test_statistics_answered_by_a_model_named_stats_are_unsupported(client
     # of its model "stats": model_statistics() returned [] (over gRPC, UnsupportedError).
     ANSWERS["/v2/models/stats"] = {**METADATA, "name": "stats"}
     with pytest.raises(ts.UnsupportedError, match="does not support model_statistics"):
+        await resolve(client.model_statistics())
+    ANSWERS["/v2/models/stats"] = {"error": "boom"}  # (a proxy's 200: it was [])
+    with pytest.raises(ts.InferenceError, match="is an error: boom"):
         await resolve(client.model_statistics())
 
 

@@ -30,7 +30,13 @@ from .._call import (
 )
 from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
-from .._errors import TritonError, UnsupportedError, names_no_server, unsupported_operation
+from .._errors import (
+    TritonError,
+    UnsupportedError,
+    names_no_server,
+    sent_nothing,
+    unsupported_operation,
+)
 from .._fork import on_fork
 from .._ops import IsModelReady, IsServerLive, IsServerReady, Op, OpenAIEvents, StreamOp
 from .._retry import TokenBucket
@@ -71,7 +77,7 @@ def _naming_endpoint(error: TritonError, route: Route[Any]) -> TritonError:
     """``error`` with the endpoint that gave it in its message (a redirect, an answer
     that cannot be read, a model that differs on one replica mid-rollout: which one?)."""
     endpoint = str(route.member.endpoint)
-    if endpoint not in error.message:
+    if endpoint not in error.message and not sent_nothing(error):  # (the client's refusal)
         error.message = f"{error.message} (endpoint {endpoint})"
         error.args = (error.message,)
     return error

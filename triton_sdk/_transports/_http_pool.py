@@ -23,7 +23,7 @@ from .._checks import overlay_headers
 from .._compression import decompress
 from .._concurrency import within
 from .._config import Endpoint, TLSConfig
-from .._errors import InvalidInputError
+from .._errors import InferenceError, InvalidInputError
 from .._fork import on_fork
 from .._http_codec import HEADER_LENGTH
 
@@ -101,7 +101,16 @@ def _no_passphrase() -> str:
 
 
 def header_length(value: str | None) -> int | None:
-    return None if value is None else int(value)
+    """The answer's Inference-Header-Content-Length; an answer with another value in it
+    cannot be read (the request was answered: not a lost answer)."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InferenceError(
+            f"the server's answer could not be read: its {HEADER_LENGTH} is {value!r}, not a length"
+        ) from None
 
 
 def body_of(parts: Sequence[bytes | memoryview] | None) -> tuple[Any, int]:
