@@ -32,6 +32,7 @@ from ._ops import (
     GetCudaSharedMemoryStatus,
     GetLogSettings,
     GetModelStatistics,
+    GetServerMetadata,
     GetSystemSharedMemoryStatus,
     GetTraceSettings,
     ListModels,
@@ -842,7 +843,20 @@ def _log(updates: Mapping[str, bool | int | str] | None) -> GrpcCall[JSON]:
     return GrpcCall("LogSettings", request, read)
 
 
+def _server_metadata(op: GetServerMetadata) -> GrpcCall[JSON]:
+    def read(response: Any) -> JSON:
+        # (every field, an empty name too: proto3 leaves it out of its JSON form)
+        return {
+            "name": response.name,
+            "version": response.version,
+            "extensions": list(response.extensions),
+        }
+
+    return GrpcCall("ServerMetadata", pb.ServerMetadataRequest(), read)
+
+
 _ENCODERS: Final[dict[type[Any], Callable[[Any], GrpcCall[Any] | GrpcCollect[Any, Any]]]] = {
+    GetServerMetadata: _server_metadata,
     InferRequest: _infer,
     Generate: _generate,
     ListModels: _list_models,

@@ -393,19 +393,7 @@ def error_from_response(
         message = _with_name_as_given(message, model)
     if status == 404 and decoded is None and message.startswith("<"):
         message = "Not Found"  # a web server's or a proxy's HTML page
-    no_route = status == 404 and _NO_ROUTE.fullmatch(message) is not None
-    if model is not None and "/" in model and (no_route or 300 <= status < 400):
-        # uvicorn (MLServer, KServe) decodes the %2F: the path has a part more, which
-        # no route has (or FastAPI redirects to drop a trailing slash).
-        return ModelNotFoundError(
-            f"model {model!r} was not found: over HTTP its '/' travels as %2F, which this "
-            "server decodes into a path of its own; a model whose name has a '/' is "
-            "reachable over gRPC",
-            status=status,
-            model=model,
-            request_id=request_id,
-        )
-    if no_route:
+    if status == 404 and _NO_ROUTE.fullmatch(message):
         return UnsupportedError(message, status=404, model=model, request_id=request_id)
     if 300 <= status < 400:
         message = redirect_refused(status, message)
@@ -605,6 +593,30 @@ def _same_model(reader: Reader[Any], name: str) -> Reader[Any]:
         )
 
     return of_that_model
+
+
+def _slashed_name(reader: Reader[T], name: str) -> Reader[T]:
+    """``reader`` of a model's own path, for a name with a '/': a server that decodes
+    the %2F (uvicorn: MLServer, KServe) finds a path of a part more, which no route has,
+    or redirects it (FastAPI drops a trailing slash). The model is missing there."""
+
+    def read(status: int, header_length: int | None, body: Body) -> T:
+        try:
+            return reader(status, header_length, body)
+        except TritonError as error:
+            redirected = isinstance(error.status, int) and 300 <= error.status < 400
+            if not redirected and not (type(error) is UnsupportedError and error.status == 404):
+                raise
+            raise ModelNotFoundError(
+                f"model {name!r} was not found: over HTTP its '/' travels as %2F, which "
+                "this server decodes into a path of its own; a model whose name has a '/' "
+                "is reachable over gRPC",
+                status=error.status,
+                model=name,
+                request_id=error.request_id,
+            ) from error
+
+    return read
 
 
 def _status_reader(model: str | None, request_id: str | None = None) -> Reader[None]:
@@ -827,6 +839,8 @@ class HttpCodec:
         reader = _json_reader(op.call.replace("_", " "), op.model)
         if isinstance(op, GetModelMetadata | GetModelConfig) and path_segment(op.name) != op.name:
             reader = _same_model(reader, op.name)
+            if "/" in op.name:
+                reader = _slashed_name(reader, op.name)
         return HttpCall("GET", self.base + path, None, _NO_HEADERS, reader)
 
     def _shm_path(self, name: str, action: str, kind: str = "system") -> str:

@@ -332,16 +332,17 @@ def _plain_value(value: object, spec: TensorSpec, model: str) -> object:
     (a set, a generator, a mapping)."""
     if type(value) in _SEQUENCES:
         return value  # (the common case, first: ABC checks cost a microsecond)
-    if isinstance(value, _BYTE_BUFFERS) and spec.datatype not in _ONE_BYTE_TARGETS:
+    if isinstance(value, _BYTE_BUFFERS):
         try:
-            if not isinstance(value, memoryview) or (
-                value.format in _BYTE_FORMATS and value.ndim <= 1
-            ):
-                return bytes(value)
+            view = memoryview(value)
         except ValueError as exc:  # (a released memoryview, a closed mmap)
             raise InvalidInputError(
                 f"input {spec.name!r}: cannot read the buffer given ({exc})", model=model
             ) from exc
+        flat_bytes = view.format in _BYTE_FORMATS and view.ndim <= 1
+        if flat_bytes and spec.datatype not in _ONE_BYTE_TARGETS:
+            return view.tobytes()
+        return value
     if isinstance(value, _SHAPELESS):
         kind = type(value).__name__
         raise InvalidInputError(
@@ -466,7 +467,8 @@ def _foreign_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[An
         elif array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
             listed = array.tolist()  # one list per row (JSON, df.apply)
             rows = np.array(listed)
-            if rows.dtype != object and not (rows.dtype.kind != "b" and holds_bools(listed)):
+            numbers = rows.dtype.kind in "biuf"
+            if numbers and not (rows.dtype.kind != "b" and holds_bools(listed)):
                 array = rows  # (booleans among numbers stay refused, as in a list)
     except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError, BufferError) as exc:
         hint = " (call .detach() on a tensor that requires grad)" if "grad" in str(exc) else ""

@@ -28,8 +28,7 @@ class ServerMetadata:
     def from_json(cls, data: Mapping[str, Any]) -> ServerMetadata:
         """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
-            # (gRPC answers leave out empty fields: a name of "" is no name at all)
-            name=str(data.get("name", "")),
+            name=str(data["name"]),  # (a server names itself; "" over gRPC is read as "")
             version=str(data.get("version", "")),
             extensions=tuple(str(item) for item in data.get("extensions", ())),
         )
@@ -57,7 +56,7 @@ class ModelStatus:
     def from_json(cls, data: Mapping[str, Any]) -> ModelStatus:
         """From the server's JSON answer (gRPC answers are read as their JSON form)."""
         return cls(
-            name=str(data.get("name", "")),
+            name=str(data["name"]),
             version=str(data["version"]) if data.get("version") else None,
             # MLServer's gRPC index names the state as its Python enum prints ("State.READY").
             state=str(data.get("state") or "").removeprefix("State."),

@@ -171,6 +171,12 @@ def _stacked(values: Any) -> Array:
     if array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
         listed = array.tolist()  # (rows that are lists: a DataFrame column from JSON)
         rows = np.array(listed)
-        if rows.dtype != object and (rows.dtype.kind == "b" or not holds_bools(listed)):
-            return rows  # (booleans among numbers stay for the input's check to refuse)
+        if rows.dtype.kind in "biuf" and (rows.dtype.kind == "b" or not holds_bools(listed)):
+            return rows
+        # Anything else keeps its elements as they are (numpy would make text of numbers
+        # and drop the trailing NULs of bytes), for the input's check; booleans among
+        # numbers are refused there.
+        kept: Array = np.array(listed, dtype=object)
+        if kept.ndim > array.ndim:
+            return kept
     return array

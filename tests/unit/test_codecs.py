@@ -1063,3 +1063,15 @@ def test_content_codings_are_read_whatever_their_case() -> None:
     assert decompress(body, "Identity") == body
     with pytest.raises(ts.InferenceError, match="did not ask for: br"):
         decompress(body, "br")
+
+
+def test_grpc_server_metadata_keeps_an_empty_name() -> None:
+    # proto3 leaves an empty field out of its JSON form: "name" went missing, and the
+    # answer could not be read over gRPC while HTTP read the same one.
+    from triton_sdk import _grpc_codec
+    from triton_sdk._ops import GetServerMetadata
+
+    call = _grpc_codec.encode(GetServerMetadata())
+    assert isinstance(call, _grpc_codec.GrpcCall)
+    answer = call.read(pb.ServerMetadataResponse(name="", version="1"))
+    assert ts.ServerMetadata.from_json(answer) == ts.ServerMetadata(name="", version="1")

@@ -37,6 +37,7 @@ class Page:
     body: bytes
     delay: float = 0.0  # seconds before the head of the answer
     headers: tuple[tuple[str, str], ...] = ()
+    status: int = 200
 
 
 class Answering(BaseHTTPRequestHandler):
@@ -48,7 +49,7 @@ class Answering(BaseHTTPRequestHandler):
             answer = Page("application/json", json.dumps(answer).encode())
         body = answer.body
         time.sleep(answer.delay)
-        self.send_response(200 if self.path in ANSWERS else 404)
+        self.send_response(answer.status if self.path in ANSWERS else 404)
         if answer.content_type:
             self.send_header("Content-Type", answer.content_type)
         for name, value in answer.headers:
@@ -107,6 +108,28 @@ async def test_an_inference_header_length_that_is_no_length_cannot_be_read(clien
     model = await resolve(client.model("m"))
     with pytest.raises(ts.InferenceError, match="could not be read: its Inference-Header"):
         await resolve(model.infer(X=[1.0]))
+    # An error's status is read first: a full queue stays a full queue.
+    full = json.dumps({"error": "Exceeds maximum queue size"}).encode()
+    ANSWERS["/v2/models/m/infer"] = Page("application/json", full, headers=length, status=503)
+    with pytest.raises(ts.ServerOverloadedError):
+        await resolve(model.infer(X=[1.0], retry=None))
+
+
+async def test_server_answers_without_a_name_cannot_be_read(client: Any) -> None:
+    ANSWERS["/v2"] = {}
+    with pytest.raises(ts.InferenceError, match="could not be read: KeyError: 'name'"):
+        await resolve(client.server_metadata())
+    ANSWERS["/v2/repository/index"] = [{}]
+    with pytest.raises(ts.InferenceError, match="could not be read: KeyError: 'name'"):
+        await resolve(client.models())
+
+
+async def test_a_name_with_a_slash_on_a_server_without_the_operation_is_unsupported(
+    client: Any,
+) -> None:
+    # Taken for a missing model (a '/' that uvicorn decodes) on every operation.
+    with pytest.raises(ts.UnsupportedError, match="does not support load_model"):
+        await resolve(client.load_model("a/b"))
 
 
 async def test_metadata_that_breaks_the_protocol(client: Any) -> None:

@@ -962,8 +962,9 @@ def test_eight_bit_inputs_take_a_buffer_a_number_a_byte_as_numpy_reads_it() -> N
     assert converted(bytearray(b"\x01\x02\x03"), "UINT8").tolist() == [1, 2, 3]
     released = memoryview(b"abc")
     released.release()
-    with pytest.raises(InvalidInputError, match="cannot read the buffer given"):
-        converted(released, "FP32")
+    for datatype in ("FP32", "UINT8"):
+        with pytest.raises(InvalidInputError, match="cannot read the buffer given"):
+            converted(released, datatype)
 
 
 def test_rows_that_are_lists_keep_booleans_among_numbers_refused() -> None:

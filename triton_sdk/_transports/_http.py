@@ -407,7 +407,8 @@ class AsyncHttpTransport:
                 finally:
                     self._reading.discard(response)
                 status = response.status
-                length = header_length(response.headers.get(HEADER_LENGTH))
+                given = response.headers.get(HEADER_LENGTH) if status == 200 else None
+                length = header_length(given)
         except _AIOHTTP_FAILURES as exc:
             if self._closed:
                 raise closed_in_flight() from exc

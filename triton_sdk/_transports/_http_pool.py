@@ -105,12 +105,11 @@ def header_length(value: str | None) -> int | None:
     cannot be read (the request was answered: not a lost answer)."""
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
+    if not value.strip().isdigit():  # (int() takes "-1" and "1_0" too)
         raise InferenceError(
             f"the server's answer could not be read: its {HEADER_LENGTH} is {value!r}, not a length"
-        ) from None
+        )
+    return int(value)
 
 
 def body_of(parts: Sequence[bytes | memoryview] | None) -> tuple[Any, int]:
@@ -552,7 +551,9 @@ class ConnectionPool:
             if self.closed:  # close() ran meanwhile (another thread): it may have missed this
                 self.close()
         data = decompress(data, response.getheader("Content-Encoding"))
-        return response.status, header_length(response.getheader(HEADER_LENGTH)), data
+        # (only an answer of 200 is read by it: an error's status must not hide behind it)
+        given = response.getheader(HEADER_LENGTH) if response.status == 200 else None
+        return response.status, header_length(given), data
 
     def open_stream(
         self,
