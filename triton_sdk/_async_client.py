@@ -726,9 +726,10 @@ class AsyncClient:
         of at most 1 s, after the wait's timeout."""
         try:
             entries = await self._run(ListModels(), self._options(1.0, headers, _ONCE))
+            index = self._read_each(ModelStatus.from_json, entries, "models")
         except TritonError as error:
             return f" (its state could not be read: {error})"
-        return f" (last: {not_ready_because(entries, model, server_ready=server_ready)})"
+        return f" (last: {not_ready_because(index, model, server_ready=server_ready)})"
 
     def _where(self) -> str:
         """The server's URL, or each of the client's endpoints (or its DNS name)."""

@@ -25,6 +25,7 @@ from ._errors import (
     classify_message,
     classify_status,
     redirect_refused,
+    unreadable_answer,
     values_refused,
 )
 from ._generate import (
@@ -626,11 +627,24 @@ def _status_reader(model: str | None, request_id: str | None = None) -> Reader[N
     return _reader(nothing, model, request_id)
 
 
-def _field_reader(field: str, model: str | None) -> Reader[Any]:
-    def json_field(header_length: int | None, body: Body) -> Any:
-        return decode_json(body, field).get(field, [])
+def _statistics_reader(model: str | None) -> Reader[Any]:
+    """The ``model_stats`` of an answer, which must have them (a proxy's ``{"error": ...}``
+    with 200, or any other object, is no answer of statistics)."""
 
-    return _reader(json_field, model)
+    def model_stats(header_length: int | None, body: Body) -> Any:
+        answer = decode_json(body, "model statistics")
+        if isinstance(answer, dict) and answer.keys() == {"error"}:
+            raise InferenceError(
+                f"the server's answer to model_statistics is an error: {answer['error']}",
+                status=200,
+                model=model,
+            )
+        try:
+            return answer["model_stats"]
+        except (KeyError, TypeError) as exc:
+            raise unreadable_answer(exc, "model_statistics", model) from exc
+
+    return _reader(model_stats, model)
 
 
 def _infer_reader(request: InferRequest) -> Reader[InferResult]:
@@ -890,7 +904,7 @@ class HttpCodec:
         return HttpCall("POST", path, body, _JSON_HEADERS, _status_reader(op.name))
 
     def _statistics(self, op: GetModelStatistics) -> HttpCall[Any]:
-        reader = _field_reader("model_stats", op.name)
+        reader = _statistics_reader(op.name)
         if op.name is not None:
             if path_segment(op.name) != op.name:
                 reader = _same_model(reader, op.name)
@@ -905,12 +919,11 @@ class HttpCodec:
                 error = error_from_response(status, body)
                 raise UnsupportedError(error.message, status=404) from error
             answer = decode_json(body, "model statistics") if status == 200 else None
-            if isinstance(answer, dict) and answer.keys() == {"error"}:
-                raise InferenceError(
-                    f"the server's answer to model_statistics is an error: {answer['error']}",
-                    status=200,
-                )
-            if isinstance(answer, dict) and "model_stats" not in answer:
+            if (
+                isinstance(answer, dict)
+                and answer.keys() != {"error"}
+                and "model_stats" not in answer
+            ):
                 raise UnsupportedError(
                     "Not Found (the metadata of a model named 'stats' answered)", status=404
                 )

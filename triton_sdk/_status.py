@@ -102,10 +102,10 @@ class CudaSharedMemoryRegion:
         )
 
 
-def not_ready_because(index: Iterable[Mapping[str, Any]], model: str, *, server_ready: bool) -> str:
+def not_ready_because(index: Iterable[ModelStatus], model: str, *, server_ready: bool) -> str:
     """Why ``model`` is not ready, from the repository ``index``: its state and reason
     (``UNAVAILABLE: unloaded``, ``LOADING``), or that it is not there."""
-    states = [status for status in map(ModelStatus.from_json, index) if status.name == model]
+    states = [status for status in index if status.name == model]
     if not states:
         return "it is not in the model repository"
     described = "; ".join(

@@ -14,6 +14,7 @@ import attrs
 import pytest
 
 import triton_sdk as ts
+from triton_sdk._transports._http_pool import header_length
 
 from .._event_stream import serving
 from ._both import resolve
@@ -115,6 +116,12 @@ async def test_an_inference_header_length_that_is_no_length_cannot_be_read(clien
         await resolve(model.infer(X=[1.0], retry=None))
 
 
+@pytest.mark.parametrize("given", ["-1", "1_0", "\u0663"])
+def test_only_ascii_digits_are_a_header_length(given: str) -> None:
+    with pytest.raises(ts.InferenceError, match="not a length"):
+        header_length(given)
+
+
 async def test_server_answers_without_a_name_cannot_be_read(client: Any) -> None:
     ANSWERS["/v2"] = {}
     with pytest.raises(ts.InferenceError, match="could not be read: KeyError: 'name'"):
@@ -183,6 +190,21 @@ async def test_statistics_answered_by_a_model_named_stats_are_unsupported(client
     ANSWERS["/v2/models/stats"] = {"error": "boom"}  # (a proxy's 200: it was [])
     with pytest.raises(ts.InferenceError, match="is an error: boom"):
         await resolve(client.model_statistics())
+    ANSWERS["/v2/models/m/stats"] = {"error": "boom"}  # (one model's: it was [] too)
+    with pytest.raises(ts.InferenceError, match="is an error: boom"):
+        await resolve(client.model_statistics("m"))
+    ANSWERS["/v2/models/m/stats"] = {}
+    with pytest.raises(ts.InferenceError, match="could not be read"):
+        await resolve(client.model_statistics("m"))
+
+
+async def test_a_malformed_index_read_after_a_wait_is_named_not_raised(client: Any) -> None:
+    # wait_until_ready(model=) read the index to say why: a raw KeyError escaped.
+    ANSWERS["/v2/health/live"] = {}
+    ANSWERS["/v2/health/ready"] = {}
+    ANSWERS["/v2/repository/index"] = [{}]
+    with pytest.raises(ts.TritonTimeoutError, match="its state could not be read"):
+        await resolve(client.wait_until_ready(model="m", timeout=0.3))
 
 
 async def test_a_max_batch_size_mistake_stays_an_invalid_input_error(client: Any) -> None:

@@ -105,11 +105,12 @@ def header_length(value: str | None) -> int | None:
     cannot be read (the request was answered: not a lost answer)."""
     if value is None:
         return None
-    if not value.strip().isdigit():  # (int() takes "-1" and "1_0" too)
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit()):  # (int() takes "-1", "1_0", "٣" too)
         raise InferenceError(
             f"the server's answer could not be read: its {HEADER_LENGTH} is {value!r}, not a length"
         )
-    return int(value)
+    return int(digits)
 
 
 def body_of(parts: Sequence[bytes | memoryview] | None) -> tuple[Any, int]:
