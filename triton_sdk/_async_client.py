@@ -80,6 +80,7 @@ from ._errors import (
     UnsupportedError,
     heals_by_waiting,
     names_no_server,
+    refuse_error_body,
     unreadable_answer,
     unsupported_operation,
 )
@@ -256,15 +257,6 @@ def _open_endpoint(endpoint: Endpoint, settings: ClientSettings) -> AsyncTranspo
         max_connection_age=settings.max_connection_age,
         binary=settings.http_binary,
     )
-
-
-def _refuse_error_body(data: object, what: str, model: str | None) -> None:
-    """Raise the error of an answer that is only ``{"error": ...}`` (answered with 200, as
-    generate's can be)."""
-    if isinstance(data, Mapping) and data.keys() == {"error"}:
-        raise InferenceError(
-            f"the server's answer to {what} is an error: {data['error']}", status=200, model=model
-        )
 
 
 class AsyncClient:
@@ -752,7 +744,7 @@ class AsyncClient:
         try:
             if not isinstance(data, Mapping):
                 raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
-            _refuse_error_body(data, what, model)
+            refuse_error_body(data, what, model)
             return parse(data)
         except self._malformed as exc:
             raise unreadable_answer(exc, what, model) from exc
@@ -767,7 +759,7 @@ class AsyncClient:
         """:meth:`_read` of each entry of a JSON array the server answered."""
         try:
             if not isinstance(data, list | tuple):
-                _refuse_error_body(data, what, model)
+                refuse_error_body(data, what, model)
                 raise TypeError(f"a JSON array was expected, not {type(data).__name__}")
         except self._malformed as exc:
             raise unreadable_answer(exc, what, model) from exc

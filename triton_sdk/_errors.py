@@ -22,7 +22,7 @@ import asyncio
 import http.client
 import re
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Final
 
 from ._display import Displayable, Table
@@ -335,6 +335,17 @@ def refused_before_sending(error: TritonError) -> TritonError:
 def sent_nothing(error: BaseException) -> bool:
     """Whether ``error`` says the request never left the client."""
     return isinstance(error, InvalidInputError) or getattr(error, "_sent_nothing", False)
+
+
+def refuse_error_body(answer: object, what: str, model: str | None = None) -> None:
+    """Raise the error of an answer that is only ``{"error": ...}`` (a proxy's, answered
+    with 200 as generate's can be), which is no answer to ``what``."""
+    if isinstance(answer, Mapping) and answer.keys() == {"error"}:
+        raise InferenceError(
+            f"the server's answer to {what} is an error: {answer['error']}",
+            status=200,
+            model=model,
+        )
 
 
 def is_values_refusal(error: TritonError) -> bool:

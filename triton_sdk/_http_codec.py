@@ -25,6 +25,7 @@ from ._errors import (
     classify_message,
     classify_status,
     redirect_refused,
+    refuse_error_body,
     unreadable_answer,
     values_refused,
 )
@@ -627,22 +628,19 @@ def _status_reader(model: str | None, request_id: str | None = None) -> Reader[N
     return _reader(nothing, model, request_id)
 
 
-def _statistics_reader(model: str | None) -> Reader[Any]:
-    """The ``model_stats`` of an answer, which must have them (a proxy's ``{"error": ...}``
-    with 200, or any other object, is no answer of statistics)."""
+def _model_stats(answer: Any, model: str | None) -> Any:
+    """The ``model_stats`` of a decoded answer, which must have them (a proxy's
+    ``{"error": ...}`` with 200, or any other object, is no answer of statistics)."""
+    refuse_error_body(answer, "model_statistics", model)
+    try:
+        return answer["model_stats"]
+    except (KeyError, TypeError) as exc:
+        raise unreadable_answer(exc, "model_statistics", model) from exc
 
+
+def _statistics_reader(model: str | None) -> Reader[Any]:
     def model_stats(header_length: int | None, body: Body) -> Any:
-        answer = decode_json(body, "model statistics")
-        if isinstance(answer, dict) and answer.keys() == {"error"}:
-            raise InferenceError(
-                f"the server's answer to model_statistics is an error: {answer['error']}",
-                status=200,
-                model=model,
-            )
-        try:
-            return answer["model_stats"]
-        except (KeyError, TypeError) as exc:
-            raise unreadable_answer(exc, "model_statistics", model) from exc
+        return _model_stats(decode_json(body, "model statistics"), model)
 
     return _reader(model_stats, model)
 
@@ -918,16 +916,15 @@ class HttpCodec:
             if status == 404:
                 error = error_from_response(status, body)
                 raise UnsupportedError(error.message, status=404) from error
-            answer = decode_json(body, "model statistics") if status == 200 else None
-            if (
-                isinstance(answer, dict)
-                and answer.keys() != {"error"}
-                and "model_stats" not in answer
-            ):
+            if status != 200:
+                return reader(status, header_length, body)  # (raises the server's error)
+            answer = decode_json(body, "model statistics")
+            refuse_error_body(answer, "model_statistics")
+            if isinstance(answer, dict) and "model_stats" not in answer:
                 raise UnsupportedError(
                     "Not Found (the metadata of a model named 'stats' answered)", status=404
                 )
-            return reader(status, header_length, body)
+            return _model_stats(answer, None)
 
         return HttpCall("GET", f"{self.base}/v2/models/stats", None, _NO_HEADERS, every_model)
 
