@@ -28,6 +28,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 from ._base import closed_error
 from ._errors import TritonError
 from ._fork import on_fork
+from ._transports._errors import closed_in_flight
 
 __all__ = [
     "MAX_CHUNKS_IN_FLIGHT",
@@ -255,13 +256,7 @@ class ChunkRunner:
     def _closed_error(self, started: list[None]) -> TritonError:
         """The error of a call that close() cut short: it may have run in part when
         some of its chunks had gone out."""
-        if not started:
-            return closed_error(self._kind)
-        error = TritonError(
-            "the client's connection is closed (closed while the call was in flight)"
-        )
-        error.may_have_run = True
-        return error
+        return closed_in_flight() if started else closed_error(self._kind)
 
     def close(self) -> None:
         """Refuse new calls and chunks not started, without waiting for those in flight:

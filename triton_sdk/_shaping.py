@@ -23,8 +23,8 @@ __all__ = [
     "InputValue",
     "PreparedInputs",
     "Tensor",
-    "holds_bools",
     "prepare_inputs",
+    "rows_of_numbers",
     "split_batch",
 ]
 
@@ -177,7 +177,7 @@ def _undeclared(
             array = value
         else:
             array = _foreign_array(value, any_type, spec.name)
-            if array.dtype.kind in "iuf" and holds_bools(value):  # (numpy reads True as 1)
+            if array.dtype.kind in "iuf" and _holds_bools(value):  # (numpy reads True as 1)
                 raise InvalidInputError(
                     f"input {name!r}: got booleans among numbers; cast them explicitly",
                     model=spec.name,
@@ -274,7 +274,7 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
             isinstance(value, list | tuple)
             and array.dtype.kind in "iuf"
             and target.kind != "b"
-            and holds_bools(value)
+            and _holds_bools(value)
         ):
             # numpy reads True as 1: the mistake would reach the model unseen.
             among = "integers" if target.kind in _INTEGER_KINDS else "numbers"
@@ -361,7 +361,7 @@ def _python_floats(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
     """An object array of numbers (no bool), Python's or numpy's, as float64, or None
     when an element is anything else, or an int too large for a float."""
     flat = array.reshape(-1).tolist()
-    if not all(isinstance(item, _REAL_NUMBERS) and not isinstance(item, _BOOLS) for item in flat):
+    if not all(map(_is_number, flat)):
         return None
     try:
         with np.errstate(over="raise"):  # (a longdouble beyond float64 would become inf)
@@ -429,7 +429,7 @@ _NESTED_TYPES: Final = frozenset({list, tuple, np.ndarray})
 _PLAIN_NUMBER_TYPES: Final = frozenset({int, float})
 
 
-def holds_bools(value: object) -> bool:
+def _holds_bools(value: object) -> bool:
     """Whether a (nested) Python sequence holds a bool, or a bool array, anywhere."""
     if isinstance(value, np.ndarray):
         return bool(value.dtype.kind == "b")
@@ -441,8 +441,19 @@ def holds_bools(value: object) -> bool:
     if kinds & _BOOL_TYPES:
         return True
     if kinds & _NESTED_TYPES or any(issubclass(kind, list | tuple) for kind in kinds):
-        return any(holds_bools(item) for item in value)
+        return any(_holds_bools(item) for item in value)
     return False
+
+
+def rows_of_numbers(column: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """An object array whose rows are lists (JSON, ``df.apply``), stacked, when they hold
+    numbers or booleans; None for anything else (text, which numpy would make fixed-width
+    strings of; booleans among numbers, which stay refused as in a list)."""
+    listed = column.tolist()
+    rows: np.ndarray[Any, Any] = np.array(listed)
+    if rows.dtype.kind not in "biuf" or (rows.dtype.kind != "b" and _holds_bools(listed)):
+        return None
+    return rows
 
 
 def _refuse_overflow(bad: object, spec: TensorSpec, model: str) -> NoReturn:
@@ -465,11 +476,9 @@ def _foreign_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[An
         if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
             array = np.stack(list(array))  # one array per row, as in a DataFrame column
         elif array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
-            listed = array.tolist()  # one list per row (JSON, df.apply)
-            rows = np.array(listed)
-            numbers = rows.dtype.kind in "biuf"
-            if numbers and not (rows.dtype.kind != "b" and holds_bools(listed)):
-                array = rows  # (booleans among numbers stay refused, as in a list)
+            rows = rows_of_numbers(array)
+            if rows is not None:
+                array = rows
     except (ValueError, TypeError, MemoryError, OverflowError, RuntimeError, BufferError) as exc:
         hint = " (call .detach() on a tensor that requires grad)" if "grad" in str(exc) else ""
         raise InvalidInputError(

@@ -28,7 +28,7 @@ import numpy as np
 from ._client import Client, Model
 from ._errors import InvalidInputError
 from ._result import Array
-from ._shaping import holds_bools
+from ._shaping import rows_of_numbers
 
 __all__ = ["TritonPredictor"]
 
@@ -169,14 +169,13 @@ def _stacked(values: Any) -> Array:
     if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
         return np.stack([_stacked(row) for row in array])
     if array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
-        listed = array.tolist()  # (rows that are lists: a DataFrame column from JSON)
-        rows = np.array(listed)
-        if rows.dtype.kind in "biuf" and (rows.dtype.kind == "b" or not holds_bools(listed)):
+        rows = rows_of_numbers(array)  # (rows that are lists: a DataFrame column from JSON)
+        if rows is not None:
             return rows
         # Anything else keeps its elements as they are (numpy would make text of numbers
         # and drop the trailing NULs of bytes), for the input's check; booleans among
         # numbers are refused there.
-        kept: Array = np.array(listed, dtype=object)
+        kept: Array = np.array(array.tolist(), dtype=object)
         if kept.ndim > array.ndim:
             return kept
     return array
