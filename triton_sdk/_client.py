@@ -1196,13 +1196,14 @@ class Client:
                         f"(shared_memory={mode!r}): {error}",
                         status=error.status,
                     ) from error
+                if self._server_reads_our_memory is None:  # (one line, however many calls)
+                    logger.info(
+                        "the server at %s cannot read this host's shared memory; large "
+                        "tensors go over the socket: %s",
+                        self.url,
+                        error,
+                    )
                 self._server_reads_our_memory = False
-                logger.info(
-                    "the server at %s cannot read this host's shared memory; large tensors "
-                    "go over the socket: %s",
-                    self.url,
-                    error,
-                )
                 return False
             except BaseException:
                 # Cut off (a timeout, a cancellation, a lost connection): the server may
@@ -1701,7 +1702,8 @@ class Model(ModelCore):
         """Every response to a non-streaming call: a decoupled model may send several
         (TensorRT-LLM one per sequence, a model of the user's one per piece)."""
         if not self.spec.decoupled:
-            return [self.generate(call.fields, timeout=timeout, headers=headers)]
+            # Never retried, as streams are: a generation is not idempotent.
+            return [self.generate(call.fields, timeout=timeout, retry=None, headers=headers)]
         events: list[dict[str, JSONValue]] = []
         for event in self.generate_stream(call.fields, timeout=timeout, headers=headers):
             events.append(event)

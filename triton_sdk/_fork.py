@@ -6,7 +6,9 @@ would mix the two processes' tensors), their keep-alive sockets (the same connec
 requests on one would get each other's answers) and the names the parent will give its
 next regions. Right after the fork, in the child, each object registered here drops its
 share of them, without closing or unregistering anything (they are the parent's still):
-the child's client makes its own as it goes.
+the child's client makes its own as it goes. In the parent, after the fork, each object
+registered for it stops reusing what the child may still read (the regions under output
+views the child has copies of).
 """
 
 from __future__ import annotations
@@ -17,12 +19,17 @@ import threading
 import weakref
 from typing import Protocol
 
-__all__ = ["ForkAware", "on_fork", "renew_lock_on_fork"]
+__all__ = ["ForkAware", "on_fork", "on_fork_in_parent", "renew_lock_on_fork"]
 
 
 class ForkAware(Protocol):
     def after_fork_in_child(self) -> None:
         """Let go of what the parent process owns, without closing it."""
+
+
+class ForkAwareParent(Protocol):
+    def after_fork_in_parent(self) -> None:
+        """Stop using what the child now shares with this process."""
 
 
 class HasLock(Protocol):
@@ -31,12 +38,19 @@ class HasLock(Protocol):
 
 _AWARE: weakref.WeakSet[ForkAware] = weakref.WeakSet()
 _LOCKED: weakref.WeakSet[HasLock] = weakref.WeakSet()
+_PARENTS: weakref.WeakSet[ForkAwareParent] = weakref.WeakSet()
 
 
 def on_fork(aware: ForkAware) -> None:
     """Have ``aware.after_fork_in_child()`` run in every child forked from now on (while
     ``aware`` lives)."""
     _AWARE.add(aware)
+
+
+def on_fork_in_parent(aware: ForkAwareParent) -> None:
+    """Have ``aware.after_fork_in_parent()`` run in the parent after every fork from now
+    on (while ``aware`` lives)."""
+    _PARENTS.add(aware)
 
 
 def renew_lock_on_fork(owner: HasLock) -> None:
@@ -58,5 +72,13 @@ def _in_child() -> None:
             )
 
 
+def _in_parent() -> None:
+    for aware in list(_PARENTS):
+        try:
+            aware.after_fork_in_parent()
+        except Exception:  # (a failure here must not fail the fork)
+            logging.getLogger("triton_sdk").exception("could not mark what %r shares", aware)
+
+
 if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_in_child)
+    os.register_at_fork(after_in_child=_in_child, after_in_parent=_in_parent)

@@ -35,7 +35,7 @@ import numpy as np
 from ._copy import copy_into
 from ._dtypes import DATATYPES
 from ._errors import InferenceError, InvalidInputError, TritonError
-from ._fork import on_fork, renew_lock_on_fork
+from ._fork import on_fork, on_fork_in_parent, renew_lock_on_fork
 from ._ops import (
     JSON,
     GetCudaSharedMemoryStatus,
@@ -181,7 +181,7 @@ class Region:
     """One mapped region: ``name`` on the server, ``key`` in /dev/shm (unlinked once the
     server has it), ``size`` bytes."""
 
-    __slots__ = ("_map", "key", "name", "registered", "registration", "size")
+    __slots__ = ("__weakref__", "_map", "key", "name", "registered", "registration", "size")
 
     mapped: Final = True
     """Its memory is mapped in this process, so outputs can be views of it."""
@@ -248,7 +248,16 @@ class CudaRegion:
     package). Inputs are copied to the device and outputs back to host memory, so outputs
     are never views of it."""
 
-    __slots__ = ("_handle", "_utils", "device", "name", "registered", "registration", "size")
+    __slots__ = (
+        "__weakref__",
+        "_handle",
+        "_utils",
+        "device",
+        "name",
+        "registered",
+        "registration",
+        "size",
+    )
 
     mapped: Final = False
 
@@ -354,6 +363,8 @@ class RegionPool:
         self.device = device
         self._start()
         on_fork(self)
+        if device is None:  # (a forked child cannot use the parent's CUDA context)
+            on_fork_in_parent(self)
 
     def claim_sweep(self) -> bool:
         """Whether the caller is to look for regions that dead processes of this host
@@ -392,6 +403,13 @@ class RegionPool:
         """The claimed sweep has ended, however (one cut short is due again at once)."""
         self._sweeping = False
 
+    def after_fork_in_parent(self) -> None:
+        """The child has copies of the output views alive at the fork, over the same
+        memory: their regions are never used again (a later call would write into what
+        the child reads), and are freed once the parent's views are gone."""
+        with self._lock:
+            self._shared_with_child.update(self._on_loan)
+
     def after_fork_in_child(self) -> None:
         """A forked child's pool starts empty, with names of its own: the parent's
         regions (the same memory in both processes) stay the parent's to use and free."""
@@ -417,6 +435,13 @@ class RegionPool:
         self._serial = 0
         self._on_loan: set[AnyRegion] = set()
         """Regions whose memory output views use."""
+        self._promised = 0
+        """Output regions of calls in flight that may become views (see promise_loans)."""
+        self._shared_with_child: weakref.WeakSet[AnyRegion] = weakref.WeakSet()
+        """Regions lent to views when the process forked: never used again."""
+        self._retired: list[AnyRegion] = []
+        """Of those, the ones back from their views: still registered, for the next call
+        to unregister and close (see surplus)."""
         self._abandoned: set[AnyRegion] = set()
         """Regions of calls that ended without an answer: never used again."""
         self._calls: list[tuple[AnyRegion, ...]] = []
@@ -479,7 +504,10 @@ class RegionPool:
                     continue
                 if region in self._abandoned or region in self._cut:
                     continue  # freed by forget() once the server lets go of it, or drain()
-                if region.registered:
+                shared = region in self._shared_with_child
+                if region.registered and shared:
+                    self._retired.append(region)
+                elif region.registered:
                     self._idle.setdefault(region.size, []).append(region)
                     self._idle_since[region] = time.monotonic()
                 else:
@@ -490,7 +518,13 @@ class RegionPool:
         """Idle regions that calls of their size passed over for SURPLUS_AFTER_S, taken
         out of the pool for the caller to unregister and close (at most a few, at most
         once per CHECK_EVERY_S). A client that calls now and then keeps its regions.
-        GPU regions are kept until close."""
+        GPU regions are kept until close. Regions retired at a fork come first, at once."""
+        if self._retired:
+            with self._lock:
+                retired, self._retired = self._retired, []
+                for region in retired:
+                    self._all.remove(region)
+            return retired
         now = time.monotonic()
         if now < self._next_trim or self.device is not None:  # (GPU memory: kept)
             return []
@@ -514,12 +548,26 @@ class RegionPool:
         """Take back an idle region :meth:`surplus` gave out whose unregistration failed."""
         with self._lock:
             self._all.append(region)
+            if region in self._shared_with_child:
+                self._retired.append(region)
+                return
             self._idle.setdefault(region.size, []).append(region)
             self._idle_since[region] = time.monotonic()
 
-    def may_lend(self) -> bool:
-        """Whether outputs may be handed out as views (fewer than MAX_LENT regions are)."""
-        return len(self._on_loan) < MAX_LENT
+    def promise_loans(self, count: int) -> bool:
+        """Whether a call's ``count`` output regions may be handed out as views: the
+        regions lent, with those promised to calls in flight, stay within MAX_LENT. Kept
+        until the call's release."""
+        with self._lock:
+            if len(self._on_loan) + self._promised + count > MAX_LENT:
+                return False
+            self._promised += count
+            return True
+
+    def forgo_loans(self, count: int) -> None:
+        """Take back a promise of :meth:`promise_loans` whose call was never made."""
+        with self._lock:
+            self._promised -= count
 
     def release(self, placement: Placement, *, abandoned: bool = False) -> None:
         """Take back the regions of a finished call; those lent to output views later.
@@ -532,6 +580,8 @@ class RegionPool:
         """
         idle = []
         with self._lock:
+            self._promised -= placement.promised
+            placement.promised = 0
             if abandoned:
                 self._abandoned.update(placement.regions)
                 self._calls.append(tuple(placement.regions))
@@ -621,6 +671,8 @@ class RegionPool:
             for region in idle:
                 self._idle[region.size].remove(region)
                 self._idle_since.pop(region, None)
+            idle += [region for region in self._retired if region in gone]
+            self._retired = [region for region in self._retired if region not in gone]
             idle += [region for region in self._cut if region in gone]  # (no call has it)
             self._cut.difference_update(gone)
             for region in gone:
@@ -633,11 +685,12 @@ class RegionPool:
         """Every region (to unregister and close), leaving the pool empty."""
         with self._lock:
             idle = {region for regions in self._idle.values() for region in regions}
+            idle.update(self._retired)
             abandoned = set(self._abandoned)
             busy = set(self._all) - idle - self._on_loan - abandoned - self._cut
             self._closing.update(busy)
             drained = Drained(self._all, busy, abandoned)
-            self._all, self._idle, self._cut = [], {}, set()
+            self._all, self._idle, self._cut, self._retired = [], {}, set(), []
             self._idle_since = {}
             self._abandoned, self._calls = set(), []
         return drained
@@ -715,6 +768,8 @@ class Placement:
 
     inputs: dict[str, Slot]
     outputs: dict[str, Slot]
+    promised: int = 0
+    """Output views promised to this call (see RegionPool.promise_loans), until release."""
     resent: bool = False
     """The request was sent again after an attempt that may have run: that attempt may
     still write into these regions."""
@@ -896,7 +951,7 @@ def place(
         return None
     inputs: dict[str, Slot] = {}
     outputs: dict[str, Slot] = {}
-    views = views and pool.device is None and pool.may_lend()
+    views = views and pool.device is None and bool(sizes) and pool.promise_loans(len(sizes))
     taken: list[AnyRegion] = []
     try:
         for tensor in large:
@@ -910,11 +965,13 @@ def place(
             outputs[name] = Slot(region, 0, region.size if name in open_sizes else size, views)
     except BaseException:
         pool.give_back(taken)
+        if views:
+            pool.forgo_loans(len(sizes))
         raise
     requested = request.outputs
     if outputs and requested is None:
         requested = tuple(RequestedOutput(name) for name in wanted)
-    placement = Placement(inputs, outputs)
+    placement = Placement(inputs, outputs, promised=len(sizes) if views else 0)
     return attrs.evolve(request, outputs=requested, shared_memory=placement), placement
 
 

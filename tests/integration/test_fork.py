@@ -92,6 +92,31 @@ def test_a_forked_child_and_its_parent_each_get_their_own_answers(client: ts.Cli
     assert not [name for name in left for pid in children if f"-{pid}-" in name]
 
 
+def test_a_view_the_child_inherited_is_not_overwritten_by_the_parents_next_calls(
+    client: ts.Client,
+) -> None:
+    # Once the parent dropped its view, the region went back to its pool, and its next
+    # call wrote into the memory the child's copy of the view reads.
+    model = client.model("big_fixed")
+    ones = np.ones((1, SAMPLE), dtype=np.float32)
+    children = []
+    for scale in range(1, 6):
+        held = model.infer(X=ones * scale)["Y"]
+        assert not held.flags.owndata  # a view of a region
+
+        def child(held: np.ndarray = held, scale: int = scale) -> None:
+            time.sleep(0.3)  # the parent goes on meanwhile
+            assert np.array_equal(held, 2 * scale * ones), f"the child's {scale} was overwritten"
+
+        children.append(forked(child))
+        del held
+        assert np.array_equal(model.infer(X=ones * 7)["Y"], 14 * ones)
+    assert [exit_code(pid) for pid in children] == [0] * 5
+    # The regions the children shared are freed by later calls, not kept for good: an
+    # input region, an output region, and the last one shared.
+    assert len(own(client)) <= 3
+
+
 def test_a_forked_child_that_closes_the_client_leaves_the_parents_regions(
     client: ts.Client,
 ) -> None:

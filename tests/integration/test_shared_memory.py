@@ -124,6 +124,28 @@ def test_past_a_few_held_views_outputs_are_copied(make_client: Any) -> None:
     assert not model.infer(X=ones)["Y"].flags.owndata  # regions came back: views again
 
 
+def test_concurrent_calls_lend_no_more_than_the_cap(make_client: Any) -> None:
+    # The cap was checked when each call was placed, but a loan counted only once its
+    # call was over: calls in flight together each got a view (32 of 32).
+    client = make_client(shared_memory="system")
+    model = client.model("big_fixed")
+    ones = np.ones((1, SAMPLE), dtype=np.float32)
+    start = threading.Barrier(2 * MAX_LENT)
+
+    def call(scale: int) -> np.ndarray:
+        start.wait()
+        return model.infer(X=ones * scale)["Y"]
+
+    with concurrent.futures.ThreadPoolExecutor(2 * MAX_LENT) as pool:
+        held = list(pool.map(call, range(2 * MAX_LENT)))
+    assert sum(not array.flags.owndata for array in held) <= MAX_LENT
+    for scale, array in enumerate(held):
+        assert np.array_equal(array, 2 * scale * ones)
+    del array
+    del held
+    assert not model.infer(X=ones)["Y"].flags.owndata  # regions came back: views again
+
+
 def test_copied_outputs_leave_their_regions_free(make_client: Any) -> None:
     client = make_client(shared_memory="system", shared_memory_outputs="copy")
     model = client.model("big_fixed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -138,6 +139,32 @@ async def test_auto_falls_back_to_sockets_once_with_one_log_line(
     ]
     assert len(registrations) == 1
     await resolve(client.aclose() if mode == "async" else client.close())
+
+
+def test_calls_that_find_together_that_the_server_cannot_read_this_memory_log_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Each call that was registering when the first refusal came logged its own line.
+    caplog.set_level(logging.INFO, logger="triton_sdk")
+    server = Server(readable=False)
+    together = threading.Barrier(4)
+
+    def refusing_together(op: Any, ctx: Any) -> Any:
+        if isinstance(op, ops.RegisterSystemSharedMemory):
+            together.wait(10)
+        return server(op, ctx)
+
+    client = ts.Client(
+        "grpc://test",
+        transport=MockTransport(refusing_together, models=[BIG]),
+        shared_memory="auto",
+    )
+    model = client.model("big")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: model.infer(X=BATCH), range(4)))
+    lines = [r for r in caplog.records if "cannot read this host's shared memory" in r.message]
+    assert len(lines) == 1
+    client.close()
 
 
 async def test_system_raises_when_the_server_cannot_read_this_hosts_memory(mode: str) -> None:
