@@ -23,7 +23,7 @@ import http.client
 import re
 import ssl
 from collections.abc import Iterator, Mapping
-from typing import Final
+from typing import Final, TypeVar
 
 from ._display import Displayable, Table
 
@@ -325,10 +325,14 @@ def values_refused(message: str, *, model: str | None = None) -> InvalidInputErr
     return error
 
 
-def refused_before_sending(error: TritonError) -> TritonError:
+_Failure = TypeVar("_Failure", bound=BaseException)
+
+
+def refused_before_sending(error: _Failure) -> _Failure:
     """``error``, marked as a refusal on the client: the request never went out (a
-    closed client, an event loop the connections do not belong to)."""
-    error._sent_nothing = True
+    closed client, an event loop the connections do not belong to, a failure or a
+    cancellation of what the client reads before a first request)."""
+    error._sent_nothing = True  # type: ignore[attr-defined]
     return error
 
 

@@ -581,6 +581,41 @@ def test_a_first_request_that_never_went_out_leaves_start_to_the_next(
     assert hook.flags == [(True, False), (False, True)]
 
 
+def test_a_first_request_whose_metadata_read_timed_out_leaves_start_to_the_next(
+    url: str, make_client: Any, loop_thread: LoopThread
+) -> None:
+    # Over HTTP a client's first inference reads the server's metadata first: that read
+    # timing out sent no inference, but the sequence took its START as sent.
+    if not url.startswith("http"):
+        pytest.skip("only HTTP reads the server's metadata before a first inference")
+    model = make_client().model("accumulate")
+    with sequence(model, loop_thread) as seq:
+        with pytest.raises(ts.TritonError) as failed:
+            seq.infer(INPUT=[100], timeout=1e-4)
+        assert not failed.value.may_have_run
+        assert total(seq.infer(INPUT=[1])) == 1  # with START
+        assert total(seq.infer(INPUT=[2], end=True)) == 3
+
+
+def test_a_request_whose_timeout_passed_before_it_was_sent_leaves_start_to_the_next(
+    url: str, mode: str, make_client: Any, loop_thread: LoopThread
+) -> None:
+    # The blocking HTTP client found the deadline passed before its first write: nothing
+    # went out, yet it said the request may have run, and the sequence took START as sent.
+    if not url.startswith("http") or mode != "sync":
+        pytest.skip("the blocking HTTP client's deadline on writes")
+    model = make_client().model("accumulate")
+    with sequence(model, loop_thread) as seq:
+        assert total(seq.infer(INPUT=[5])) == 5  # (the metadata is read)
+        seq.infer(INPUT=[-5], end=True)
+    with sequence(model, loop_thread) as seq:
+        with pytest.raises(ts.TritonTimeoutError) as failed:
+            seq.infer(INPUT=[100], timeout=1e-6)
+        assert not failed.value.may_have_run
+        assert total(seq.infer(INPUT=[1])) == 1  # with START
+        assert total(seq.infer(INPUT=[2], end=True)) == 3
+
+
 def test_an_end_that_never_went_out_leaves_the_sequence_open(
     make_client: Any, loop_thread: LoopThread
 ) -> None:

@@ -24,7 +24,7 @@ from .._call import CallContext
 from .._compression import Compression, compress, decompress
 from .._concurrency import aclose_iterator
 from .._config import Endpoint, TLSConfig
-from .._errors import TritonError, TritonTimeoutError
+from .._errors import TritonError, TritonTimeoutError, refused_before_sending
 from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, is_triton
 from .._ops import GetServerMetadata, Op, OpenAIEvents, StreamOp
 from .._request import InferRequest
@@ -39,6 +39,7 @@ from ._http_pool import (
     AnswerLost,
     ConnectionPool,
     EventWait,
+    NotSent,
     PoolClosed,
     body_of,
     header_length,
@@ -137,6 +138,11 @@ class HttpTransport:
             raise closed_error(exc) from exc
         except AnswerLost as lost:
             raise http_error(lost.cause, op, ctx.timeout, self._url, sent=True) from lost.cause
+        except NotSent as failed:
+            # (a timeout too: the server got part of the request, and runs none of it)
+            error = http_error(failed.cause, op, ctx.timeout, self._url)
+            error.may_have_run = False
+            raise refused_before_sending(error) from failed.cause
         except _HTTP_FAILURES as exc:
             raise http_error(exc, op, ctx.timeout, self._url) from exc
         return call.read(status, length, data)
@@ -392,6 +398,8 @@ class AsyncHttpTransport:
                 self._codec.binary = is_triton(await self.acall(GetServerMetadata(), ctx))
             except TritonError as refusal:
                 self._codec.binary = _binary_unless_passing(refusal, op, ctx.timeout)
+            except asyncio.CancelledError as cancelled:  # (the inference was not sent)
+                raise refused_before_sending(cancelled) from None
             limit = _rest_of_the_timeout(ctx.timeout, started, op)
         call = self._codec.encode(op)
         timeout = _call_timeout(limit)
@@ -554,18 +562,20 @@ def _binary_unless_passing(
         error.may_have_run = False  # (the inference itself was not sent)
         # The call's own failure, as gRPC's would be: it names the model and request id.
         error.model, error.request_id = request.model, request.request_id or None
-        raise error
+        raise refused_before_sending(error)
     return True
 
 
 def _metadata_timed_out(request: InferRequest, timeout: float | None) -> TritonTimeoutError:
     within = "" if timeout is None else f" within {timeout:g} s"
-    return TritonTimeoutError(
-        f"infer {request.model!r}: the server's metadata, read before a client's first "
-        f"inference to choose the body's format, did not come{within}; the inference "
-        "was not sent",
-        model=request.model,
-        request_id=request.request_id,
+    return refused_before_sending(
+        TritonTimeoutError(
+            f"infer {request.model!r}: the server's metadata, read before a client's first "
+            f"inference to choose the body's format, did not come{within}; the inference "
+            "was not sent",
+            model=request.model,
+            request_id=request.request_id,
+        )
     )
 
 

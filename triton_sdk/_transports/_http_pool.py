@@ -31,6 +31,7 @@ __all__ = [
     "AnswerLost",
     "ConnectionPool",
     "EventWait",
+    "NotSent",
     "PoolClosed",
     "body_of",
     "connection_for",
@@ -328,6 +329,15 @@ class AnswerLost(Exception):
         self.cause = cause
 
 
+class NotSent(Exception):
+    """Sending the request failed (``cause`` says how) before all of it went out: the
+    server got no whole request, so it runs nothing."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class PoolClosed(Exception):
     """The pool was closed: no new exchange may start."""
 
@@ -482,7 +492,9 @@ class ConnectionPool:
             return self._receive(connection)
         try:
             self._send(connection, method, path, body, headers, timeout)
-        except _STALE_CONNECTION:
+        except NotSent as failed:
+            if not isinstance(failed.cause, _STALE_CONNECTION):
+                raise
             connection = self._connect(timeout)
             self._send(connection, method, path, body, headers, timeout)
         return self._receive(connection)
@@ -519,6 +531,9 @@ class ConnectionPool:
                 connection.sock.settimeout(timeout)
                 cast("_DeadlineIO", connection.sock).deadline = deadline
             connection.request(method, path, body, dict(headers))
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            connection.close()
+            raise NotSent(exc) from exc
         except BaseException:
             connection.close()
             raise
