@@ -89,6 +89,11 @@ class ChatTemplate:
     ) -> str:
         """The prompt for ``messages``: the template rendered with the special tokens, the
         tools and ``variables`` (which override the special tokens)."""
+        given_messages: object = messages  # (annotations are not checked at run time)
+        if not isinstance(given_messages, Sequence) or isinstance(given_messages, (str, bytes)):
+            raise ChatTemplateError(
+                f"messages is a list of mappings, got {type(given_messages).__name__}"
+            )
         if not messages:
             raise ChatTemplateError("chat needs at least one message")
         conversation = []
@@ -165,9 +170,13 @@ def load_chat_template(value: str | os.PathLike[str], origin: str | None = None)
             f"{path} holds neither a tokenizer_config.json nor a chat_template.jinja"
         )
     if not path.is_file():
+        meant_a_file = not isinstance(value, str) or (
+            "\n" not in value and (path.suffix in (".jinja", ".json") or os.sep in value)
+        )
+        missing = f" ({path} does not exist)" if meant_a_file and not path.exists() else ""
         raise ChatTemplateError(
             f"chat_template {str(value)[:80]!r} is neither a Jinja template (no '{{{{' or '{{%') "
-            "nor a path to a tokenizer_config.json or .jinja file"
+            f"nor a path to a tokenizer_config.json or .jinja file{missing}"
         )
     try:
         return _from_file(path)

@@ -601,8 +601,10 @@ class Custom(LLMAdapter):
         completion = (
             _count(event.get(schema.completion_tokens)) if schema.completion_tokens else None
         )
+        # One request is one choice: a text output of several elements (pieces) is joined.
+        pieces = _texts(event.get(schema.text))
         return Step(
-            texts=_texts(event.get(schema.text)),
+            texts=("".join(pieces),) if pieces else (),
             finish_reasons=_reasons(event.get(schema.finish_reason))
             if schema.finish_reason
             else (),
@@ -629,7 +631,8 @@ def custom(
 
     Args:
         prompt: the BYTES input that takes the prompt.
-        text: the BYTES output that holds the answer (or, streaming, each new piece).
+        text: the BYTES output that holds the answer (or, streaming, each new piece);
+            an output of several elements is one text, its elements joined.
         stream: a BOOL input that turns streaming on, if the model has one.
         finish_reason: an output holding ``"stop"``/``"length"``, if any. Without it, a
             choice finished for ``"length"`` when ``completion_tokens`` shows it reached

@@ -158,8 +158,9 @@ def error_from_body(status: int, raw: bytes, url: str, model: str | None) -> Tri
 
 
 def event_error(event: Mapping[str, Any], model: str | None) -> TritonError | None:
-    """The error an event of a stream carries (the answer was already 200), if any."""
-    if "error" not in event and "detail" not in event:
+    """The error an event of a stream carries (the answer was already 200), if any
+    (``"error": null`` in a chunk is none)."""
+    if event.get("error") is None and event.get("detail") is None:
         return None
     return classify_message(_message(event) or json.dumps(event), model=model)
 

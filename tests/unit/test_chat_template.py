@@ -175,7 +175,8 @@ def test_the_sandbox_holds() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("no-such-file.json", "neither a Jinja template"),
+        ("no-such-file.json", r"neither a Jinja template .*\(no-such-file.json does not exist\)"),
+        ("/no/such/template.j2", r"\(/no/such/template.j2 does not exist\)"),
         ("{{ unclosed", "does not parse"),
     ],
 )
@@ -221,6 +222,13 @@ def test_kwargs_cannot_set_what_the_call_sets(name: str) -> None:
         load_chat_template("{{ x }}").render(
             [{"role": "user", "content": "x"}], variables={name: 1}
         )
+
+
+@pytest.mark.parametrize("messages", [{"role": "user", "content": "x"}, "hello"])
+def test_messages_that_are_not_a_list_are_refused_as_on_the_openai_route(messages: Any) -> None:
+    # A mapping was read as its keys: "message 0 is a str, not a mapping".
+    with pytest.raises(ChatTemplateError, match=r"messages is a list of mappings, got (dict|str)"):
+        load_chat_template("{{ messages }}").render(messages)
 
 
 def test_no_messages_is_refused() -> None:

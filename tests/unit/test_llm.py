@@ -433,6 +433,18 @@ def test_a_custom_echo_is_cut_only_while_it_matches() -> None:
     assert call.completion(events).text == "hello world, friend"
 
 
+def test_a_custom_text_of_several_elements_is_one_choice_streamed_or_not() -> None:
+    # It became one choice per element whole, and streamed the elements past the first
+    # were dropped.
+    schema = custom(prompt="text_input", text="text_output")
+    events = [{"text_output": ["Hel", "lo"]}, {"text_output": [" there"]}]
+    call = LLMCall.plan(adapter_for(WORDS, schema), "hi", {}, stream=False, prefix="cmpl")
+    answer = call.completion(events)
+    assert [(c.index, c.text) for c in answer.choices] == [(0, "Hello there")]
+    call = LLMCall.plan(adapter_for(WORDS, schema), "hi", {}, stream=True, prefix="cmpl")
+    assert "".join(chunk.text for chunk in stream(call, events, chat=False)) == "Hello there"
+
+
 def test_beams_are_refused() -> None:
     spec = model(
         "trt",
@@ -474,6 +486,34 @@ async def test_an_async_stream_read_to_its_end_gets_finish_reasons_and_usage() -
     async with ts.AsyncClient("grpc://test", transport=mock) as client:
         model = await client.model("ensemble")
         assert_finished([chunk async for chunk in model.complete_stream("p", max_tokens=2)])
+
+
+@pytest.mark.parametrize("call", ["complete", "chat"])
+def test_a_generation_on_a_model_that_is_not_decoupled_is_never_retried(call: str) -> None:
+    # It ran under the client's retry policy: a broken connection after the request
+    # went out had it run (and sample) twice, where streams and the OpenAI route never do.
+    sent: list[object] = []
+
+    def flaky(op: Any, ctx: ts.CallContext) -> object:
+        sent.append(op)
+        if len(sent) == 1:
+            raise ts.TritonConnectionError("reset", retryable=True, may_have_run=True)
+        return {"text_output": "x"}
+
+    policy = ts.RetryPolicy(max_attempts=3, initial_backoff=0.001, jitter=False)
+    mock = MockTransport(flaky, models=[WORDS])
+    with ts.Client("grpc://test", transport=mock, retry=policy) as client:
+        model = client.model("words")
+        messages = [{"role": "user", "content": "hi"}]
+        template = "{{ messages[0].content }}"
+        generation = (
+            (lambda: model.chat(messages, chat_template=template))
+            if call == "chat"
+            else (lambda: model.complete("hi"))
+        )
+        with pytest.raises(ts.TritonConnectionError, match="reset"):
+            generation()
+    assert len(sent) == 1
 
 
 def test_a_stream_closed_from_another_thread_gets_none_made_up() -> None:

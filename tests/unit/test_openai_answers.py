@@ -18,7 +18,7 @@ import pytest
 import triton_sdk as ts
 from triton_sdk.ops import OpenAIEvents, OpenAIPost
 
-from .._event_stream import open_event_stream, send_event, serving
+from .._event_stream import open_event_stream, send_chunk, send_event, serving
 
 MESSAGES = [{"role": "user", "content": "What time is it?"}]
 LOGPROBS = {"content": [{"token": "It", "logprob": -0.1, "bytes": [73, 116], "top_logprobs": []}]}
@@ -78,6 +78,20 @@ class Frontend(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:
+        if self.path.endswith("/terse/chat/completions"):
+            # Valid server-sent events in other spellings than Triton's: no space after
+            # "data:", one event over two data lines, "error": null; in 7-byte chunks.
+            open_event_stream(self)
+            first, second = (json.dumps({**event, "error": None}) for event in TOOL_STREAM[:2])
+            cut = second.index(', "choices"')
+            stream = (
+                f"data:{first}\n\ndata: {second[:cut]}\ndata:{second[cut:]}\n\n"
+                f"data:{json.dumps(TOOL_STREAM[2])}\r\n\r\ndata:[DONE]\n\n"
+            ).encode()
+            for start in range(0, len(stream), 7):
+                send_chunk(self, stream[start : start + 7])
+            self.wfile.write(b"0\r\n\r\n")
+            return
         if self.path.endswith("/stream/chat/completions"):
             open_event_stream(self)
             # (The client hangs up at the malformed event, before or after the end.)
@@ -128,6 +142,25 @@ def test_streamed_tool_calls_and_logprobs_are_kept(frontend: str) -> None:
         delta = {"content": None, **choice["delta"]}
         expected = {**sent, "choices": [{"logprobs": None, **choice, "delta": delta}]}
         assert got.to_openai_dict() == {**expected, "usage": None}
+
+
+def test_events_in_every_spelling_of_server_sent_events_are_read(frontend: str) -> None:
+    # "data:[DONE]" was read as JSON, an event over two data lines was refused, and a
+    # chunk with "error": null was raised as an error.
+    url = f"{frontend}/terse"
+    with ts.Client("http://127.0.0.1:9", openai_url=url, route="openai") as client:
+        stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        chunks = list(stream)
+
+    async def asynchronous() -> list[Any]:
+        async with ts.AsyncClient("http://127.0.0.1:9", openai_url=url, route="openai") as c:
+            stream = await c.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            return [chunk async for chunk in stream]
+
+    for got in (chunks, asyncio.run(asynchronous())):
+        assert [c.choices[0].delta.tool_calls for c in got[:2]] == [(CALL_START,), (CALL_REST,)]
+        assert got[-1].finish_reason == "tool_calls"
+        assert len(got) == 3
 
 
 def test_an_answers_logprobs_are_kept(frontend: str) -> None:

@@ -10,7 +10,7 @@ import asyncio
 import http.client
 import json
 import ssl
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 from .._call import CallContext
 from .._config import TLSConfig, redact_url
 from .._errors import InferenceError, TritonError, classify_transport_error
+from .._generate import ServerSentEvents
 from .._openai_route import error_from_body, event_error
 from .._ops import OpenAIEvents, OpenAIPost
 from ._http_pool import (
@@ -74,19 +75,18 @@ def _json(data: bytes, url: str, model: str | None) -> JSONObject:
     return value
 
 
-def _event(line: bytes, url: str, model: str | None) -> JSONObject | None:
-    """The JSON object of one ``data:`` line; None for other lines."""
-    if not line.startswith(b"data:"):
-        return None
-    event = _json(line[5:].strip(), url, model)
-    error = event_error(event, model)
-    if error is not None:
-        raise error
-    return event
-
-
-def _done(line: bytes) -> bool:
-    return line.strip() == b"data: [DONE]"
+def _events(datas: Iterable[str], url: str, model: str | None) -> Iterator[JSONObject | None]:
+    """The JSON object of each event's data (its ``data:`` lines joined, as server-sent
+    events are); None for ``[DONE]``, the stream's end."""
+    for data in datas:
+        if data.strip() == "[DONE]":
+            yield None
+            return
+        event = _json(data.encode("utf-8", "surrogateescape"), url, model)
+        error = event_error(event, model)
+        if error is not None:
+            raise error
+        yield event
 
 
 def _cut_short(url: str, model: str | None) -> TritonError:
@@ -154,19 +154,19 @@ def openai_events(
         # The timeout bounds the wait for each event: the frontend's keep-alive comments
         # do not restart it.
         waiting = EventWait(timeout)
+        sse = ServerSentEvents()
         while True:
             sock = socket_of(connection)
             if sock is not None:
                 sock.settimeout(waiting.left())
             line = response.readline()
-            if not line:
-                break
-            if _done(line):
-                return
-            event = _event(line, url, model)
-            if event is not None:
+            for event in _events(sse.feed(line) if line else sse.finish(), url, model):
+                if event is None:
+                    return
                 yield event
                 waiting.restart()
+            if not line:
+                break
     except http.client.IncompleteRead as exc:
         raise _cut_short(url, model) from exc
     except (OSError, http.client.HTTPException) as exc:
@@ -283,16 +283,19 @@ async def openai_events_async(
             # close).
             ctx._stop.arm(lambda: response.content.set_exception(_cut_short(url, model)))
         waiting = EventWait(timeout)  # (see openai_events)
-        lines = _Lines()
+        lines, sse = _Lines(), ServerSentEvents()
         while True:
             data = await waiting.readany(response.content)
-            for line in lines.feed(data) if data else lines.finish():
-                if _done(line):
+            if data:
+                datas = [got for line in lines.feed(data) for got in sse.feed(line + b"\n")]
+            else:
+                datas = [got for line in lines.finish() for got in sse.feed(line)]
+                datas += sse.finish()
+            for event in _events(datas, url, model):
+                if event is None:
                     return
-                event = _event(line, url, model)
-                if event is not None:
-                    yield event
-                    waiting.restart()
+                yield event
+                waiting.restart()
             if not data:
                 break
     except aiohttp.ClientPayloadError as exc:
