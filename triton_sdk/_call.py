@@ -16,7 +16,7 @@ import attrs
 
 from ._checks import check_headers, check_timeout
 from ._config import RetryPolicy
-from ._errors import TritonError
+from ._errors import InvalidInputError, TritonError
 from ._ops import Op, StreamOp
 from ._retry import attempt_timeout
 
@@ -169,6 +169,12 @@ def run_before_send(hooks: tuple[CallHook, ...], op: AnyOp, ctx: CallContext) ->
     for hook in hooks:
         hook.before_send(op, ctx)
     if ctx.headers is not headers:
+        if not isinstance(ctx.headers, Mapping):  # (None would drop every header)
+            raise InvalidInputError(
+                f"a hook set ctx.headers to {type(ctx.headers).__name__}, not a mapping of "
+                "header names to values ({} for none)",
+                model=op.model,
+            )
         ctx.headers = MappingProxyType(check_headers(ctx.headers))
     if ctx.timeout is not timeout:
         # Still within the call's deadline, whatever the hook asked for.

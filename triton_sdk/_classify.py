@@ -17,7 +17,8 @@ class Classification:
     """One of a sample's top classes.
 
     Attributes:
-        score: the class's score (the output value).
+        score: the class's score (the output value): an ``int`` for integer outputs,
+            exact at any size, else a float (the server sends six digits after the point).
         index: the class's position in the output.
         label: its name from the output's label file; None when the model has none.
     """
@@ -38,10 +39,17 @@ class Classification:
         try:  # (UnicodeDecodeError is a ValueError)
             value = text.decode("utf-8") if isinstance(text, bytes) else text
             parts = value.split(":", 2)
-            score, index = float(parts[0]), int(parts[1])
+            score, index = _number(parts[0]), int(parts[1])
         except (ValueError, IndexError) as exc:
             raise InferenceError(f"cannot read classification {text!r}") from exc
         return cls(score, index, parts[2] if len(parts) == 3 else None)
+
+
+def _number(text: str) -> float:
+    """An integer output's score is sent as the integer itself, which a float would round
+    past 2**53 (two INT64 classes would then show one score)."""
+    digits = text[1:] if text[:1] == "-" else text
+    return int(text) if digits.isascii() and digits.isdigit() else float(text)
 
 
 def parse_classifications(

@@ -28,7 +28,8 @@ import numpy.typing as npt
 
 from ._async_client import AsyncClient
 from ._checks import NO_LIMIT_FROM
-from ._client import Client
+from ._client import Client, Model
+from ._dtypes import BF16
 from ._errors import ModelNotFoundError, ModelNotReadyError, TritonError
 from ._shaping import InputValue
 from ._spec import ModelSpec
@@ -74,7 +75,10 @@ def parse_input(text: str) -> tuple[str, InputValue]:
 def _read_file(name: str, path: Path) -> InputValue:
     try:
         if path.suffix == ".npy":
-            loaded: InputValue = np.load(path, allow_pickle=False)
+            loaded: np.ndarray[Any, Any] = np.load(path, allow_pickle=False)
+            if loaded.dtype.kind == "V" and loaded.dtype.itemsize == 2 and not loaded.dtype.names:
+                # numpy saves bfloat16 (which it does not know) as raw 2-byte values
+                loaded = loaded.view(BF16)
             return loaded
         if path.suffix == ".json":
             data: InputValue = json.loads(path.read_text(encoding="utf-8"))
@@ -133,7 +137,7 @@ def infer(
 ) -> int:
     inputs = _inputs(given)
     with Client(url) as client:
-        handle = client.model(model)
+        handle = _answering_once(client.model(model))
         result = handle.infer_sample(inputs) if sample else handle.infer(inputs)
         outputs = {name: result[name] for name in result}
     if output_dir is not None:
@@ -153,6 +157,17 @@ def infer(
             print(f"{name}: {array.dtype} {list(array.shape)}")
             print(f"  {np.array2string(_shown(array), prefix='  ')}")
     return 0
+
+
+def _answering_once(model: Model) -> Model:
+    """``model``, unless it is decoupled: the commands send a request and read its one
+    answer, which such a model does not give."""
+    if model.spec.decoupled:
+        raise UsageError(
+            f"model {model.name!r} is decoupled (it may answer with any number of responses), "
+            "and this command reads one answer: stream it from Python (model.stream(...))"
+        )
+    return model
 
 
 def _without_objects(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -227,7 +242,7 @@ def bench(
 
     inputs = _inputs(given)
     with Client(url) as client:
-        handle = client.model(model)
+        handle = _answering_once(client.model(model))
         handle.infer(inputs)  # warm, and fail early on a bad input
         latencies: list[float] = []
         lock = threading.Lock()
@@ -598,7 +613,11 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.flush()  # (a pipe's buffer is written here, where a closed one is caught)
         return code
     except (TritonError, UsageError, ServerStartError) as error:
-        _complain(f"{_program()} {args.command}: {error}")
+        said = str(error)
+        if isinstance(error, ServerStartError):
+            # The log's path, without the log's tail (its tables would make one long line).
+            said = said.split(":\n", 1)[0]
+        _complain(f"{_program()} {args.command}: {said}")
         return 2
     except BrokenPipeError:
         # The reader left (`| head -1`): end quietly, as a process killed by SIGPIPE does.

@@ -70,6 +70,7 @@ def _repository(config: pytest.Config) -> Path:
 @pytest.fixture(scope="session")
 def triton_server(pytestconfig: pytest.Config) -> Iterator[LocalServer]:
     """A real tritonserver on the configured repository, for the whole session."""
+    _protocol(pytestconfig)  # (a misspelt one is said before a server starts for nothing)
     with LocalServer(_repository(pytestconfig)) as server:
         yield server
 
@@ -77,10 +78,15 @@ def triton_server(pytestconfig: pytest.Config) -> Iterator[LocalServer]:
 @pytest.fixture(scope="session")
 def triton_url(triton_server: LocalServer, pytestconfig: pytest.Config) -> str:
     """The server's URL for the configured protocol."""
-    protocol = str(pytestconfig.getini("triton_protocol")).strip().lower()
+    protocol = _protocol(pytestconfig)
+    return triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
+
+
+def _protocol(config: pytest.Config) -> str:
+    protocol = str(config.getini("triton_protocol")).strip().lower()
     if protocol not in ("grpc", "http"):
         raise pytest.UsageError(f"triton_protocol must be grpc or http, got {protocol!r}")
-    return triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
+    return protocol
 
 
 @pytest.fixture

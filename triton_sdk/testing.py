@@ -304,6 +304,8 @@ def _result(
         for name, value in outputs.items():
             scores = np.asarray(value)
             if asked[name] and scores.dtype.kind in "biuf":  # (text: classified already)
+                if spec is not None:  # (in the output's datatype: 2**64 - 1 is no float)
+                    scores = np.asarray(_fitted(name, value, spec))
                 outputs[name] = _classified(scores, asked[name], spec)
     return result_of(
         request.model, outputs, model_version=request.version or "1", id=request.request_id
@@ -330,12 +332,20 @@ def _classified(scores: np.ndarray[Any, Any], count: int, spec: ModelSpec | None
     ``count`` best as ``"score:index"`` text, best first (labels are the server's)."""
     batched = spec.batched if spec is not None else scores.ndim > 1
     rows = scores.reshape(scores.shape[0], -1) if batched else scores.reshape(1, -1)
+    exact = scores.dtype.kind in "iu"  # the server writes an integer as it is, a float as %f
     best = [
-        [f"{row[index]:f}:{index}".encode() for index in np.argsort(-row, kind="stable")[:count]]
-        for row in rows
+        [(f"{row[i]}:{i}" if exact else f"{row[i]:f}:{i}").encode() for i in order[:count]]
+        for row in rows.tolist()
+        for order in [_ranked(row)]
     ]
     classes = np.array(best, dtype=np.object_)
     return classes if batched else classes[0]
+
+
+def _ranked(row: list[Any]) -> list[int]:
+    """Positions best first, ties in position order; a NaN ranks first (the order the
+    server gives NaN is undefined: first where it leads the output, as with argmax)."""
+    return sorted(range(len(row)), key=lambda i: (row[i] == row[i], -row[i]))
 
 
 def _as_raised(op: Op[Any] | StreamOp[Any], error: BaseException) -> BaseException:

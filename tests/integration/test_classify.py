@@ -198,6 +198,23 @@ def test_every_numeric_datatype_the_server_ranks(client: Any, datatype: str) -> 
 
 
 @pytest.mark.parametrize(
+    ("datatype", "values"),
+    [("INT64", [2**53 + 1, 2**53, -(2**63)]), ("UINT64", [2**64 - 1, 2**64 - 2, 5])],
+)
+def test_integer_scores_are_exact(client: Any, datatype: str, values: list[int]) -> None:
+    # They were read as floats: past 2**53 two classes showed one rounded score.
+    classes = client.model("all_dtypes").classify(
+        {f"IN_{datatype}": [values]}, top_k=3, output=f"OUT_{datatype}"
+    )
+    assert [(c.index, c.score) for c in classes[0]] == [
+        (0, values[0]),
+        (1, values[1]),
+        (2, values[2]),
+    ]
+    assert all(type(c.score) is int for c in classes[0])
+
+
+@pytest.mark.parametrize(
     ("datatype", "value"),
     [("BYTES", [["b", "a"]]), ("BOOL", [[True, False]]), ("FP16", [[1.0]]), ("BF16", [[1.0]])],
 )

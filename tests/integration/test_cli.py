@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -102,6 +103,9 @@ def test_infer_from_json_words_and_files(url: str, tmp_path: Path, capsys: Captu
         # A RecursionError traceback before.
         (["infer", "{url}", "add_sub", "-i", "INPUT0=" + "[" * 5000], "nested too deeply"),
         (["infer", "{url}", "add_sub", "-i", "INPUT0=@{tmp}/deep.json"], "nested too deeply"),
+        # It pointed CLI users to Python calls (model.stream), not saying the CLI cannot.
+        (["infer", "{url}", "repeat", "-i", "IN=[3]"], "this command reads one answer"),
+        (["bench", "{url}", "repeat", "-i", "IN=[3]"], "this command reads one answer"),
         # The server takes the unloading of a name it does not have as done.
         (["unload", "{url}", "no_such_model"], "has no model 'no_such_model'"),
         # Files that cannot be written: tracebacks before.
@@ -161,6 +165,21 @@ def test_a_bytes_output_written_with_o_goes_back_in_as_an_input(
     code, out, err = run(capsys, "infer", url, "upper", "-i", f"TEXT=@{tmp_path / 'UPPER.npy'}")
     assert (code, err) == (0, "")
     assert "['ABC' '안녕']" in out
+
+
+def test_a_bf16_output_written_with_o_goes_back_in_as_an_input(
+    url: str, capsys: Capture, tmp_path: Path
+) -> None:
+    # numpy saves bfloat16 as raw 2-byte values (|V2), which were refused on the way back.
+    code, _, _ = run(capsys, "infer", url, "all_dtypes", "-i", "IN_BF16=[[1.5, -2.25]]",
+                     "-o", str(tmp_path))  # fmt: skip
+    assert code == 0
+    code, out, err = run(
+        capsys, "infer", url, "all_dtypes", "-i", f"IN_BF16=@{tmp_path / 'OUT_BF16.npy'}"
+    )
+    assert (code, err) == (0, "")
+    assert "OUT_BF16: bfloat16 [1, 2]" in out
+    assert "[[1.5 -2.25]]" in out
 
 
 def test_bytes_outputs_print_as_text(url: str, capsys: Capture) -> None:
@@ -436,6 +455,24 @@ def test_serve_refuses_one_port_for_two_services(capsys: Capture) -> None:
     assert main(["serve", str(EXAMPLES), "--http-port", "18100", "--grpc-port", "18100",
                  "--metrics-port", "18102"]) == 2  # fmt: skip
     assert "must be three ports" in capsys.readouterr().err
+
+
+def test_serve_on_a_taken_port_names_the_log_without_its_tail(capsys: Capture) -> None:
+    # The log's last lines (the server's model and option tables) made one line of 4 KB.
+    http, grpc, metrics = unused_ports(3)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", http))
+        taken.listen()
+        code = main(["serve", str(EXAMPLES), "--http-port", str(http), "--grpc-port",
+                     str(grpc), "--metrics-port", str(metrics)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "already in use" in err
+    log = Path(err.rstrip().rsplit("; log ", 1)[1])  # the line ends with the log's path
+    assert log.name == "tritonserver.log"
+    assert len(err.splitlines()) == 1
+    if log.is_file():  # (kept for the user to read)
+        shutil.rmtree(log.parent)
 
 
 def children_named(parent: int, name: str) -> list[int]:

@@ -77,6 +77,16 @@ def test_without_a_repository_the_server_fixture_says_what_to_set(
     assert result.ret != 0
 
 
+def test_a_misspelt_protocol_is_said_before_a_server_starts(pytester: pytest.Pytester) -> None:
+    # It was said once the session's server had started (seconds, for nothing).
+    pytester.makeini("[pytest]\ntriton_repository = no/such/repository\ntriton_protocol = grcp\n")
+    pytester.makepyfile(test_service="def test_it(triton_url):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*triton_protocol must be grpc or http, got 'grcp'*"])
+    result.stdout.no_fnmatch_line("*no/such/repository*")  # (no server was started)
+    assert result.ret != 0
+
+
 def test_a_repository_on_the_command_line_is_found_from_where_pytest_runs(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -113,6 +113,14 @@ def test_classification_without_label() -> None:
     assert Classification.parse("-1.5:0").score == -1.5
 
 
+def test_an_integer_score_stays_an_exact_int() -> None:
+    assert Classification.parse("9007199254740993:0").score == 2**53 + 1
+    assert Classification.parse("-9223372036854775808:1").score == -(2**63)
+    assert type(Classification.parse("3:0").score) is int
+    assert type(Classification.parse("3.000000:0").score) is float
+    assert Classification.parse("inf:0").score == float("inf")
+
+
 def test_classification_label_may_contain_colons() -> None:
     assert Classification.parse("1:3:http://x:80/a") == Classification(1.0, 3, "http://x:80/a")
     assert Classification.parse("0.5:1:").label == ""

@@ -368,6 +368,21 @@ async def test_map_sends_no_batch_again_for_a_refusal_of_the_whole_call(connect:
     assert not str(outcomes[0]).startswith("sample")
 
 
+class NoHeadersHook(ts.CallHook):
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        if ctx.call == "infer":
+            ctx.headers = None  # type: ignore[assignment]
+
+
+async def test_a_hook_that_sets_headers_to_none_is_refused(connect: Connect) -> None:
+    # It was taken as {}: the client's and the call's headers (a token) were dropped.
+    client, mock = connect(hooks=[NoHeadersHook()], headers={"authorization": "Bearer t"})
+    model = await resolve(client.model("double"))
+    with pytest.raises(ts.InvalidInputError, match=r"a hook set ctx\.headers to NoneType"):
+        await resolve(model.infer(X=[[1.0]]))
+    assert [call for call in mock.calls if call.ctx.call == "infer"] == []
+
+
 # 3. Every method that talks to the server takes headers
 
 # Public methods that send nothing: lifetime, and making a sequence handle.
@@ -1479,6 +1494,33 @@ async def test_a_mock_fills_in_what_a_server_would(connect: Connect) -> None:
     with pytest.raises(ts.ModelNotFoundError, match="'double' version 7 is not found"):
         await resolve(client.model("double", version="7"))
     assert [status.name for status in await resolve(client.models())] == ["double", "talker"]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "scores", "expected"),
+    [
+        # -row wrapped unsigned scores (0 ranked first) and rounded big integers.
+        ("UINT64", [0, 5, 2**64 - 1], [(2**64 - 1, 2), (5, 1), (0, 0)]),
+        ("INT64", [2**53 + 1, 2**53, -1], [(2**53 + 1, 0), (2**53, 1), (-1, 2)]),
+        # Triton ranked a leading NaN first; the mock put it last.
+        ("FP32", [float("nan"), -1.0, 3.0], [(None, 0), (3.0, 2), (-1.0, 1)]),
+    ],
+)
+async def test_a_mock_ranks_classes_as_triton_does(
+    connect: Connect, datatype: str, scores: list[Any], expected: list[tuple[Any, int]]
+) -> None:
+    model = attrs.evolve(
+        DOUBLE,
+        versions=("1",),
+        outputs={"Y": ts.TensorSpec(name="Y", datatype=datatype, shape=(3,))},
+    )
+    client, _ = connect(lambda op, ctx: {"Y": [scores]}, models=(model,))
+    handle = await resolve(client.model("double"))
+    (classes,) = await resolve(handle.classify(X=[[1.0]], top_k=3))
+    assert [c.index for c in classes] == [index for _, index in expected]
+    for c, (score, _) in zip(classes, expected, strict=True):
+        assert c.score != c.score if score is None else c.score == score
+        assert type(c.score) is type(score) or score is None
 
 
 async def metadata(client: Any) -> object:
