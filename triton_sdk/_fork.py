@@ -6,9 +6,9 @@ would mix the two processes' tensors), their keep-alive sockets (the same connec
 requests on one would get each other's answers) and the names the parent will give its
 next regions. Right after the fork, in the child, each object registered here drops its
 share of them, without closing or unregistering anything (they are the parent's still):
-the child's client makes its own as it goes. In the parent, after the fork, each object
+the child's client makes its own as it goes. In the parent, just before a fork, each object
 registered for it stops reusing what the child may still read (the regions under output
-views the child has copies of).
+views the child will have copies of).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 import weakref
 from typing import Protocol
 
-__all__ = ["ForkAware", "on_fork", "on_fork_in_parent", "renew_lock_on_fork"]
+__all__ = ["ForkAware", "before_fork", "on_fork", "renew_lock_on_fork"]
 
 
 class ForkAware(Protocol):
@@ -28,8 +28,8 @@ class ForkAware(Protocol):
 
 
 class ForkAwareParent(Protocol):
-    def after_fork_in_parent(self) -> None:
-        """Stop using what the child now shares with this process."""
+    def before_fork(self) -> None:
+        """Stop using what a child forked now would share with this process."""
 
 
 class HasLock(Protocol):
@@ -47,9 +47,10 @@ def on_fork(aware: ForkAware) -> None:
     _AWARE.add(aware)
 
 
-def on_fork_in_parent(aware: ForkAwareParent) -> None:
-    """Have ``aware.after_fork_in_parent()`` run in the parent after every fork from now
-    on (while ``aware`` lives)."""
+def before_fork(aware: ForkAwareParent) -> None:
+    """Have ``aware.before_fork()`` run in the parent before every fork from now on (while
+    ``aware`` lives). Before, not after: between the fork and an after-handler, another
+    thread could go on using what the child now shares."""
     _PARENTS.add(aware)
 
 
@@ -72,13 +73,13 @@ def _in_child() -> None:
             )
 
 
-def _in_parent() -> None:
+def _before() -> None:
     for aware in list(_PARENTS):
         try:
-            aware.after_fork_in_parent()
+            aware.before_fork()
         except Exception:  # (a failure here must not fail the fork)
             logging.getLogger("triton_sdk").exception("could not mark what %r shares", aware)
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_in_child, after_in_parent=_in_parent)
+    os.register_at_fork(before=_before, after_in_child=_in_child)

@@ -35,7 +35,7 @@ import numpy as np
 from ._copy import copy_into
 from ._dtypes import DATATYPES
 from ._errors import InferenceError, InvalidInputError, TritonError
-from ._fork import on_fork, on_fork_in_parent, renew_lock_on_fork
+from ._fork import before_fork, on_fork, renew_lock_on_fork
 from ._ops import (
     JSON,
     GetCudaSharedMemoryStatus,
@@ -364,7 +364,7 @@ class RegionPool:
         self._start()
         on_fork(self)
         if device is None:  # (a forked child cannot use the parent's CUDA context)
-            on_fork_in_parent(self)
+            before_fork(self)
 
     def claim_sweep(self) -> bool:
         """Whether the caller is to look for regions that dead processes of this host
@@ -403,10 +403,11 @@ class RegionPool:
         """The claimed sweep has ended, however (one cut short is due again at once)."""
         self._sweeping = False
 
-    def after_fork_in_parent(self) -> None:
-        """The child has copies of the output views alive at the fork, over the same
-        memory: their regions are never used again (a later call would write into what
-        the child reads), and are freed once the parent's views are gone."""
+    def before_fork(self) -> None:
+        """The child will have copies of the output views alive at the fork, over the
+        same memory: their regions are never used again (a later call would write into
+        what the child reads), and are freed once the parent's views are gone. (A fork
+        that fails, or a child that runs another program at once, retires them too.)"""
         with self._lock:
             self._shared_with_child.update(self._on_loan)
 
@@ -951,7 +952,8 @@ def place(
         return None
     inputs: dict[str, Slot] = {}
     outputs: dict[str, Slot] = {}
-    views = views and pool.device is None and bool(sizes) and pool.promise_loans(len(sizes))
+    promised = min(len(sizes), MAX_LENT)  # (a call with more outputs may lend them all)
+    views = views and pool.device is None and bool(sizes) and pool.promise_loans(promised)
     taken: list[AnyRegion] = []
     try:
         for tensor in large:
@@ -966,12 +968,12 @@ def place(
     except BaseException:
         pool.give_back(taken)
         if views:
-            pool.forgo_loans(len(sizes))
+            pool.forgo_loans(promised)
         raise
     requested = request.outputs
     if outputs and requested is None:
         requested = tuple(RequestedOutput(name) for name in wanted)
-    placement = Placement(inputs, outputs, promised=len(sizes) if views else 0)
+    placement = Placement(inputs, outputs, promised=promised if views else 0)
     return attrs.evolve(request, outputs=requested, shared_memory=placement), placement
 
 
