@@ -63,6 +63,9 @@ Resolver = Callable[[str], Sequence[str]]
 """A DNS name's addresses (``resolver("triton-headless")`` -> ``["10.0.0.7", ...]``)."""
 
 DEFAULT_RESOLVE_INTERVAL = 30.0
+SHORTEST_RESOLVE_INTERVAL: Final = 0.05
+"""A shorter one would have the upkeep thread resolve the name thousands of times a
+second (a flood of DNS queries)."""
 
 CLASSIFIABLE: Final = frozenset(
     {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32", "FP64"}
@@ -137,6 +140,10 @@ class ClientSettings:
         interval = check_timeout(resolve_interval, "resolve_interval")
         if interval is None:
             raise InvalidInputError("resolve_interval must be a number of seconds, not None")
+        if interval < SHORTEST_RESOLVE_INTERVAL:
+            raise InvalidInputError(
+                f"resolve_interval is at least {SHORTEST_RESOLVE_INTERVAL} s, got {interval!r}"
+            )
         given: object = tls
         if given is not None and not isinstance(given, TLSConfig):
             raise InvalidInputError(f"tls must be a ts.TLSConfig, got {type(given).__name__}")
@@ -195,13 +202,27 @@ class ClientSettings:
         )
 
 
+def check_tls_used(settings: ClientSettings, openai_url: str | None) -> None:
+    """Refuse ``tls=`` that no URL of the client uses: certificate files given with
+    ``grpc://``, ``http://`` or a bare ``host:port`` mean TLS was wanted, and the calls
+    would go out in the clear (with their headers: a token)."""
+    if settings.tls is None or settings.endpoint.tls:
+        return
+    if any(url.lower().startswith("https://") for url in (settings.metrics_url, openai_url or "")):
+        return
+    raise InvalidInputError(
+        f"tls= was given, but {settings.endpoint} is not a TLS URL, and the calls would go "
+        "out in the clear: use grpcs:// or https:// (or leave tls= out)"
+    )
+
+
 def parse_urls(urls: object) -> tuple[Endpoint, ...]:
     """One URL, or a list of URLs of one protocol (a client over many endpoints)."""
     if isinstance(urls, str):
         return (parse_url(urls),)
-    if not isinstance(urls, Sequence) or not urls:
+    if not isinstance(urls, Sequence) or isinstance(urls, bytes | bytearray) or not urls:
         raise InvalidInputError(
-            f"url must be a URL string or a non-empty list of them, got {urls!r}"
+            f"url must be a URL string or a non-empty list of them, got {urls!r:.80}"
         )
     endpoints = tuple(parse_url(check_text(url, "url")) for url in urls)
     kinds = {(endpoint.protocol, endpoint.tls) for endpoint in endpoints}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import ipaddress
 import math
 import os
 import random
@@ -194,13 +195,35 @@ def _path(value: str | os.PathLike[str] | None) -> str | None:
     if value is None:
         return None
     if isinstance(value, str | os.PathLike):
-        return os.fspath(value)
+        path = os.fspath(value)
+        if not path.strip():  # ("" is the system's roots to ssl, the working directory to grpc)
+            raise InvalidInputError("a TLS file's path is empty: give the file, or None")
+        return path
     raise InvalidInputError(f"TLS files are paths (str), got {type(value).__name__}")
 
 
-def _optional_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not isinstance(value, str):
+def _host_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
         raise InvalidInputError(f"{attribute.name} must be a str, got {type(value).__name__}")
+    # (A name ending in '.' is checked against certificates differently by the transports.)
+    if not is_host(value) or value.endswith("."):
+        raise InvalidInputError(
+            f"{attribute.name} {value!r} is not a host name (letters, digits, '-', '.', '_'; "
+            "no final '.')"
+        )
+
+
+def is_host(host: str) -> bool:
+    """Whether ``host`` is a host name (letters, digits, '-', '.', '_') or an IPv6 address."""
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        return True
+    return bool(host) and all(c.isalnum() or c in "-._" for c in host)
 
 
 @attrs.frozen(kw_only=True)
@@ -222,7 +245,7 @@ class TLSConfig:
     ca_file: str | None = attrs.field(default=None, converter=_path)
     cert_file: str | None = attrs.field(default=None, converter=_path)
     key_file: str | None = attrs.field(default=None, converter=_path)
-    server_hostname: str | None = attrs.field(default=None, validator=_optional_text)
+    server_hostname: str | None = attrs.field(default=None, validator=_host_name)
 
     def __attrs_post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
@@ -384,6 +407,10 @@ def parse_url(url: str) -> Endpoint:
     protocol, tls, default_port = _SCHEMES[scheme]
     if not parts.hostname:
         raise InvalidInputError(f"no host in URL {shown!r}")
+    authority = parts.netloc.rpartition("@")[2]
+    after_host = authority[authority.find("]") + 1 :] if authority.startswith("[") else ""
+    if not is_host(parts.hostname) or not _PORT_PART.fullmatch(after_host):
+        raise InvalidInputError(f"invalid host in URL {shown!r}")
     try:
         port = parts.port
     except ValueError:
@@ -402,6 +429,9 @@ def parse_url(url: str) -> Endpoint:
         base_path=base_path,
     )
 
+
+_PORT_PART: Final = re.compile(r"(:[0-9]*)?")
+"""What may follow a bracketed IPv6 host in a URL (urllib drops anything else)."""
 
 _DNS_SCHEMES: Final = {"dns": "grpc", "dns+grpc": "grpc", "dns+http": "http"}
 

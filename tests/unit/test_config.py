@@ -91,6 +91,31 @@ def test_invalid_urls(url: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "grpc://127.0.0.1\x00.evil.example:8001",  # gRPC cut it at the NUL: port 443
+        "http://127.0.0.1\x00x:8000",
+        "http://[::1]x:80",  # urllib dropped the x
+        "http://h x:80",
+        "grpc://h\x01:1",
+        "grpc://h\x7f:1",
+        "grpc://a,b:1",
+        "http://h%00:80",
+    ],
+)
+def test_hosts_that_name_no_host_are_refused(url: str) -> None:
+    with pytest.raises(ts.InvalidInputError, match="invalid host in URL"):
+        parse_url(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://my_host.local:8000", "grpc://[fe80::1%25eth0]:1", "grpc://bücher.example:1"]
+)
+def test_host_names_of_every_kind_are_kept(url: str) -> None:
+    assert parse_url(url).host == url.split("//")[1].rsplit(":", 1)[0].strip("[]")
+
+
+@pytest.mark.parametrize(
     "url", ["grpc://127.0.0.1:0", "http://127.0.0.1:0", "localhost:", "http://[::1]:", "triton:0"]
 )
 def test_port_zero_or_empty_is_refused_not_replaced_by_the_default(url: str) -> None:
@@ -255,6 +280,42 @@ def test_tls_config_needs_cert_and_key_together(kwargs: dict[str, str]) -> None:
         TLSConfig(**kwargs)
 
 
+@pytest.mark.parametrize("name", ["localhost\x00evil", "bad host\n", "localhost.", "a/b", ""])
+def test_a_server_hostname_that_is_no_host_name_is_refused(name: str) -> None:
+    # It failed at the first call, as an answer that could not be read (HTTPS), or was cut
+    # at the NUL (gRPC); a final '.' passed on some transports and failed on others.
+    with pytest.raises(ts.InvalidInputError, match=r"server_hostname .* is not a host name"):
+        TLSConfig(server_hostname=name)
+
+
+@pytest.mark.parametrize("field", ["ca_file", "cert_file", "key_file"])
+def test_an_empty_tls_path_is_refused(field: str) -> None:
+    # ssl read ca_file="" as the system's roots; gRPC as the working directory.
+    others = {"cert_file": "c.pem", "key_file": "k.pem"} if field != "ca_file" else {}
+    with pytest.raises(ts.InvalidInputError, match="a TLS file's path is empty"):
+        TLSConfig(**{**others, field: ""})
+
+
+@pytest.mark.parametrize("kind", [ts.Client, ts.AsyncClient])
+@pytest.mark.parametrize("url", ["grpc://127.0.0.1:1", "localhost:8001", "http://127.0.0.1:1"])
+def test_tls_files_for_a_url_without_tls_are_refused(kind: type, url: str) -> None:
+    # They were dropped without a word: the calls (and a token) went out in the clear.
+    with pytest.raises(ts.InvalidInputError, match=r"tls= was given, but .* is not a TLS URL"):
+        kind(url, tls=TLSConfig(), headers={"authorization": "Bearer t"})
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"metrics_url": "https://127.0.0.1:8002/metrics"},
+        {"openai_url": "https://127.0.0.1:9000/v1"},
+    ],
+)
+def test_tls_files_for_a_side_url_with_tls_are_kept(options: dict[str, str]) -> None:
+    with ts.Client("grpc://127.0.0.1:1", tls=TLSConfig(), **options) as client:
+        assert client._settings.tls == TLSConfig()
+
+
 def test_tls_config_is_frozen() -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         ts.TLSConfig().ca_file = "x"  # type: ignore[misc]
@@ -302,6 +363,19 @@ def test_client_settings() -> None:
     assert resolved.retry == ts.RetryPolicy()
     assert settings(retry=None).retry == ts.RetryPolicy.none()
     assert settings(timeout=None).timeout is None
+
+
+@pytest.mark.parametrize("interval", [0.0001, 1e-6])
+def test_a_resolve_interval_too_short_is_refused(interval: float) -> None:
+    # 1e-6 had the upkeep thread resolve the name 80,000 times a second.
+    with pytest.raises(ts.InvalidInputError, match=r"resolve_interval is at least 0\.05 s"):
+        ts.Client("dns:///triton:8001", resolver=lambda _: ["127.0.0.1"], resolve_interval=interval)
+
+
+def test_a_url_given_as_bytes_is_refused_as_bytes() -> None:
+    # It was read as a list of URLs: "url must be a str, got int".
+    with pytest.raises(ts.InvalidInputError, match="got b'grpc://a:1'"):
+        ts.Client(b"grpc://a:1")  # type: ignore[arg-type]
 
 
 def test_call_timeout_overrides_the_client_default() -> None:
