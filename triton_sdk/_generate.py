@@ -108,6 +108,10 @@ def check_generate(
     HTTP extension, whose JSON Triton (a server with model configs) does not read FP16
     or BF16 from."""
     tensors = _generate_inputs(spec, fields)
+    if http:  # (checked when the call is made, not when the stream is first read)
+        for tensor in tensors:
+            if tensor.datatype == "BYTES":
+                _input_value(tensor.name, tensor.array, spec)
     if http and spec.has_config:
         remedy = "use a gRPC client, or model.infer"
         _refuse_halves(spec, fields, "generate over HTTP", remedy)
@@ -408,8 +412,16 @@ def tensors_to_fields(tensors: list[Tensor], spec: ModelSpec) -> dict[str, JSONV
                 f"only; input {tensor.name!r} has shape {array.shape}: use a gRPC client",
                 model=spec.name,
             )
-        fields[tensor.name] = _plain(array, "strict")
+        fields[tensor.name] = _input_value(tensor.name, array, spec)
     return fields
+
+
+def _input_value(name: str, value: Any, spec: ModelSpec) -> JSONValue:
+    """An input's JSON value, refused (naming it) when it holds bytes that are not UTF-8."""
+    try:
+        return _plain(value, "strict")
+    except InvalidInputError as error:
+        raise InvalidInputError(f"input {name!r}: {error}", model=spec.name) from error.__cause__
 
 
 def event_to_result(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._errors import TritonError
+from ._transports._loop import check_loop
 
 if TYPE_CHECKING:
     from ._call import StreamStop
@@ -29,6 +31,12 @@ def ended_by(failure: BaseException) -> TritonError:
     return error
 
 
+def _after_responses(failure: BaseException) -> None:
+    """A failure that came after the stream's first response: the model ran."""
+    if isinstance(failure, TritonError):
+        failure.may_have_run = True
+
+
 class ResponseStream(Generic[T]):
     """The responses of one streamed request, in order.
 
@@ -37,12 +45,13 @@ class ResponseStream(Generic[T]):
     frees the stream; ``with model.stream(...) as responses:`` makes that explicit.
     """
 
-    __slots__ = ("_failure", "_iterator", "_stop")
+    __slots__ = ("_answered", "_failure", "_iterator", "_stop")
 
     def __init__(self, iterator: Iterator[T], stop: StreamStop | None = None) -> None:
         self._iterator = iterator
         self._stop = stop
         self._failure: BaseException | None = None
+        self._answered = False
 
     def __iter__(self) -> ResponseStream[T]:
         return self
@@ -51,12 +60,16 @@ class ResponseStream(Generic[T]):
         if self._failure is not None:
             raise ended_by(self._failure)
         try:
-            return next(self._iterator)
+            response = next(self._iterator)
         except StopIteration:
             raise
         except BaseException as exc:
             self._failure = exc
+            if self._answered:
+                _after_responses(exc)
             raise
+        self._answered = True
+        return response
 
     def close(self) -> None:
         """Stop reading: cancel the request if it is still running. From another thread
@@ -94,12 +107,14 @@ class ResponseStream(Generic[T]):
 class AsyncResponseStream(Generic[T]):
     """The asyncio twin of :class:`ResponseStream`: ``async for``, ``aclose``, ``async with``."""
 
-    __slots__ = ("_failure", "_iterator", "_stop")
+    __slots__ = ("_answered", "_failure", "_iterator", "_loop", "_stop")
 
     def __init__(self, iterator: AsyncIterator[T], stop: StreamStop | None = None) -> None:
         self._iterator = iterator
         self._stop = stop
         self._failure: BaseException | None = None
+        self._answered = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __aiter__(self) -> AsyncResponseStream[T]:
         return self
@@ -107,13 +122,20 @@ class AsyncResponseStream(Generic[T]):
     async def __anext__(self) -> T:
         if self._failure is not None:
             raise ended_by(self._failure)
+        # A started stream waits on futures of the loop it started in: read in another,
+        # it would fail with asyncio's RuntimeError, after a request it cannot cancel.
+        self._loop = check_loop(self._loop)
         try:
-            return await self._iterator.__anext__()
+            response = await self._iterator.__anext__()
         except StopAsyncIteration:
             raise
         except BaseException as exc:
             self._failure = exc
+            if self._answered:
+                _after_responses(exc)
             raise
+        self._answered = True
+        return response
 
     async def aclose(self) -> None:
         """Stop reading: cancel the request if it is still running. From another task

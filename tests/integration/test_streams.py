@@ -189,6 +189,7 @@ def test_responses_sent_just_before_an_error_all_arrive(client: Any) -> None:
         with pytest.raises(ts.InferenceError, match="no negative numbers") as caught:
             next(stream)
         assert not caught.value.retryable
+        assert caught.value.may_have_run  # (it came after responses: the model ran)
 
 
 def test_an_error_sent_first_and_not_last_reads_as_its_message(client: Any) -> None:
@@ -210,8 +211,14 @@ def test_half_floats_are_streamed_over_grpc_and_refused_before_sending_over_http
         (result,) = list(model.stream(IN_FP16=halves, outputs=["OUT_FP16"]))
         assert result["OUT_FP16"].tolist() == halves.tolist()
         return
+    # Refused when the call is made (it was at the first read), as the docs say.
     with pytest.raises(ts.InvalidInputError, match=r"'IN_FP16' is FP16.*use a gRPC client"):
-        list(model.stream(IN_FP16=halves))
+        model.stream(IN_FP16=halves)
+    with pytest.raises(ts.InvalidInputError, match=r"input 'IN_BYTES': .* not UTF-8") as caught:
+        model.stream(IN_BYTES=[[b"\xff"]])
+    assert caught.value.model == "all_dtypes"  # (it was None)
+    with pytest.raises(ts.InvalidInputError, match=r"input 'IN_BYTES': .* not UTF-8"):
+        model.generate_stream(IN_BYTES=[b"\xff"])
     assert inference_count(server, "all_dtypes") == before
 
 
@@ -253,7 +260,7 @@ def test_a_batched_stream_over_http_is_refused(client: Any, protocol: str) -> No
         assert res["OUT_INT32"].tolist() == [[1, 2], [3, 4]]
         return
     with pytest.raises(ts.TritonError, match="gRPC"):
-        list(model.stream(IN_INT32=[[1, 2], [3, 4]]))
+        model.stream(IN_INT32=[[1, 2], [3, 4]])  # (refused at the call, not at the first read)
     # One sample of a 1-D input is what the extension carries.
     (res,) = list(model.stream(IN_INT32=[[1, 2]], outputs=["OUT_INT32"]))
     assert res["OUT_INT32"].tolist() == [[1, 2]]

@@ -1180,6 +1180,40 @@ async def test_async_response_stream_iterates_in_order() -> None:
     assert tracked.finished
 
 
+def test_a_started_async_stream_read_in_another_loop_is_refused_and_goes_on_in_its_own() -> None:
+    # It raised asyncio's RuntimeError (a future attached to a different loop).
+    tracked = Tracked()
+    stream = AsyncResponseStream(tracked.generate_async(3))
+    first = asyncio.new_event_loop()
+    try:
+        assert first.run_until_complete(stream.__anext__()) == 0
+
+        async def read_elsewhere() -> None:
+            with pytest.raises(ts.TritonError, match="first used in another event loop"):
+                await stream.__anext__()
+
+        asyncio.run(read_elsewhere())
+
+        async def read_on() -> list[int]:
+            return [value async for value in stream]
+
+        assert first.run_until_complete(read_on()) == [1, 2]
+    finally:
+        first.close()
+
+
+def test_an_error_after_a_first_response_may_have_run() -> None:
+    def responses() -> Iterator[int]:
+        yield 1
+        raise ts.InferenceError("the model failed its second response")
+
+    stream = ResponseStream(responses())
+    assert next(stream) == 1
+    with pytest.raises(ts.InferenceError) as caught:
+        next(stream)
+    assert caught.value.may_have_run
+
+
 def test_event_to_result_keeps_only_the_requested_outputs() -> None:
     event = {"text_output": "hello", "tokens": [4, 5, 6]}
     assert list(event_to_result(event, GEN_SPEC, {"tokens"})) == ["tokens"]
