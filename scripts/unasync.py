@@ -58,6 +58,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bashielded\b", "shielded"),
     (r"\bacurrent_worker\b", "current_worker"),
     (r"\bawait_until\b", "wait_until"),
+    (r"AsyncGenerator\[(.+?), None\]", r"Generator[\1, None, None]"),
     (r"Async(?=[A-Z])", ""),
 ]
 

@@ -7,11 +7,20 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import time
 import warnings
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, NoReturn, TypeVar, overload
 
@@ -27,6 +36,7 @@ from ._base import (
     Resolver,
     SequenceFlags,
     Timeout,
+    check_tls_used,
     client_repr,
     closed_error,
     config_json,
@@ -79,12 +89,13 @@ from ._errors import (
     TritonTimeoutError,
     UnsupportedError,
     heals_by_waiting,
+    in_split_batch,
     names_no_server,
     refuse_error_body,
     unreadable_answer,
     unsupported_operation,
 )
-from ._generate import JSONValue, check_generate, check_not_inputs
+from ._generate import JSONValue, check_generate, check_not_inputs, tensors_to_fields
 from ._llm import Adapter, LLMCall, SamplingValue, StreamAssembler, plain_options
 from ._llm_types import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from ._map import MapPlan, Outcome, PreparedSample, check_samples, progress_bar
@@ -306,7 +317,7 @@ class AsyncClient:
         resolver: for a ``dns:///`` URL, what turns the name into addresses (by default
             the system's resolver: A and AAAA records).
         resolve_interval: for a ``dns:///`` URL, seconds between two resolutions of the
-            name (it is also resolved again soon after a failure).
+            name (at least 0.05; it is also resolved again soon after a failure).
         max_connection_age: HTTP: seconds a kept-alive connection is reused for before
             a new one is made, so that the pods a Service adds get their share of a
             long-lived client's calls; ``None`` (the default) keeps connections while
@@ -381,6 +392,7 @@ class AsyncClient:
             )
         self._retry_bucket = _bucket(retry_budget)
         self._openai_url = None if openai_url is None else check_openai_url(openai_url).rstrip("/")
+        check_tls_used(self._settings, self._openai_url)
         self._route = check_route(route)
         # What the client's own transports raise on an answer they cannot read becomes an
         # InferenceError; a transport given here (a test double) raises what it raises.
@@ -395,6 +407,9 @@ class AsyncClient:
         # client over many endpoints go to any of them; JSON bodies cannot name regions:
         # sockets only.
         self._server_reads_our_memory: bool | None = False if self._sockets_only else None
+        self._unread_memory_said = itertools.count()
+        """Counts the calls that found the server cannot read this host's memory: the
+        first says so (next() on it is atomic, where calls in threads find it together)."""
         self._server_guards_regions: bool | None = None
         """Whether the server refuses to unregister a region a request uses (None: not
         asked yet); see _free_abandoned."""
@@ -1023,10 +1038,16 @@ class AsyncClient:
                 return await self._run(requests[0], options)  # (_infer_one, inlined)
             return await self._infer_one(requests[0], plan, options, mode)
 
-        async def chunk(request: InferRequest) -> InferResult:
-            return await self._infer_one(request, plan, options, mode)
-
         rows = [len(request.inputs[0].array) for request in requests]
+        first_rows = dict(zip(map(id, requests), itertools.accumulate([0, *rows]), strict=False))
+
+        async def chunk(request: InferRequest) -> InferResult:
+            try:
+                return await self._infer_one(request, plan, options, mode)
+            except TritonError as error:
+                in_split_batch(error, first_rows[id(request)], len(request.inputs[0].array), rows)
+                raise
+
         return InferResult.concatenate(await self._chunks.run(chunk, requests), rows=rows)
 
     def _shared_memory_mode(self, shared_memory: SharedMemory | NotGiven) -> SharedMemory:
@@ -1203,14 +1224,14 @@ class AsyncClient:
                         f"(shared_memory={mode!r}): {error}",
                         status=error.status,
                     ) from error
-                if self._server_reads_our_memory is None:  # (one line, however many calls)
+                self._server_reads_our_memory = False
+                if next(self._unread_memory_said) == 0:
                     logger.info(
                         "the server at %s cannot read this host's shared memory; large "
                         "tensors go over the socket: %s",
                         self.url,
                         error,
                     )
-                self._server_reads_our_memory = False
                 return False
             except BaseException:
                 # Cut off (a timeout, a cancellation, a lost connection): the server may
@@ -1574,6 +1595,9 @@ class AsyncModel(ModelCore):
             sample=False,
             streaming=True,
         )
+        if self._client._settings.endpoint.protocol == "http":
+            # What the generate extension cannot carry is refused now, not at the first read.
+            tensors_to_fields(list(request.inputs), self.spec)
         op = StreamInfer(request, self.spec)
         return self._client._stream(op, self._client._options(timeout, headers))
 
@@ -1747,7 +1771,7 @@ class AsyncModel(ModelCore):
         retry: RetryPolicy | NotGiven | None = ...,
         headers: Headers = ...,
         shared_memory: SharedMemory | NotGiven = ...,
-    ) -> AsyncIterator[InferResult]: ...
+    ) -> AsyncGenerator[InferResult, None]: ...
 
     @overload
     def map(
@@ -1763,7 +1787,7 @@ class AsyncModel(ModelCore):
         retry: RetryPolicy | NotGiven | None = ...,
         headers: Headers = ...,
         shared_memory: SharedMemory | NotGiven = ...,
-    ) -> AsyncIterator[InferResult | TritonError]: ...
+    ) -> AsyncGenerator[InferResult | TritonError, None]: ...
 
     def map(
         self,
@@ -1778,7 +1802,7 @@ class AsyncModel(ModelCore):
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-    ) -> AsyncIterator[InferResult] | AsyncIterator[InferResult | TritonError]:
+    ) -> AsyncGenerator[InferResult, None] | AsyncGenerator[InferResult | TritonError, None]:
         """Run many samples, batched, with ``concurrency`` batches in flight.
 
         Each sample is a mapping of input name to one sample (as for
@@ -2015,7 +2039,7 @@ class _AsyncMapRunner:
 
     async def run(
         self, samples: AsyncSamples[Mapping[str, InputValue]], progress: bool
-    ) -> AsyncIterator[Outcome]:
+    ) -> AsyncGenerator[Outcome, None]:
         plan = self.plan
         bar = progress_bar(samples) if progress else None
         window = AsyncWindow(plan.concurrency)

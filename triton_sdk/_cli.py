@@ -33,7 +33,7 @@ from ._dtypes import BF16
 from ._errors import ModelNotFoundError, ModelNotReadyError, TritonError
 from ._shaping import InputValue
 from ._spec import ModelSpec
-from .local import ServerStartError
+from .local import _PORT_CLASH, ServerStartError
 
 EXAMPLE_MODELS = Path(__file__).resolve().parent / "examples" / "models"
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -614,8 +614,9 @@ def _run(args: argparse.Namespace) -> int:
         return code
     except (TritonError, UsageError, ServerStartError) as error:
         said = str(error)
-        if isinstance(error, ServerStartError):
-            # The log's path, without the log's tail (its tables would make one long line).
+        if isinstance(error, ServerStartError) and _PORT_CLASH in said.lower():
+            # The log's path, without the log's tail: its tables (which say nothing of the
+            # port) made one line of kilobytes. A model that failed to load keeps it.
             said = said.split(":\n", 1)[0]
         _complain(f"{_program()} {args.command}: {said}")
         return 2

@@ -22,7 +22,7 @@ import asyncio
 import http.client
 import re
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Final, TypeVar
 
 from ._display import Displayable, Table
@@ -79,7 +79,8 @@ class TritonError(Displayable, Exception):
         self.retryable = retryable
         self.may_have_run = may_have_run
 
-    _sent_nothing = False  # (see refused_before_sending)
+    _sent_nothing = False  # (see never_sent)
+    _refused_here = False  # (see refused_before_sending)
 
     def __str__(self) -> str:
         return self.message
@@ -325,15 +326,39 @@ def values_refused(message: str, *, model: str | None = None) -> InvalidInputErr
     return error
 
 
+def in_split_batch(error: TritonError, first_row: int, count: int, rows: Sequence[int]) -> None:
+    """Say in ``error``, of the request of rows ``first_row`` to ``first_row + count`` of a
+    batch split into ``len(rows)`` requests, which rows it held; the call's other requests
+    may have run (sent before it, or meanwhile)."""
+    error.message = (
+        f"{error.message} (rows {first_row}-{first_row + count - 1} of a batch of {sum(rows)} "
+        f"sent as {len(rows)} requests of at most max_batch_size: the others may have run)"
+    )
+    error.args = (error.message,)
+    error.may_have_run = True
+
+
 _Failure = TypeVar("_Failure", bound=BaseException)
 
 
-def refused_before_sending(error: _Failure) -> _Failure:
+def refused_before_sending(error: TritonError) -> TritonError:
     """``error``, marked as a refusal on the client: the request never went out (a
-    closed client, an event loop the connections do not belong to, a failure or a
-    cancellation of what the client reads before a first request)."""
+    closed client, an event loop the connections do not belong to)."""
+    error._refused_here = True
+    return never_sent(error)
+
+
+def never_sent(error: _Failure) -> _Failure:
+    """``error``, marked as a failure that sent nothing the server could run: a failure
+    or a cancellation of what the client reads before a first request, a request cut
+    off before it was written whole."""
     error._sent_nothing = True  # type: ignore[attr-defined]
     return error
+
+
+def refused_here(error: TritonError) -> bool:
+    """Whether ``error`` is a refusal of the client itself, which no server gave."""
+    return error._refused_here
 
 
 def sent_nothing(error: BaseException) -> bool:

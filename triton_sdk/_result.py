@@ -280,6 +280,8 @@ class InferResult(Displayable, Mapping[str, Array]):
                     f"output {name!r} came back with shape {list(shape)}: the answer to a "
                     f"batch of {count} should have {count} along its first axis",
                     model=self.model_name,
+                    request_id=self.id,
+                    may_have_run=True,  # (it answered: the model ran)
                 )
 
     @classmethod
@@ -309,6 +311,8 @@ class InferResult(Displayable, Mapping[str, Array]):
                     f"{sorted(datatypes)}, which cannot be joined into one batch; send at "
                     "most max_batch_size samples per call to read each answer as it is",
                     model=first.model_name,
+                    request_id=first.id,
+                    may_have_run=True,  # (every chunk ran)
                 )
             outputs[name] = np.concatenate(arrays)
         return InferResult(

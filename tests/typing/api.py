@@ -89,6 +89,9 @@ def model_kinds(client: ts.Client, samples: list[dict[str, ts.InputValue]]) -> i
     outcomes: list[ts.InferResult | ts.TritonError] = list(
         client.model("scale").map(samples, errors="collect", progress=True)
     )
+    left_early = client.model("scale").map(samples)
+    next(left_early)
+    left_early.close()  # (docs/bulk.md: close() ends it early; it was typed Iterator)
     generated: dict[str, ts.JSONValue] = client.model("generator").generate(text_input="hi")
     chunks = [
         chunk["text_output"] for chunk in client.model("generator").generate_stream(text_input="hi")
@@ -115,6 +118,9 @@ async def async_model_kinds(client: ts.AsyncClient) -> list[int]:
         yield {"IMAGE": np.zeros((2, 2), dtype=np.uint8), "SCALE": 1.0}
 
     values += [len(result) async for result in scale.map(samples())]
+    left_early = scale.map(samples())
+    await anext(left_early)
+    await left_early.aclose()
     async for chunk in (await client.model("generator")).generate_stream(text_input="hi"):
         values.append(len(chunk))
     return values

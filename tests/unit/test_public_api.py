@@ -140,6 +140,9 @@ def _sync_spelling(annotation: Any) -> Any:
     if not isinstance(annotation, str):
         return annotation
     names = "Client|Model|ModelSequence|ResponseStream|Iterator|Samples|Transport"
+    annotation = re.sub(
+        r"\bAsyncGenerator\[(.+?), None\]", r"Generator[\1, None, None]", annotation
+    )
     return re.sub(rf"\bAsync({names})\b", r"\1", annotation)
 
 
@@ -216,7 +219,9 @@ def test_async_methods_are_coroutine_functions(cls: type) -> None:
         elif name in NOT_AWAITED:
             assert not inspect.iscoroutinefunction(method), name
             returned = str(inspect.signature(method).return_annotation)
-            assert re.search(r"Async(ResponseStream|Iterator|ModelSequence)", returned), name
+            assert re.search(r"Async(ResponseStream|Iterator|Generator|ModelSequence)", returned), (
+                name
+            )
         else:
             assert inspect.iscoroutinefunction(method), name
 

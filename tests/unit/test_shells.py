@@ -1638,6 +1638,50 @@ async def test_classify_returns_the_top_classes_of_each_sample(shell: Shell) -> 
     assert [(o.name, o.class_count) for o in request.outputs or ()] == [("Y", 1)]
 
 
+def short_of_a_row(op: Any, ctx: ts.CallContext) -> object:
+    """Y = 2 * X, one row short for a batch that holds 777 (a model that breaks its batch)."""
+    x = op.inputs[0].array
+    return {"Y": x[:-1] * 2 if 777 in x and len(x) > 1 else x * 2}
+
+
+async def test_an_answer_with_other_rows_may_have_run_and_map_sends_it_no_more(
+    connect: Connect,
+) -> None:
+    # It said may_have_run=False, so map(errors="collect") sent the batch again sample by
+    # sample: they ran twice, and the broken answer was hidden.
+    client, mock = connect(short_of_a_row)
+    model = await resolve(client.model("double"))
+    sent_before = len(mock.calls)
+    samples = [{"X": [float(n)]} for n in (1, 777, 3, 4)]
+    outcomes = await resolve(model.map(samples, batch_size=4, errors="collect"))
+    assert all(isinstance(outcome, ts.InferenceError) for outcome in outcomes)
+    assert "should have 4 along its first axis" in str(outcomes[0])
+    assert all(outcome.may_have_run for outcome in outcomes)
+    assert len(mock.calls) == sent_before + 1  # the batch, once
+
+
+def failing_rows(op: Any, ctx: ts.CallContext) -> object:
+    x = op.inputs[0].array
+    if (x < 0).any():
+        raise ts.ServerOverloadedError("the queue is full", status="UNAVAILABLE", retryable=True)
+    return {"Y": x * 2}
+
+
+async def test_a_failed_request_of_a_split_batch_names_its_rows_and_may_have_run(
+    connect: Connect,
+) -> None:
+    # The error was the server's alone, with may_have_run=False (and retryable): a retry of
+    # the whole call would run again the requests that had run.
+    client, _ = connect(failing_rows, retry=None)
+    model = await resolve(client.model("double"))
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+    x[6] = -1
+    with pytest.raises(ts.ServerOverloadedError) as caught:
+        await resolve(model.infer(X=x))
+    assert "the queue is full (rows 4-7 of a batch of 10 sent as 3 requests" in str(caught.value)
+    assert caught.value.may_have_run
+
+
 async def test_map_yields_one_result_per_sample_in_order(shell: Shell) -> None:
     samples = [{"X": [float(n)]} for n in range(7)]
     results = await resolve(shell.double.map(samples, batch_size=3))

@@ -34,7 +34,7 @@ from .._errors import (
     TritonError,
     UnsupportedError,
     names_no_server,
-    sent_nothing,
+    refused_here,
     unsupported_operation,
 )
 from .._fork import on_fork
@@ -77,7 +77,7 @@ def _naming_endpoint(error: TritonError, route: Route[Any]) -> TritonError:
     """``error`` with the endpoint that gave it in its message (a redirect, an answer
     that cannot be read, a model that differs on one replica mid-rollout: which one?)."""
     endpoint = str(route.member.endpoint)
-    if endpoint not in error.message and not sent_nothing(error):  # (the client's refusal)
+    if endpoint not in error.message and not refused_here(error):
         error.message = f"{error.message} (endpoint {endpoint})"
         error.args = (error.message,)
     return error

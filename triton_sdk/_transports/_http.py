@@ -24,7 +24,7 @@ from .._call import CallContext
 from .._compression import Compression, compress, decompress
 from .._concurrency import aclose_iterator
 from .._config import Endpoint, TLSConfig
-from .._errors import TritonError, TritonTimeoutError, refused_before_sending
+from .._errors import TritonError, TritonTimeoutError, never_sent
 from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, is_triton
 from .._ops import GetServerMetadata, Op, OpenAIEvents, StreamOp
 from .._request import InferRequest
@@ -139,10 +139,7 @@ class HttpTransport:
         except AnswerLost as lost:
             raise http_error(lost.cause, op, ctx.timeout, self._url, sent=True) from lost.cause
         except NotSent as failed:
-            # (a timeout too: the server got part of the request, and runs none of it)
-            error = http_error(failed.cause, op, ctx.timeout, self._url)
-            error.may_have_run = False
-            raise refused_before_sending(error) from failed.cause
+            raise _not_sent(failed, op, ctx.timeout, self._url) from failed.cause
         except _HTTP_FAILURES as exc:
             raise http_error(exc, op, ctx.timeout, self._url) from exc
         return call.read(status, length, data)
@@ -399,7 +396,7 @@ class AsyncHttpTransport:
             except TritonError as refusal:
                 self._codec.binary = _binary_unless_passing(refusal, op, ctx.timeout)
             except asyncio.CancelledError as cancelled:  # (the inference was not sent)
-                raise refused_before_sending(cancelled) from None
+                raise never_sent(cancelled) from None
             limit = _rest_of_the_timeout(ctx.timeout, started, op)
         call = self._codec.encode(op)
         timeout = _call_timeout(limit)
@@ -562,13 +559,28 @@ def _binary_unless_passing(
         error.may_have_run = False  # (the inference itself was not sent)
         # The call's own failure, as gRPC's would be: it names the model and request id.
         error.model, error.request_id = request.model, request.request_id or None
-        raise refused_before_sending(error)
+        raise never_sent(error)
     return True
+
+
+def _not_sent(failed: NotSent, op: Op[Any], timeout: float | None, url: str) -> TritonError:
+    """The error of a request cut off before it was written whole (a timeout, a reset):
+    the server got part of it, and runs none of it."""
+    error = http_error(failed.cause, op, timeout, url)
+    if isinstance(error, TritonTimeoutError):
+        within = "" if timeout is None else f" within {timeout:g} s"
+        error.message = (
+            f"the request could not be sent whole to {url}{within} ({failed.cause}); the "
+            "server runs none of it"
+        )
+        error.args = (error.message,)
+    error.may_have_run = False
+    return never_sent(error)
 
 
 def _metadata_timed_out(request: InferRequest, timeout: float | None) -> TritonTimeoutError:
     within = "" if timeout is None else f" within {timeout:g} s"
-    return refused_before_sending(
+    return never_sent(
         TritonTimeoutError(
             f"infer {request.model!r}: the server's metadata, read before a client's first "
             f"inference to choose the body's format, did not come{within}; the inference "
