@@ -210,6 +210,11 @@ def check_tls_used(settings: ClientSettings, openai_url: str | None) -> None:
         return
     if any(url.lower().startswith("https://") for url in (settings.metrics_url, openai_url or "")):
         return
+    if settings.dns is not None:
+        raise InvalidInputError(
+            f"tls= was given, but {settings.dns} has no TLS form (dns:/// URLs are plain "
+            "gRPC or HTTP): list the endpoints as grpcs:// or https:// URLs for TLS"
+        )
     raise InvalidInputError(
         f"tls= was given, but {settings.endpoint} is not a TLS URL, and the calls would go "
         "out in the clear: use grpcs:// or https:// (or leave tls= out)"

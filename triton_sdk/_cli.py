@@ -614,10 +614,11 @@ def _run(args: argparse.Namespace) -> int:
         return code
     except (TritonError, UsageError, ServerStartError) as error:
         said = str(error)
-        if isinstance(error, ServerStartError) and _PORT_CLASH in said.lower():
+        head = said.split(":\n", 1)[0]  # (what the log's tail says is not the cause)
+        if isinstance(error, ServerStartError) and _PORT_CLASH in head.lower():
             # The log's path, without the log's tail: its tables (which say nothing of the
             # port) made one line of kilobytes. A model that failed to load keeps it.
-            said = said.split(":\n", 1)[0]
+            said = head
         _complain(f"{_program()} {args.command}: {said}")
         return 2
     except BrokenPipeError:

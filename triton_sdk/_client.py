@@ -397,6 +397,9 @@ class Client:
         # What the client's own transports raise on an answer they cannot read becomes an
         # InferenceError; a transport given here (a test double) raises what it raises.
         self._malformed: tuple[type[Exception], ...] = MALFORMED_ANSWER if transport is None else ()
+        self._checks_http_streams = transport is None and self._settings.endpoint.protocol == "http"
+        """Streams to Triton go through the generate extension (one sample, no FP16): its
+        transport would refuse what it cannot carry only at the first read."""
         if transport is None:
             transport = _open_transport(self._settings, self._retry_bucket)
         self._transport = transport
@@ -1037,7 +1040,9 @@ class Client:
 
         def chunk(request: InferRequest) -> InferResult:
             try:
-                return self._infer_one(request, plan, options, mode)
+                result = self._infer_one(request, plan, options, mode)
+                result._check_rows(len(request.inputs[0].array))
+                return result
             except TritonError as error:
                 in_split_batch(error, first_rows[id(request)], len(request.inputs[0].array), rows)
                 raise
@@ -1585,7 +1590,7 @@ class Model(ModelCore):
             sample=False,
             streaming=True,
         )
-        if self._client._settings.endpoint.protocol == "http":
+        if self.spec.has_config and self._client._checks_http_streams:
             # What the generate extension cannot carry is refused now, not at the first read.
             tensors_to_fields(list(request.inputs), self.spec)
         op = StreamInfer(request, self.spec)

@@ -11,7 +11,7 @@ import re
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import attrs
 
@@ -356,6 +356,7 @@ def _side_url(url: object, name: str, kind: str, expected: str) -> str:
         port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
         raise InvalidInputError(f"not {kind}: {shown!r} (expected {expected})")
+    _check_host(parts, shown)
     _check_path(parts.path, shown)
     return url
 
@@ -407,10 +408,7 @@ def parse_url(url: str) -> Endpoint:
     protocol, tls, default_port = _SCHEMES[scheme]
     if not parts.hostname:
         raise InvalidInputError(f"no host in URL {shown!r}")
-    authority = parts.netloc.rpartition("@")[2]
-    after_host = authority[authority.find("]") + 1 :] if authority.startswith("[") else ""
-    if not is_host(parts.hostname) or not _PORT_PART.fullmatch(after_host):
-        raise InvalidInputError(f"invalid host in URL {shown!r}")
+    _check_host(parts, shown)
     try:
         port = parts.port
     except ValueError:
@@ -432,6 +430,16 @@ def parse_url(url: str) -> Endpoint:
 
 _PORT_PART: Final = re.compile(r"(:[0-9]*)?")
 """What may follow a bracketed IPv6 host in a URL (urllib drops anything else)."""
+
+
+def _check_host(parts: SplitResult, shown: str) -> None:
+    """Refuse a URL whose host is no host name: a NUL (gRPC cut the name there and
+    connected elsewhere), a control character, a space; text after an IPv6 literal."""
+    authority = parts.netloc.rpartition("@")[2]
+    after_host = authority[authority.find("]") + 1 :] if authority.startswith("[") else ""
+    if not is_host(parts.hostname or "") or not _PORT_PART.fullmatch(after_host):
+        raise InvalidInputError(f"invalid host in URL {shown!r}")
+
 
 _DNS_SCHEMES: Final = {"dns": "grpc", "dns+grpc": "grpc", "dns+http": "http"}
 

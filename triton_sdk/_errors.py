@@ -81,6 +81,7 @@ class TritonError(Displayable, Exception):
 
     _sent_nothing = False  # (see never_sent)
     _refused_here = False  # (see refused_before_sending)
+    _in_split_batch = False  # (see in_split_batch)
 
     def __str__(self) -> str:
         return self.message
@@ -329,7 +330,12 @@ def values_refused(message: str, *, model: str | None = None) -> InvalidInputErr
 def in_split_batch(error: TritonError, first_row: int, count: int, rows: Sequence[int]) -> None:
     """Say in ``error``, of the request of rows ``first_row`` to ``first_row + count`` of a
     batch split into ``len(rows)`` requests, which rows it held; the call's other requests
-    may have run (sent before it, or meanwhile)."""
+    may have run (sent before it, or meanwhile). Once per error (a transport may raise one
+    object twice)."""
+    if error._in_split_batch:
+        return
+    error._in_split_batch = True
+    error._sent_nothing = False  # (its call may have run)
     error.message = (
         f"{error.message} (rows {first_row}-{first_row + count - 1} of a batch of {sum(rows)} "
         f"sent as {len(rows)} requests of at most max_batch_size: the others may have run)"

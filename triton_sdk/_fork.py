@@ -6,9 +6,9 @@ would mix the two processes' tensors), their keep-alive sockets (the same connec
 requests on one would get each other's answers) and the names the parent will give its
 next regions. Right after the fork, in the child, each object registered here drops its
 share of them, without closing or unregistering anything (they are the parent's still):
-the child's client makes its own as it goes. In the parent, just before a fork, each object
-registered for it stops reusing what the child may still read (the regions under output
-views the child will have copies of).
+the child's client makes its own as it goes. In the parent, before a fork and again after
+it, each object registered for it stops reusing what the child may still read (the regions
+under output views the child has copies of).
 """
 
 from __future__ import annotations
@@ -82,4 +82,5 @@ def _before() -> None:
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(before=_before, after_in_child=_in_child)
+    # Before, and after in the parent too: fork() may let another thread run in between.
+    os.register_at_fork(before=_before, after_in_parent=_before, after_in_child=_in_child)

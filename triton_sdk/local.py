@@ -359,11 +359,30 @@ def _switched_off(args: Sequence[str], option: str) -> bool:
 
 
 def _tail(path: Path, lines: int = 40) -> str:
+    if lines <= 0:  # (text.splitlines()[-0:] is every line)
+        return ""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
+
+
+# What LocalServer sets itself: given again in extra_args, tritonserver would take the
+# last value, and the server would not be where LocalServer waits for it.
+_MANAGED_OPTIONS: Final = (
+    "--model-repository",
+    "--model-store",
+    "--backend-directory",
+    "--model-control-mode",
+    "--http-port",
+    "--grpc-port",
+    "--metrics-port",
+    "--http-address",
+    "--grpc-address",
+    "--metrics-address",
+)
+_MODEL_CONTROL: Final = ("explicit", "none", "poll")
 
 
 # Kills the server's process group once its stdin closes: when the LocalServer stops it,
@@ -465,11 +484,23 @@ class LocalServer:
                 "a LocalServer needs the HTTP endpoint to tell when the server is ready: "
                 "--allow-http=false is not supported"
             )
+        for arg in extra_args:
+            option = str(arg).split("=", 1)[0]
+            if option in _MANAGED_OPTIONS:
+                raise ServerStartError(
+                    f"a LocalServer sets {option} itself: use its arguments (repository, "
+                    "ports, host, model_control) rather than extra_args"
+                )
+        if model_control not in _MODEL_CONTROL:
+            raise ServerStartError(
+                f"model_control is one of {', '.join(_MODEL_CONTROL)}, got {model_control!r}"
+            )
         self.repository: Path = Path(repository).resolve()
         self.host: str = host
         self.model_control: Literal["explicit", "none", "poll"] = model_control
         self.startup_timeout: float = startup_timeout
-        self._log_path = Path(log_path) if log_path is not None else None
+        # Absolute: the log keeps its place if the program changes its working directory.
+        self._log_path = Path(log_path).absolute() if log_path is not None else None
         env_default = os.environ.get("TRITON_SDK_PYTHON_ENV")
         chosen = python_env if python_env is not None else env_default or None
         self.python_env: Path | None = Path(chosen) if chosen else None
@@ -479,6 +510,10 @@ class LocalServer:
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
         self._ports: tuple[int, int, int] | None = ports
+        self._given_ports = ports
+        self._fresh_ports = False
+        """After stop(), ports nobody chose are picked anew at the next start."""
+        self._exited_with: int | None = None
         self._backend_shm_prefix: str | None = None
         on_fork(self)
 
@@ -537,8 +572,9 @@ class LocalServer:
 
     @property
     def exit_code(self) -> int | None:
-        """The server's exit code once it has exited on its own (a crash); else ``None``."""
-        return self._process.poll() if self._process is not None else None
+        """The server's exit code once it has exited on its own (a crash, :meth:`kill`, a
+        failed start); else ``None``."""
+        return self._process.poll() if self._process is not None else self._exited_with
 
     @property
     def pid(self) -> int | None:
@@ -600,10 +636,12 @@ class LocalServer:
             self._cleanup_process()
             # The error names the log: keep it, drop the rest of the work folder.
             self._remove_workdir(keep_log=True)
+            self._fresh_ports = self._given_ports is None
             raise
         except BaseException:  # KeyboardInterrupt too: no server or folder is left behind
             self._cleanup_process()
             self._remove_workdir()
+            self._fresh_ports = self._given_ports is None
             raise
 
     def _start_in(self, installation: TritonInstallation, workdir: Path) -> LocalServer:
@@ -615,7 +653,9 @@ class LocalServer:
         repository = _plain_path(self.repository, workdir / "repository")
         backends = _backend_directory(installation, workdir)
         env = _server_environment(installation, models_environment(self.python_env))
-        keep_ports = self._ports
+        keep_ports = None if self._fresh_ports else self._ports
+        self._fresh_ports = False
+        self._exited_with = None
         for attempt in range(_START_ATTEMPTS):
             ports = keep_ports or tuple(_free_ports(3, self.host))
             self._ports = (ports[0], ports[1], ports[2])
@@ -711,6 +751,7 @@ class LocalServer:
         if process is None:
             self._stop_watchdog()
             return
+        self._exited_with = process.poll()  # (None: it runs, and is stopped here)
         if process.poll() is None:
             process.terminate()
             try:
@@ -759,16 +800,18 @@ class LocalServer:
         otherwise removed with the rest of the server's temporary folder)."""
         self._cleanup_process()
         self._remove_workdir(keep_log=keep_log)
+        self._fresh_ports = self._given_ports is None
 
     def kill(self) -> None:
-        """Kill the server at once (SIGKILL), as a crash would; ports stay reserved for restart.
+        """Kill the server at once (SIGKILL), as a crash would; its ports are kept for the
+        next start (nothing holds them meanwhile).
 
         The shared-memory files its Python backend leaves are removed.
         """
         if self._process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait()
+            self._exited_with = self._process.wait()
             self._process = None
             _running.discard(self)
             self._stop_watchdog()
@@ -790,6 +833,15 @@ class LocalServer:
         self._cleanup_process()
         self._remove_workdir()
         return self.start()
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._process is not None:
+            # A copy would be a second owner of the one process (two could stop it).
+            raise TypeError(
+                "a started LocalServer cannot be pickled or copied: it owns its server "
+                "process; pass its URLs (grpc_url, http_url) instead"
+            )
+        return self.__dict__.copy()
 
     def __enter__(self) -> LocalServer:
         return self.start()

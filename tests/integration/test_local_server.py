@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import http.server
 import os
 import shutil
@@ -410,3 +411,42 @@ def test_extra_args_must_be_a_sequence_and_keep_http() -> None:
     for args in (["--allow-http=false"], ["--allow-http", "0"]):
         with pytest.raises(ServerStartError, match="--allow-http=false is not supported"):
             LocalServer(EXAMPLE_MODELS, extra_args=args)
+
+
+@pytest.mark.parametrize(
+    "args", [["--http-port=1"], ["--grpc-port", "1"], ["--model-repository=/x"]]
+)
+def test_extra_args_may_not_set_what_the_server_sets_itself(args: list[str]) -> None:
+    # tritonserver took the last value: the start waited out its whole timeout.
+    with pytest.raises(ServerStartError, match=f"sets {args[0].split('=')[0]} itself"):
+        LocalServer(EXAMPLE_MODELS, extra_args=args)
+
+
+def test_a_model_control_mode_the_server_has_not_is_refused() -> None:
+    with pytest.raises(ServerStartError, match="model_control is one of explicit, none, poll"):
+        LocalServer(EXAMPLE_MODELS, model_control="bogus")  # type: ignore[arg-type]
+
+
+def test_a_stopped_server_starts_again_on_fresh_ports_and_keeps_its_facts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    server = LocalServer(EXAMPLE_MODELS, log_path="relative.log")
+    assert server.log_path == tmp_path / "relative.log"  # (it stayed relative)
+    server.start()
+    try:
+        assert server.log_tail(0) == ""  # (it was the whole log)
+        with pytest.raises(TypeError, match="cannot be pickled or copied"):
+            copy.copy(server)  # (a second owner of the one process)
+        http_port = server.http_port
+        server.kill()
+        assert server.exit_code == -signal.SIGKILL  # (it was None)
+        server.stop()
+        with socket.socket() as taken:  # another program takes the port meanwhile
+            taken.bind(("127.0.0.1", http_port))
+            taken.listen()
+            server.start()  # (it kept the old ports, and failed)
+            assert server.http_port != http_port
+            assert _infers(server)
+    finally:
+        server.stop()

@@ -259,7 +259,7 @@ def mtls_server(certificates: Path, tmp_path_factory: pytest.TempPathFactory) ->
         yield f"grpcs://127.0.0.1:{server.grpc_port}"
 
 
-def _metadata(url: str, tls: ts.TLSConfig, mode: str, policy: ts.RetryPolicy) -> str:
+def _metadata(url: str, tls: ts.TLSConfig | None, mode: str, policy: ts.RetryPolicy) -> str:
     async def metadata_async() -> str:
         async with ts.AsyncClient(url, tls=tls, retry=policy, timeout=10) as client:
             return (await client.server_metadata()).version
@@ -433,8 +433,9 @@ def test_protocol_mismatches_on_grpc_say_so_and_are_not_retried(
     }[mismatch]
     caplog.set_level(logging.INFO, logger="triton_sdk")
     policy = ts.RetryPolicy(max_attempts=5, initial_backoff=0.01)
+    tls = None if url.startswith("grpc://") else ts.TLSConfig()  # (tls= needs a TLS URL)
     with pytest.raises(ts.TritonConnectionError) as caught:
-        _metadata(url, ts.TLSConfig(), mode, policy)
+        _metadata(url, tls, mode, policy)
     assert caught.value.retryable is False
     assert "HTTP port" in str(caught.value)
     assert "retrying" not in caplog.text

@@ -31,6 +31,7 @@ from .._call import (
 from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
 from .._errors import (
+    InvalidInputError,
     TritonError,
     UnsupportedError,
     names_no_server,
@@ -77,7 +78,8 @@ def _naming_endpoint(error: TritonError, route: Route[Any]) -> TritonError:
     """``error`` with the endpoint that gave it in its message (a redirect, an answer
     that cannot be read, a model that differs on one replica mid-rollout: which one?)."""
     endpoint = str(route.member.endpoint)
-    if endpoint not in error.message and not refused_here(error):
+    refused = refused_here(error) or isinstance(error, InvalidInputError)  # (the client's)
+    if endpoint not in error.message and not refused:
         error.message = f"{error.message} (endpoint {endpoint})"
         error.args = (error.message,)
     return error
