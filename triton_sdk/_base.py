@@ -46,7 +46,8 @@ from ._llm import Adapter, LLMAdapter, LLMCall, SamplingValue, adapter_for
 from ._logging import LogCalls, wanted
 from ._request import (
     InferRequest,
-    ParameterValue,
+    ParameterInput,
+    Priority,
     RequestedOutput,
     check_outputs,
     check_parameters,
@@ -319,6 +320,12 @@ def merge_fields(
     """
     if fields is not None and not isinstance(fields, Mapping):
         raise InvalidInputError(f"fields are given by name, got {type(fields).__name__}")
+    given: Iterable[object] = fields or ()  # (callers without type checking: any keys)
+    unnamed = [name for name in given if not isinstance(name, str) or not name]
+    if unnamed:
+        raise InvalidInputError(
+            f"field names are non-empty str, got {unnamed[0]!r}", model=spec.name
+        )
     options = sorted(name for name in named if name in _NOT_FIELDS)
     options = [name for name in options if name not in spec.inputs]
     if options:
@@ -464,8 +471,8 @@ class ModelCore:
         named: Mapping[str, InputValue],
         *,
         outputs: Iterable[str] | None,
-        parameters: Mapping[str, ParameterValue] | None,
-        priority: int,
+        parameters: Mapping[str, ParameterInput] | None,
+        priority: Priority,
         request_id: str,
         sample: bool,
         class_count: int = 0,

@@ -264,15 +264,17 @@ def response_fields(
     outputs: Collection[str] = (),
     text: TextOutputs | None = None,
 ) -> dict[str, JSONValue]:
-    """The outputs of one generate answer or event; an ``error`` field raises. Given the
-    model's ``outputs``, the other fields are left out (an ensemble's answer carries its
-    sequence fields too, which the gRPC path, reading outputs, never shows). ``text``:
-    the stream's text decoder (see :class:`TextOutputs`), else the answer is whole."""
+    """The outputs of one generate answer or event; an ``error`` field raises (unless the
+    model has an output of that name and the answer holds more: Triton's errors are
+    ``{"error": ...}`` alone). Given the model's ``outputs``, the other fields are left
+    out (an ensemble's answer carries its sequence fields too, which the gRPC path,
+    reading outputs, never shows). ``text``: the stream's text decoder (see
+    :class:`TextOutputs`), else the answer is whole."""
     if not isinstance(document, dict):
         raise InferenceError(
             f"generate answered with a non-object: {document!r}", model=model, request_id=request_id
         )
-    if "error" in document:
+    if "error" in document and ("error" not in outputs or len(document) == 1):
         raise classify_message(
             _whole_text(str(document["error"])), status=200, model=model, request_id=request_id
         )

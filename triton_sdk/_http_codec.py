@@ -547,7 +547,15 @@ _STREAM_HEADERS: Final = {"Content-Type": "application/json", "Accept": "text/ev
 
 
 def _is_ok(status: int, header_length: int | None, body: Body) -> bool:
+    """A health answer: 200 is yes, another answer of the server no. A gateway's 502, 503
+    or 504 (the server behind it is away) is its error, retried under the policy as
+    gRPC's UNAVAILABLE is (is_live and the others answer False once it gives up)."""
+    if status in _GATEWAY_FAILURES:
+        raise error_from_response(status, body)
     return status == 200
+
+
+_GATEWAY_FAILURES: Final = frozenset({502, 503, 504})
 
 
 def _reader(
@@ -709,7 +717,8 @@ def _stream_results(spec: ModelSpec, request: InferRequest) -> Callable[[str], I
 
     def convert(data: str) -> InferResult:
         event = loads_event(data, "generate_stream")
-        response_fields(event, spec.name, request_id)  # raises the error an event carries
+        # (raises the error an event carries)
+        response_fields(event, spec.name, request_id, outputs=spec.outputs)
         return event_to_result(event, spec, wanted)
 
     return convert

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 
 import attrs
 import numpy as np
@@ -28,6 +28,13 @@ __all__ = [
 
 ParameterValue: TypeAlias = bool | int | float | str
 """A request parameter value, as the inference protocol allows it."""
+
+ParameterInput: TypeAlias = ParameterValue | np.bool_ | np.integer[Any] | np.floating[Any]
+"""What ``parameters=`` takes: a :data:`ParameterValue`, or a numpy scalar of those kinds
+(``np.float32(0.5)``), sent as the Python value it holds."""
+
+Priority: TypeAlias = int | np.integer[Any]
+"""What ``priority=`` takes: an unsigned 64-bit int (0: the model's default level)."""
 
 _RESERVED_PARAMETERS: Final = frozenset(
     {
@@ -138,16 +145,16 @@ def check_outputs(
     return requested
 
 
-def check_priority(priority: int, model: str) -> int:
+def check_priority(priority: Priority, model: str) -> int:
     """Priorities are unsigned 64-bit integers (0: the model's default level)."""
     given: object = priority  # callers without type checking can pass anything
     if numpy_number(given, integer=True):
-        given = priority = int(given)
+        given = int(priority)
     if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < 2**64:
         raise InvalidInputError(
             f"priority must be an int in [0, 2**64), got {priority!r}", model=model
         )
-    return priority
+    return given
 
 
 def reserved_parameter(name: str) -> bool:
@@ -170,7 +177,7 @@ def check_parameter_names(names: Iterable[object], model: str) -> None:
 
 
 def check_parameters(
-    parameters: Mapping[str, ParameterValue] | None, model: str
+    parameters: Mapping[str, ParameterInput] | None, model: str
 ) -> Mapping[str, ParameterValue] | None:
     """Refuse parameters the protocol reserves or cannot carry; numpy scalars of the
     kinds it carries (``np.float32(0.5)``, ``np.int64(3)``, ``np.bool_``) become the
@@ -187,10 +194,10 @@ def check_parameters(
     check_parameter_names(parameters, model)
     plain: dict[str, ParameterValue] | None = None
     for key, given in parameters.items():
-        value: object = given  # (annotated for users: numpy scalars come in all the same)
+        value: object = given  # (callers without type checking can pass anything)
         if isinstance(value, np.bool_) or numpy_number(value, integer=False):
             value = value.item()
-            plain = dict(parameters) if plain is None else plain
+            plain = {**cast("Mapping[str, ParameterValue]", parameters)} if plain is None else plain
             plain[key] = cast("ParameterValue", value)
         if isinstance(value, str):
             check_text(value, f"parameter {key!r}")
@@ -203,4 +210,5 @@ def check_parameters(
             raise InvalidInputError(
                 f"parameter {key!r}: {value} does not fit a 64-bit integer", model=model
             )
-    return parameters if plain is None else plain
+    # (what is not plain became plain above: a numpy scalar is no ParameterValue)
+    return cast("Mapping[str, ParameterValue]", parameters) if plain is None else plain

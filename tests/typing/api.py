@@ -93,6 +93,11 @@ def model_kinds(client: ts.Client, samples: list[dict[str, ts.InputValue]]) -> i
     next(left_early)
     left_early.close()  # (docs/bulk.md: close() ends it early; it was typed Iterator)
     generated: dict[str, ts.JSONValue] = client.model("generator").generate(text_input="hi")
+    # numpy scalars, which the docs promise for parameters= and priority=
+    client.model("scale").infer(
+        samples[0], parameters={"k": np.float32(0.5), "j": np.int64(3)}, priority=np.uint64(3)
+    )
+    client.model("generator").generate(text_input="hi", parameters={"k": np.bool_(True)})
     chunks = [
         chunk["text_output"] for chunk in client.model("generator").generate_stream(text_input="hi")
     ]

@@ -307,6 +307,15 @@ def test_response_fields_drop_the_metadata() -> None:
     }
 
 
+def test_an_output_named_error_is_an_output_not_a_failure() -> None:
+    # Over HTTP a good answer with an output named "error" was raised as that error.
+    outputs = ["error", "INFO"]
+    document = {"error": "none really", "INFO": "x", "model_name": "m", "model_version": "1"}
+    assert response_fields(document, "m", outputs=outputs) == {"error": "none really", "INFO": "x"}
+    with pytest.raises(ts.InferenceError, match="boom"):  # Triton's error: the field alone
+        response_fields({"error": "boom"}, "m", outputs=outputs)
+
+
 def test_response_fields_error_is_an_inference_error_with_status_200() -> None:
     with pytest.raises(ts.InferenceError, match="out of tokens") as caught:
         response_fields({"error": "out of tokens"}, "gen")
