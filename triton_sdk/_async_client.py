@@ -142,7 +142,7 @@ from ._ops import (
     UpdateLogSettings,
     UpdateTraceSettings,
 )
-from ._request import InferRequest, ParameterValue
+from ._request import InferRequest, ParameterInput, Priority, check_parameters
 from ._result import InferResult
 from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_retry
 from ._sequence import (
@@ -700,8 +700,10 @@ class AsyncClient:
         probes: list[Op[bool]] = [IsServerReady()]
         if model is not None:
             probes.append(IsModelReady(model))
+        earlier: tuple[TritonError | None, bool] | None = None  # (the last round's outcome)
         while True:
-            each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
+            probe_timeout = max(min(deadline - time.monotonic(), 1.0), 0.01)
+            each = self._options(probe_timeout, headers, _ONCE)
             failure: TritonError | None = None
             server_ready = False  # (the first probe is the server's)
             for probe in probes:
@@ -717,6 +719,12 @@ class AsyncClient:
             else:
                 return
             left = deadline - time.monotonic()
+            cut_short = isinstance(failure, TritonTimeoutError) and probe_timeout < 1.0
+            if left <= 0 and cut_short and earlier is not None:
+                # The last probe had what was left of the wait (down to 0.01 s): its timeout
+                # says nothing of the server; the round before says why it was not ready.
+                failure, server_ready = earlier
+            earlier = failure, server_ready
             if left <= 0:
                 what = "the server" if model is None else f"model {model!r}"
                 if failure is None and model is not None:
@@ -1460,8 +1468,8 @@ class AsyncModel(ModelCore):
         *,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
@@ -1504,8 +1512,8 @@ class AsyncModel(ModelCore):
         *,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
@@ -1538,8 +1546,8 @@ class AsyncModel(ModelCore):
         top_k: int = 1,
         output: str | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
@@ -1574,7 +1582,7 @@ class AsyncModel(ModelCore):
         *,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
+        parameters: Mapping[str, ParameterInput] | None = None,
         request_id: str = "",
         headers: Headers = None,
         **named_inputs: InputValue,
@@ -1612,7 +1620,7 @@ class AsyncModel(ModelCore):
         /,
         *,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
+        parameters: Mapping[str, ParameterInput] | None = None,
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         **named_fields: object,
@@ -1624,9 +1632,8 @@ class AsyncModel(ModelCore):
         value, BYTES as text). Works on gRPC too, through an inference or a stream, and
         on servers without model configs (MLServer, KServe), through an inference.
         """
-        op = Generate(
-            self.spec, self.version, merge_fields(self.spec, fields, named_fields), parameters
-        )
+        merged = merge_fields(self.spec, fields, named_fields)
+        op = Generate(self.spec, self.version, merged, check_parameters(parameters, self.name))
         return await self._client._run(op, self._client._options(timeout, headers, retry))
 
     def generate_stream(
@@ -1635,7 +1642,7 @@ class AsyncModel(ModelCore):
         /,
         *,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
+        parameters: Mapping[str, ParameterInput] | None = None,
         headers: Headers = None,
         **named_fields: object,
     ) -> AsyncResponseStream[dict[str, JSONValue]]:
@@ -1645,7 +1652,9 @@ class AsyncModel(ModelCore):
         merged = merge_fields(self.spec, fields, named_fields)
         http = self._client._settings.endpoint.protocol == "http"
         check_generate(self.spec, merged, parameters, http=http)
-        op = GenerateStream(self.spec, self.version, merged, parameters)
+        op = GenerateStream(
+            self.spec, self.version, merged, check_parameters(parameters, self.name)
+        )
         return self._client._stream(op, self._client._options(timeout, headers))
 
     async def chat(
@@ -1879,8 +1888,8 @@ class AsyncModelSequence:
         end: bool,
         outputs: Iterable[str] | None,
         timeout: Timeout,
-        parameters: Mapping[str, ParameterValue] | None,
-        priority: int,
+        parameters: Mapping[str, ParameterInput] | None,
+        priority: Priority,
         request_id: str,
         headers: Headers,
         shared_memory: SharedMemory | NotGiven,
@@ -1931,8 +1940,8 @@ class AsyncModelSequence:
         end: bool = False,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
@@ -1961,8 +1970,8 @@ class AsyncModelSequence:
         end: bool = False,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,

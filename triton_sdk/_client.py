@@ -142,7 +142,7 @@ from ._ops import (
     UpdateLogSettings,
     UpdateTraceSettings,
 )
-from ._request import InferRequest, ParameterValue
+from ._request import InferRequest, ParameterInput, Priority, check_parameters
 from ._result import InferResult
 from ._retry import StopAt, TokenBucket, final_error, retrying_kwargs, should_retry
 from ._sequence import (
@@ -698,8 +698,10 @@ class Client:
         probes: list[Op[bool]] = [IsServerReady()]
         if model is not None:
             probes.append(IsModelReady(model))
+        earlier: tuple[TritonError | None, bool] | None = None  # (the last round's outcome)
         while True:
-            each = self._options(max(min(deadline - time.monotonic(), 1.0), 0.01), headers, _ONCE)
+            probe_timeout = max(min(deadline - time.monotonic(), 1.0), 0.01)
+            each = self._options(probe_timeout, headers, _ONCE)
             failure: TritonError | None = None
             server_ready = False  # (the first probe is the server's)
             for probe in probes:
@@ -715,6 +717,12 @@ class Client:
             else:
                 return
             left = deadline - time.monotonic()
+            cut_short = isinstance(failure, TritonTimeoutError) and probe_timeout < 1.0
+            if left <= 0 and cut_short and earlier is not None:
+                # The last probe had what was left of the wait (down to 0.01 s): its timeout
+                # says nothing of the server; the round before says why it was not ready.
+                failure, server_ready = earlier
+            earlier = failure, server_ready
             if left <= 0:
                 what = "the server" if model is None else f"model {model!r}"
                 if failure is None and model is not None:
@@ -1450,8 +1458,8 @@ class Model(ModelCore):
         *,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
@@ -1494,8 +1502,8 @@ class Model(ModelCore):
         *,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
@@ -1528,8 +1536,8 @@ class Model(ModelCore):
         top_k: int = 1,
         output: str | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
@@ -1564,7 +1572,7 @@ class Model(ModelCore):
         *,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
+        parameters: Mapping[str, ParameterInput] | None = None,
         request_id: str = "",
         headers: Headers = None,
         **named_inputs: InputValue,
@@ -1602,7 +1610,7 @@ class Model(ModelCore):
         /,
         *,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
+        parameters: Mapping[str, ParameterInput] | None = None,
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         **named_fields: object,
@@ -1614,9 +1622,8 @@ class Model(ModelCore):
         value, BYTES as text). Works on gRPC too, through an inference or a stream, and
         on servers without model configs (MLServer, KServe), through an inference.
         """
-        op = Generate(
-            self.spec, self.version, merge_fields(self.spec, fields, named_fields), parameters
-        )
+        merged = merge_fields(self.spec, fields, named_fields)
+        op = Generate(self.spec, self.version, merged, check_parameters(parameters, self.name))
         return self._client._run(op, self._client._options(timeout, headers, retry))
 
     def generate_stream(
@@ -1625,7 +1632,7 @@ class Model(ModelCore):
         /,
         *,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
+        parameters: Mapping[str, ParameterInput] | None = None,
         headers: Headers = None,
         **named_fields: object,
     ) -> ResponseStream[dict[str, JSONValue]]:
@@ -1635,7 +1642,9 @@ class Model(ModelCore):
         merged = merge_fields(self.spec, fields, named_fields)
         http = self._client._settings.endpoint.protocol == "http"
         check_generate(self.spec, merged, parameters, http=http)
-        op = GenerateStream(self.spec, self.version, merged, parameters)
+        op = GenerateStream(
+            self.spec, self.version, merged, check_parameters(parameters, self.name)
+        )
         return self._client._stream(op, self._client._options(timeout, headers))
 
     def chat(
@@ -1869,8 +1878,8 @@ class ModelSequence:
         end: bool,
         outputs: Iterable[str] | None,
         timeout: Timeout,
-        parameters: Mapping[str, ParameterValue] | None,
-        priority: int,
+        parameters: Mapping[str, ParameterInput] | None,
+        priority: Priority,
         request_id: str,
         headers: Headers,
         shared_memory: SharedMemory | NotGiven,
@@ -1921,8 +1930,8 @@ class ModelSequence:
         end: bool = False,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
@@ -1951,8 +1960,8 @@ class ModelSequence:
         end: bool = False,
         outputs: Iterable[str] | None = None,
         timeout: Timeout = NOT_GIVEN,
-        parameters: Mapping[str, ParameterValue] | None = None,
-        priority: int = 0,
+        parameters: Mapping[str, ParameterInput] | None = None,
+        priority: Priority = 0,
         request_id: str = "",
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,

@@ -368,13 +368,9 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-# What LocalServer sets itself: given again in extra_args, tritonserver would take the
-# last value, and the server would not be where LocalServer waits for it.
+# Where LocalServer has the server listen: given again in extra_args, tritonserver would
+# take the last value, and the server would not be where LocalServer waits for it.
 _MANAGED_OPTIONS: Final = (
-    "--model-repository",
-    "--model-store",
-    "--backend-directory",
-    "--model-control-mode",
     "--http-port",
     "--grpc-port",
     "--metrics-port",
@@ -382,6 +378,20 @@ _MANAGED_OPTIONS: Final = (
     "--grpc-address",
     "--metrics-address",
 )
+
+
+def _managed_option(arg: str) -> str | None:
+    """The option of :data:`_MANAGED_OPTIONS` that ``arg`` sets, if any; also when it is
+    abbreviated, as tritonserver's getopt_long takes ``--http-po=1`` for ``--http-port``."""
+    option = arg.split("=", 1)[0]
+    for managed in _MANAGED_OPTIONS:
+        family, _, word = managed.rpartition("-")
+        rest = option.removeprefix(family + "-")
+        if rest != option and rest and word.startswith(rest):
+            return managed
+    return None
+
+
 _MODEL_CONTROL: Final = ("explicit", "none", "poll")
 
 
@@ -485,11 +495,11 @@ class LocalServer:
                 "--allow-http=false is not supported"
             )
         for arg in extra_args:
-            option = str(arg).split("=", 1)[0]
-            if option in _MANAGED_OPTIONS:
+            option = _managed_option(str(arg))
+            if option is not None:
                 raise ServerStartError(
-                    f"a LocalServer sets {option} itself: use its arguments (repository, "
-                    "ports, host, model_control) rather than extra_args"
+                    f"a LocalServer sets {option} itself: use its arguments ports= and host= "
+                    "rather than extra_args"
                 )
         if model_control not in _MODEL_CONTROL:
             raise ServerStartError(
@@ -833,6 +843,10 @@ class LocalServer:
         self._cleanup_process()
         self._remove_workdir()
         return self.start()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        on_fork(self)  # (a copy started, then forked, must not be the child's to stop)
 
     def __getstate__(self) -> dict[str, Any]:
         if self._process is not None:

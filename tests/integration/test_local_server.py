@@ -414,12 +414,20 @@ def test_extra_args_must_be_a_sequence_and_keep_http() -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["--http-port=1"], ["--grpc-port", "1"], ["--model-repository=/x"]]
+    ("args", "option"),
+    [
+        (["--http-port=1"], "--http-port"),
+        (["--grpc-port", "1"], "--grpc-port"),
+        (["--http-po=1"], "--http-port"),  # (tritonserver reads abbreviations)
+        (["--metrics-addr=0.0.0.0"], "--metrics-address"),
+    ],
 )
-def test_extra_args_may_not_set_what_the_server_sets_itself(args: list[str]) -> None:
+def test_extra_args_may_not_set_where_the_server_listens(args: list[str], option: str) -> None:
     # tritonserver took the last value: the start waited out its whole timeout.
-    with pytest.raises(ServerStartError, match=f"sets {args[0].split('=')[0]} itself"):
+    with pytest.raises(ServerStartError, match=f"sets {option} itself"):
         LocalServer(EXAMPLE_MODELS, extra_args=args)
+    # Options that add to the server's own are the user's to give.
+    LocalServer(EXAMPLE_MODELS, extra_args=["--model-repository=/x", "--grpc-port-x=1"])
 
 
 def test_a_model_control_mode_the_server_has_not_is_refused() -> None:

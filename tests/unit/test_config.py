@@ -372,6 +372,18 @@ def test_a_resolve_interval_too_short_is_refused(interval: float) -> None:
         ts.Client("dns:///triton:8001", resolver=lambda _: ["127.0.0.1"], resolve_interval=interval)
 
 
+@pytest.mark.parametrize("option", ["metrics_url", "openai_url"])
+def test_the_hosts_of_side_urls_are_checked_too(option: str) -> None:
+    for url in ("http://a b:8002/m", "http://h\x00.evil:8002/m", "http://[::1]x:8002/m"):
+        with pytest.raises(ts.InvalidInputError, match="invalid host in URL"):
+            ts.Client("grpc://127.0.0.1:1", **{option: url})
+
+
+def test_tls_with_a_dns_url_says_there_is_no_tls_form() -> None:
+    with pytest.raises(ts.InvalidInputError, match="has no TLS form"):
+        ts.Client("dns:///triton:8001", tls=TLSConfig(), resolver=lambda _: ["127.0.0.1"])
+
+
 def test_a_url_given_as_bytes_is_refused_as_bytes() -> None:
     # It was read as a list of URLs: "url must be a str, got int".
     with pytest.raises(ts.InvalidInputError, match="got b'grpc://a:1'"):

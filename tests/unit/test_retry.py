@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,8 @@ from triton_sdk._errors import classify_status, classify_transport_error
 from triton_sdk._retry import TokenBucket, attempt_timeout, should_retry
 from triton_sdk._transports._errors import grpc_error
 from triton_sdk.testing import MockTransport
+
+from .._event_stream import serving
 
 MODES = ["sync", "async"]
 
@@ -681,3 +685,52 @@ def test_a_client_made_without_debug_has_no_logging_hook() -> None:
     logging.getLogger("triton_sdk").setLevel(logging.WARNING)
     with ts.Client("grpc://test", transport=MockTransport()) as client:
         assert client._settings.hooks == ()
+
+
+class Gateway(BaseHTTPRequestHandler):
+    """A gateway whose server is away: 503 to every health check, each after 50 ms."""
+
+    protocol_version = "HTTP/1.1"
+    requests = 0
+
+    def do_GET(self) -> None:
+        type(self).requests += 1
+        time.sleep(0.05)
+        body = b"no healthy upstream"
+        self.send_response(503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_gateways_503_to_a_health_check_is_retried_then_false() -> None:
+    # HTTP answered False at once, where gRPC retries UNAVAILABLE under the policy.
+    async def asynchronous(url: str) -> bool:
+        async with ts.AsyncClient(url, retry=FAST) as client:
+            return await client.is_live()
+
+    for kind in ("sync", "async"):
+        Gateway.requests = 0
+        with serving(Gateway) as url:
+            if kind == "async":
+                assert asyncio.run(asynchronous(url)) is False
+            else:
+                with ts.Client(url, retry=FAST) as client:
+                    assert client.is_live() is False
+        assert Gateway.requests == 3, kind
+
+
+def test_waiting_ends_with_why_the_server_was_not_ready_not_with_its_last_short_probe() -> None:
+    # The last probe had what was left of the wait (0.01 s), so on any link slower than
+    # that the error said "no answer within 0.01 s" instead of the gateway's answer.
+    with (
+        serving(Gateway) as url,
+        ts.Client(url) as client,
+        pytest.raises(ts.TritonTimeoutError) as caught,
+    ):
+        client.wait_until_ready(timeout=0.5)
+    assert "no healthy upstream" in str(caught.value)
+    assert "within 0.01" not in str(caught.value)

@@ -1307,6 +1307,25 @@ async def test_generate_stream_yields_each_responses_fields(shell: Shell) -> Non
     assert call.op.fields == {"X": 1.0, "max_tokens": 3}
 
 
+@pytest.mark.parametrize("key", [1, None, ("a",), ""])
+async def test_generate_fields_named_by_no_str_are_refused_at_the_call(
+    shell: Shell, key: Any
+) -> None:
+    # generate blamed "the server's answer" (an AttributeError inside), and generate_stream
+    # raised a bare AttributeError.
+    for call in (shell.double.generate, shell.talker.generate_stream):
+        with pytest.raises(ts.InvalidInputError, match="field names are non-empty str"):
+            await resolve(call({key: 2}))
+    assert shell.mock.calls == []
+
+
+async def test_numpy_scalar_parameters_reach_generate_as_plain_values(shell: Shell) -> None:
+    await resolve(shell.double.generate(X=1.0, parameters={"k": np.float32(0.5)}))
+    (call,) = shell.mock.calls
+    assert call.op.parameters == {"k": 0.5}
+    assert type(call.op.parameters["k"]) is float
+
+
 async def test_a_decoupled_model_refuses_infer_and_sends_nothing(shell: Shell) -> None:
     with pytest.raises(ts.InvalidInputError, match="decoupled"):
         await resolve(shell.talker.infer(X=[[1.0]]))
@@ -1658,6 +1677,32 @@ async def test_an_answer_with_other_rows_may_have_run_and_map_sends_it_no_more(
     assert "should have 4 along its first axis" in str(outcomes[0])
     assert all(outcome.may_have_run for outcome in outcomes)
     assert len(mock.calls) == sent_before + 1  # the batch, once
+
+
+async def test_a_chunk_answered_with_other_rows_names_its_rows_once(connect: Connect) -> None:
+    client, _ = connect(short_of_a_row)
+    model = await resolve(client.model("double"))
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+    x[5] = 777
+    with pytest.raises(ts.InferenceError, match="should have 4 along its first axis") as caught:
+        await resolve(model.infer(X=x))
+    assert str(caught.value).count("(rows 4-7 of a batch of 10") == 1
+    assert caught.value.may_have_run
+
+
+async def test_a_test_transport_on_an_http_url_gets_the_streams_it_answers(
+    connect: Connect, mode: str
+) -> None:
+    # The early check of what the generate extension carries is the HTTP transport's: a
+    # test double answers any stream (here a batch of 2, which the extension cannot carry).
+    mock = MockTransport(answer, models=MODELS)
+    kind = ts.Client if mode == "sync" else ts.AsyncClient
+    client = kind("http://test", transport=mock)
+    try:
+        talker = await resolve(client.model("talker"))
+        assert len(await resolve(talker.stream(X=[[1.0], [2.0]]))) == 3
+    finally:
+        await close(client)
 
 
 def failing_rows(op: Any, ctx: ts.CallContext) -> object:
