@@ -957,7 +957,8 @@ class AsyncClient:
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
     ) -> JSON:
-        """A model's configuration as the server reports it (the JSON form of config.pbtxt)."""
+        """A model's configuration as the server reports it (the JSON form of config.pbtxt;
+        over gRPC, fields left at their default are left out)."""
         return await self._run(GetModelConfig(name, version), self._options(timeout, headers))
 
     async def model_spec(

@@ -951,7 +951,8 @@ class Client:
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
     ) -> JSON:
-        """A model's configuration as the server reports it (the JSON form of config.pbtxt)."""
+        """A model's configuration as the server reports it (the JSON form of config.pbtxt;
+        over gRPC, fields left at their default are left out)."""
         return self._run(GetModelConfig(name, version), self._options(timeout, headers))
 
     def model_spec(

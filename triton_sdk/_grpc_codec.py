@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar, cast
 import attrs
 import numpy as np
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
@@ -773,7 +774,47 @@ def _generate(op: Generate) -> GrpcCall[dict[str, JSONValue]] | GrpcCollect[Any,
 
 
 def _to_json(message: Any) -> JSON:
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)  # type: ignore[no-any-return]
+    """A message as HTTP's JSON has it: protobuf's JSON writes 64-bit integers as strings
+    (``"dims": ["1"]``), which HTTP's answers, and code written for them, read as ints."""
+    data: JSON = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return _ints_of(message.DESCRIPTOR, data)
+
+
+_INT64_TYPES: Final = frozenset(
+    {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+
+
+def _ints_of(descriptor: Any, data: JSON) -> JSON:
+    """``data`` (MessageToDict's, of a ``descriptor`` message) with its 64-bit integers
+    as ints, in nested messages, lists and maps too."""
+    for field in descriptor.fields:
+        if field.name not in data:
+            continue
+        value = data[field.name]
+        entry = field.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            item = entry.fields_by_name["value"]
+            data[field.name] = {key: _value_of(item, v) for key, v in value.items()}
+        elif isinstance(value, list):
+            data[field.name] = [_value_of(field, v) for v in value]
+        else:
+            data[field.name] = _value_of(field, value)
+    return data
+
+
+def _value_of(field: Any, value: Any) -> Any:
+    if field.type in _INT64_TYPES and isinstance(value, str):
+        return int(value)
+    if field.message_type is not None and isinstance(value, dict):
+        return _ints_of(field.message_type, value)
+    return value
 
 
 def _list_models(op: ListModels) -> GrpcCall[list[JSON]]:

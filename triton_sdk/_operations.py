@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
+import numpy as np
 
 from ._checks import numpy_number
 from ._display import Displayable, Table
@@ -343,6 +344,10 @@ def trace_updates(
                 f"{', '.join(map(repr, _TRACE_LEVELS))}"
             )
         updates["trace_level"] = [item.upper() for item in levels]
+        if "OFF" in updates["trace_level"] and len(set(updates["trace_level"])) > 1:
+            raise InvalidInputError(  # (the server's refusal, said before sending)
+                f"trace level 'OFF' goes alone, got {levels!r}: OFF, or TIMESTAMPS and/or TENSORS"
+            )
     # The server reads these as unsigned (rate -5 became 4294967291) numbers, and Triton
     # 2.51 refuses those past int32 (its message says [0, 4294967295]).
     for key, name, value, low, high in (
@@ -397,6 +402,12 @@ class LogSettings:
         )
 
 
+def _switch(value: bool | None) -> bool | None:
+    """A log switch: a numpy bool is one too, as a numpy int is a level."""
+    given: object = value  # (callers without type checking pass numpy bools)
+    return bool(given) if isinstance(given, np.bool_) else value
+
+
 def log_updates(
     *,
     file: str | None,
@@ -407,6 +418,7 @@ def log_updates(
     format: str | None,
 ) -> dict[str, bool | int | str]:
     """The settings to send, typed as the protocol takes them."""
+    info, warning, error = (_switch(value) for value in (info, warning, error))
     updates: dict[str, bool | int | str] = {
         key: value
         for key, value in (

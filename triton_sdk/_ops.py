@@ -63,7 +63,8 @@ __all__ = [
 T_co = TypeVar("T_co", covariant=True)
 
 JSON: TypeAlias = dict[str, Any]
-"""A decoded JSON object; gRPC answers are converted to the shape HTTP's have."""
+"""A decoded JSON object; gRPC answers are converted to the shape HTTP's have (64-bit
+integers as ints), except that fields left at their default are left out."""
 
 JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, "JSONValue"] | None
 """A value of a decoded JSON document."""

@@ -1075,3 +1075,23 @@ def test_grpc_server_metadata_keeps_an_empty_name() -> None:
     assert isinstance(call, _grpc_codec.GrpcCall)
     answer = call.read(pb.ServerMetadataResponse(name="", version="1"))
     assert ts.ServerMetadata.from_json(answer) == ts.ServerMetadata(name="", version="1")
+
+
+def test_grpc_json_answers_have_ints_where_http_answers_have_them() -> None:
+    # protobuf's JSON wrote every 64-bit integer as a str: model_config(...)["input"][0]
+    # ["dims"] was ["1", "-1"] over gRPC, [1, -1] over HTTP.
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from triton_sdk._grpc_codec import _to_json
+
+    config = mc.ModelConfig(name="m", max_batch_size=8)
+    config.input.add(name="X", data_type=mc.TYPE_FP32, dims=[1, -1])
+    config.dynamic_batching.max_queue_delay_microseconds = 100
+    config.parameters["k"].string_value = "123"  # (a str that looks like an int stays one)
+    assert _to_json(config) == {
+        "name": "m",
+        "max_batch_size": 8,
+        "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [1, -1]}],
+        "dynamic_batching": {"max_queue_delay_microseconds": 100},
+        "parameters": {"k": {"string_value": "123"}},
+    }

@@ -446,6 +446,22 @@ def test_numpy_integers_are_taken_as_settings() -> None:
     assert updates == {"trace_rate": ["100"], "trace_count": ["-1"]}
 
 
+def test_off_with_another_trace_level_is_refused_before_sending() -> None:
+    # The server refused it ("Expect only one trace level 'OFF' is specified").
+    with pytest.raises(ts.InvalidInputError, match="trace level 'OFF' goes alone"):
+        trace_updates(level=("OFF", "TIMESTAMPS"), rate=None, count=None, log_frequency=None)
+
+
+def test_numpy_bools_are_log_switches() -> None:
+    # np.int64 was a level, np.bool_ was refused as "the bool_ True".
+    updates = log_updates(
+        file=None, info=np.bool_(True), warning=None, error=np.bool_(False), verbose_level=None,
+        format=None,
+    )  # fmt: skip
+    assert updates == {"log_info": True, "log_error": False}
+    assert all(type(value) is bool for value in updates.values())
+
+
 def test_trace_levels_are_sent_in_upper_case() -> None:
     # The server ignores "timestamps" silently.
     assert trace_updates(
