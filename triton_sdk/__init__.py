@@ -57,7 +57,7 @@ from ._operations import (
     ServerMetrics,
     TraceSettings,
 )
-from ._request import ParameterValue
+from ._request import ParameterInput, ParameterValue, Priority
 from ._result import InferResult
 from ._sequence import SequenceNotEndedWarning
 from ._shaping import InputValue
@@ -115,7 +115,9 @@ __all__ = [
     "ModelStatistics",
     "ModelStatus",
     "NotGiven",
+    "ParameterInput",
     "ParameterValue",
+    "Priority",
     "ResponseStream",
     "RetryBudget",
     "RetryPolicy",

@@ -85,6 +85,7 @@ from ._errors import (
     InferenceError,
     InvalidInputError,
     ModelNotFoundError,
+    TritonConnectionError,
     TritonError,
     TritonTimeoutError,
     UnsupportedError,
@@ -717,7 +718,10 @@ class Client:
             else:
                 return
             left = deadline - time.monotonic()
-            cut_short = isinstance(failure, TritonTimeoutError) and probe_timeout < 1.0
+            timed_out = isinstance(failure, TritonTimeoutError) or (
+                isinstance(failure, TritonConnectionError) and "could not connect" in str(failure)
+            )
+            cut_short = timed_out and probe_timeout < 1.0
             if left <= 0 and cut_short and earlier is not None:
                 # The last probe had what was left of the wait (down to 0.01 s): its timeout
                 # says nothing of the server; the round before says why it was not ready.

@@ -547,12 +547,22 @@ _STREAM_HEADERS: Final = {"Content-Type": "application/json", "Accept": "text/ev
 
 
 def _is_ok(status: int, header_length: int | None, body: Body) -> bool:
-    """A health answer: 200 is yes, another answer of the server no. A gateway's 502, 503
-    or 504 (the server behind it is away) is its error, retried under the policy as
-    gRPC's UNAVAILABLE is (is_live and the others answer False once it gives up)."""
-    if status in _GATEWAY_FAILURES:
+    """A health answer: 200 is yes, another answer of the server no (KServe says not
+    ready with a 503 and its ``{"error": ...}``). A gateway's 502, 503 or 504 (the server
+    behind it is away) is its error, retried under the policy as gRPC's UNAVAILABLE is
+    (is_live and the others answer False once it gives up)."""
+    if status in _GATEWAY_FAILURES and not _servers_own(body):
         raise error_from_response(status, body)
     return status == 200
+
+
+def _servers_own(body: Body) -> bool:
+    """Whether an error answer is an inference server's ``{"error": ...}`` JSON."""
+    try:
+        answer = json.loads(bytes(body))
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and "error" in answer
 
 
 _GATEWAY_FAILURES: Final = frozenset({502, 503, 504})

@@ -344,7 +344,7 @@ def trace_updates(
                 f"{', '.join(map(repr, _TRACE_LEVELS))}"
             )
         updates["trace_level"] = [item.upper() for item in levels]
-        if "OFF" in updates["trace_level"] and len(set(updates["trace_level"])) > 1:
+        if "OFF" in updates["trace_level"] and len(updates["trace_level"]) > 1:
             raise InvalidInputError(  # (the server's refusal, said before sending)
                 f"trace level 'OFF' goes alone, got {levels!r}: OFF, or TIMESTAMPS and/or TENSORS"
             )

@@ -371,6 +371,7 @@ def _tail(path: Path, lines: int = 40) -> str:
 # Where LocalServer has the server listen: given again in extra_args, tritonserver would
 # take the last value, and the server would not be where LocalServer waits for it.
 _MANAGED_OPTIONS: Final = (
+    "--model-control-mode",  # (model_control=; "explicit" adds --load-model=*)
     "--http-port",
     "--grpc-port",
     "--metrics-port",
@@ -498,8 +499,8 @@ class LocalServer:
             option = _managed_option(str(arg))
             if option is not None:
                 raise ServerStartError(
-                    f"a LocalServer sets {option} itself: use its arguments ports= and host= "
-                    "rather than extra_args"
+                    f"a LocalServer sets {option} itself: use its arguments (ports=, host=, "
+                    "model_control=) rather than extra_args"
                 )
         if model_control not in _MODEL_CONTROL:
             raise ServerStartError(

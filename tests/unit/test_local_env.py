@@ -3,6 +3,7 @@ numpy-1 environment. (Making it for real is what the numpy 2 test session does.)
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import subprocess
 from pathlib import Path
@@ -10,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from triton_sdk import local
-from triton_sdk.local import ServerStartError, models_environment
+from triton_sdk import _fork, local
+from triton_sdk.local import LocalServer, ServerStartError, _managed_option, models_environment
 
 
 def test_a_given_environment_is_used(tmp_path: Path) -> None:
@@ -80,3 +81,28 @@ def test_a_failure_to_install_the_server_says_what_to_do(
     with pytest.raises(ServerStartError, match="TRITONSERVER_PATH") as info:
         local.install_server()
     assert "no registry reachable" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("arg", "managed"),
+    [
+        ("--http-port=1", "--http-port"),
+        ("--http-po=1", "--http-port"),  # (tritonserver's getopt_long reads abbreviations)
+        ("--grpc-a", "--grpc-address"),
+        ("--model-control-mode=none", "--model-control-mode"),
+        ("--http-thread-count=4", None),
+        ("--grpc-port-x=1", None),
+        ("--metrics-interval-ms=10", None),
+        ("--model-repository=/other", None),  # (it adds a repository)
+    ],
+)
+def test_the_options_a_local_server_sets_itself(arg: str, managed: str | None) -> None:
+    assert _managed_option(arg) == managed
+
+
+def test_a_copy_of_an_unstarted_server_is_its_own_owner_in_forks(tmp_path: Path) -> None:
+    # A copy was not registered: started, then forked, the child's stop() killed it.
+    server = LocalServer(tmp_path)
+    copied = copy.copy(server)
+    assert copied is not server
+    assert copied in _fork._AWARE

@@ -734,3 +734,30 @@ def test_waiting_ends_with_why_the_server_was_not_ready_not_with_its_last_short_
         client.wait_until_ready(timeout=0.5)
     assert "no healthy upstream" in str(caught.value)
     assert "within 0.01" not in str(caught.value)
+
+
+class KServeNotReady(BaseHTTPRequestHandler):
+    """KServe's own answer for a model that is not ready: 503 with its error JSON."""
+
+    protocol_version = "HTTP/1.1"
+    requests = 0
+
+    def do_GET(self) -> None:
+        type(self).requests += 1
+        body = b'{"error": "Model with name m is not ready."}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_servers_own_503_to_a_health_check_is_its_answer_not_retried() -> None:
+    # KServe says "not ready" so: retrying it cost each poll 3 requests and the budget.
+    KServeNotReady.requests = 0
+    with serving(KServeNotReady) as url, ts.Client(url, retry=FAST) as client:
+        assert client.is_model_ready("m") is False
+    assert KServeNotReady.requests == 1
