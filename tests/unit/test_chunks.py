@@ -56,3 +56,18 @@ def test_a_chunk_refused_on_the_client_keeps_its_own_error() -> None:
         runner.run(send, range(10))
     assert not caught.value.may_have_run
     runner.close()
+
+
+@pytest.mark.parametrize("url", ["grpc://127.0.0.1:9", "http://127.0.0.1:9"])
+def test_a_call_that_finds_the_connections_closed_before_sending_says_so_alike(url: str) -> None:
+    # close() between a call's check of the client and its send: the message was grpc's
+    # ("Cannot invoke RPC on closed channel!") or the pool's own words, by transport.
+    client = ts.Client(url)
+    client._transport.close()  # type: ignore[attr-defined]  # (as close() does, first)
+    with pytest.raises(ts.TritonError) as caught:
+        client.server_metadata()
+    assert str(caught.value) == (
+        "the client's connection is closed (closed before the call went out)"
+    )
+    assert not caught.value.may_have_run
+    client.close()

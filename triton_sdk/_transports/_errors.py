@@ -18,10 +18,11 @@ from .._errors import (
     classify_status,
     classify_transport_error,
     closed_in_setup,
+    refused_before_sending,
     timeout_message,
 )
 
-__all__ = ["closed_error", "grpc_error", "http_error", "refused_error"]
+__all__ = ["closed_before_sending", "closed_error", "grpc_error", "http_error", "refused_error"]
 
 
 def http_error(
@@ -140,6 +141,13 @@ _NEVER_CONNECTED = (
 
 def closed_error(exc: BaseException) -> TritonError:
     return TritonError(f"the client's connection is closed ({exc})")
+
+
+def closed_before_sending() -> TritonError:
+    """The error of a call that found the client's connections closed before it went out
+    (close() came between its check of the client and its send): one message on every
+    transport, not grpc's or the pool's own words."""
+    return refused_before_sending(closed_error(RuntimeError("closed before the call went out")))
 
 
 def closed_by_aclose() -> TritonError:

@@ -35,8 +35,8 @@ from .._grpc_codec import (
 )
 from .._ops import Op, OpenAIEvents, StreamOp
 from ._errors import (
+    closed_before_sending,
     closed_by_aclose,
-    closed_error,
     closed_in_flight,
     grpc_error,
     raise_if_cut_by_close,
@@ -395,7 +395,7 @@ class GrpcTransport:
                 call.cancel()  # (an answered one is left to close: see _disarm_stop)
 
     def _refused(self, exc: ValueError) -> TritonError:
-        return closed_error(exc) if self._closed else refused_error(exc)
+        return closed_before_sending() if self._closed else refused_error(exc)
 
     def _failed(
         self, exc: grpc.RpcError, op: Op[Any] | StreamOp[Any], ctx: CallContext

@@ -29,8 +29,8 @@ from .._http_codec import HEADER_LENGTH, Body, HttpCall, HttpCodec, HttpStream, 
 from .._ops import GetServerMetadata, Op, OpenAIEvents, StreamOp
 from .._request import InferRequest
 from ._errors import (
+    closed_before_sending,
     closed_by_aclose,
-    closed_error,
     closed_in_flight,
     http_error,
     raise_if_cut_by_close,
@@ -135,7 +135,7 @@ class HttpTransport:
         try:
             status, length, data = self._pool.request(call.method, call.path, body, headers, limit)
         except PoolClosed as exc:
-            raise closed_error(exc) from exc
+            raise closed_before_sending() from exc
         except AnswerLost as lost:
             raise http_error(lost.cause, op, ctx.timeout, self._url, sent=True) from lost.cause
         except NotSent as failed:
@@ -166,7 +166,7 @@ class HttpTransport:
                 call.method, call.path, body, headers, ctx.timeout, on_sent
             )
         except PoolClosed as exc:
-            raise closed_error(exc) from exc
+            raise closed_before_sending() from exc
         except _HTTP_FAILURES as exc:
             raise self._failed(exc, op, ctx, sent=went_out) from exc
         try:
