@@ -195,8 +195,10 @@ class ServerMetrics(Displayable):
 
     Attributes:
         models: one entry per model version that has metrics.
-        server: samples without a model label (CPU, memory, pinned memory...), by name;
-            labelled ones (per GPU) as ``name{label="value"}``.
+        server: every other sample, by name: those without a model label (CPU, memory,
+            pinned memory...) and the per-model families that are no field of
+            :class:`ModelMetrics` (histograms, summaries, cache figures); labelled ones
+            (per GPU, per model) as ``name{label="value"}``.
     """
 
     models: tuple[ModelMetrics, ...] = ()
@@ -244,14 +246,17 @@ class ServerMetrics(Displayable):
         except ValueError as exc:
             raise InferenceError(f"cannot parse the server's metrics: {exc}") from exc
         for family in families:
-            field = _MODEL_FAMILIES.get(family.name)
+            # (a counter written as name_total under "# TYPE name counter" is a family of
+            # its own to the parser)
+            field = _MODEL_FAMILIES.get(family.name.removesuffix("_total"))
             for sample in family.samples:
                 model = sample.labels.get("model")
-                if model is None:
+                if model is None or field is None or not _figure(family, sample):
                     server[_sample_key(sample.name, sample.labels)] = float(sample.value)
-                elif field is not None:
-                    figures = models.setdefault((model, sample.labels.get("version", "")), {})
-                    figures[field] = figures.get(field, 0.0) + float(sample.value)
+                    continue
+                figures = models.setdefault((model, sample.labels.get("version", "")), {})
+                # (per-reason failure samples add up to the model's)
+                figures[field] = figures.get(field, 0.0) + float(sample.value)
         return cls(
             models=tuple(
                 ModelMetrics(model=model, version=version, **figures)
@@ -259,6 +264,15 @@ class ServerMetrics(Displayable):
             ),
             server=server,
         )
+
+
+def _figure(family: Any, sample: Any) -> bool:
+    """Whether ``sample`` is the figure of a per-model family: its value (a counter's or a
+    gauge's), or a summary's or a histogram's sum (its quantiles, buckets and count are
+    not the total the field holds)."""
+    if family.type in ("summary", "histogram"):
+        return bool(sample.name == family.name + "_sum")
+    return "quantile" not in sample.labels and "le" not in sample.labels
 
 
 def _sample_key(name: str, labels: Mapping[str, str]) -> str:

@@ -581,3 +581,28 @@ def test_labelled_server_samples_keep_their_labels() -> None:
         'nv_gpu_utilization{gpu_uuid="GPU-a"}': 0.5,
         'nv_gpu_utilization{gpu_uuid="GPU-b"}': 0.75,
     }
+
+
+def test_metric_families_of_other_shapes_are_read_and_none_is_lost() -> None:
+    # A summary's quantile, sum and count were added into one field (87 for a sum of 70),
+    # a counter written as name_total read as 0, and per-model families that are no field
+    # (histograms) were dropped.
+    text = """\
+# TYPE nv_inference_count counter
+nv_inference_count_total{model="m",version="1"} 3
+# TYPE nv_inference_request_duration_us summary
+nv_inference_request_duration_us{model="m",version="1",quantile="0.5"} 7
+nv_inference_request_duration_us_sum{model="m",version="1"} 70
+nv_inference_request_duration_us_count{model="m",version="1"} 10
+# TYPE nv_inference_first_response_histogram_ms histogram
+nv_inference_first_response_histogram_ms_bucket{model="m",version="1",le="+Inf"} 4
+nv_inference_first_response_histogram_ms_sum{model="m",version="1"} 12
+nv_inference_first_response_histogram_ms_count{model="m",version="1"} 4
+"""
+    metrics = ServerMetrics.from_text(text)
+    figures = metrics.model("m")
+    assert (figures.inference_count, figures.request_duration_us) == (3.0, 70.0)
+    assert (
+        metrics.server['nv_inference_first_response_histogram_ms_sum{model="m",version="1"}'] == 12
+    )
+    assert metrics.server['nv_inference_request_duration_us_count{model="m",version="1"}'] == 10
