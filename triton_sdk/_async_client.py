@@ -1055,18 +1055,24 @@ class AsyncClient:
             return await self._infer_one(requests[0], plan, options, mode)
 
         rows = [len(request.inputs[0].array) for request in requests]
-        first_rows = dict(zip(map(id, requests), itertools.accumulate([0, *rows]), strict=False))
+        firsts = itertools.accumulate([0, *rows])  # (one more than there are requests)
+        spans = {  # (each request's first row and row count)
+            id(request): (first, count)
+            for request, first, count in zip(requests, firsts, rows, strict=False)
+        }
 
         async def chunk(request: InferRequest) -> InferResult:
+            first, count = spans[id(request)]
             try:
                 result = await self._infer_one(request, plan, options, mode)
-                result._check_rows(len(request.inputs[0].array))
+                result._check_rows(count)  # (here, so that its error names the rows)
                 return result
             except TritonError as error:
-                in_split_batch(error, first_rows[id(request)], len(request.inputs[0].array), rows)
+                in_split_batch(error, first, count, rows)
                 raise
 
-        return InferResult.concatenate(await self._chunks.run(chunk, requests), rows=rows)
+        # (each answer's rows were checked by its chunk)
+        return InferResult.concatenate(await self._chunks.run(chunk, requests))
 
     def _shared_memory_mode(self, shared_memory: SharedMemory | NotGiven) -> SharedMemory:
         """The mode of a call: its own, checked, or the client's."""
@@ -1656,10 +1662,8 @@ class AsyncModel(ModelCore):
         The fields are checked when it is called, as :meth:`stream`'s inputs are."""
         merged = merge_fields(self.spec, fields, named_fields)
         http = self._client._settings.endpoint.protocol == "http"
-        check_generate(self.spec, merged, parameters, http=http)
-        op = GenerateStream(
-            self.spec, self.version, merged, check_parameters(parameters, self.name)
-        )
+        plain = check_generate(self.spec, merged, parameters, http=http)
+        op = GenerateStream(self.spec, self.version, merged, plain)
         return self._client._stream(op, self._client._options(timeout, headers))
 
     async def chat(

@@ -101,12 +101,12 @@ def check_generate(
     parameters: Mapping[str, object] | None,
     *,
     http: bool = False,
-) -> None:
+) -> Mapping[str, ParameterValue] | None:
     """Refuse a generate request that cannot be sent, as the gRPC path would: the fields
     named like inputs are checked as one sample of them, the others (the server makes
     them parameters) and ``parameters`` as parameters. ``http``: it goes through the
     HTTP extension, whose JSON Triton (a server with model configs) does not read FP16
-    or BF16 from."""
+    or BF16 from. Returns ``parameters`` as sent (numpy scalars as plain values)."""
     tensors = _generate_inputs(spec, fields)
     if http:  # (checked when the call is made, not when the stream is first read)
         for tensor in tensors:
@@ -124,8 +124,9 @@ def check_generate(
                     model=spec.name,
                 )
     extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
-    _check_fields(spec, extra, parameters)
+    plain = _check_fields(spec, extra, parameters)
     check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
+    return plain
 
 
 def _refuse_halves(spec: ModelSpec, names: Iterable[str], call: str, remedy: str) -> None:
@@ -158,12 +159,12 @@ def check_not_inputs(spec: ModelSpec, parameters: object) -> None:
 
 def _check_fields(
     spec: ModelSpec, extra: Mapping[str, object], parameters: Mapping[str, object] | None
-) -> None:
+) -> Mapping[str, ParameterValue] | None:
     """Refuse fields (not inputs) that the protocols would send differently: over HTTP a
     field is a key of the body beside ``parameters`` and ``id``, so the server would get
     a parameter twice, or read the field as the request's id."""
     # (a mapping, before its keys are read)
-    check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
+    plain = check_parameters(cast("Mapping[str, ParameterValue] | None", parameters), spec.name)
     check_not_inputs(spec, parameters)
     twice = sorted(extra.keys() & (parameters or {}).keys())
     if twice:
@@ -194,6 +195,7 @@ def _check_fields(
             f"(generate has no such option{hint})",
             model=spec.name,
         )
+    return plain
 
 
 def generate_request(
@@ -474,18 +476,24 @@ class ServerSentEvents:
     chunks of any size, and get the ``data`` of each event that ends."""
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending: list[bytes] = []
+        """The bytes of a line not ended yet, as they came: joined once it ends (a line
+        of any length, in chunks of any size, costs its length)."""
         self._data: list[str] = []
 
     def feed(self, chunk: bytes) -> list[str]:
         """Take the next bytes of the stream; return the data of the events they end."""
-        lines = (self._pending + chunk).split(b"\n")
-        self._pending = lines.pop()
+        if b"\n" not in chunk:
+            self._pending.append(chunk)
+            return []
+        lines = chunk.split(b"\n")
+        lines[0] = b"".join([*self._pending, lines[0]])
+        self._pending = [lines.pop()]
         return [data for data in map(self._line, lines) if data is not None]
 
     def finish(self) -> list[str]:
         """The last event, when the stream ended without a blank line after it."""
-        pending, self._pending = self._pending, b""
+        pending, self._pending = b"".join(self._pending), []
         return [data for data in map(self._line, (pending, b"")) if data is not None]
 
     def events(self, chunks: Iterable[bytes]) -> Iterator[str]:

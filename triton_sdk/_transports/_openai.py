@@ -179,29 +179,6 @@ def openai_events(
 # asyncio
 
 
-class _Lines:
-    """The lines of a stream's bytes as they arrive, without their ends. Lines of any
-    length: aiohttp's ``readline`` refuses those over twice its read buffer (a chunk
-    that echoes a long prompt)."""
-
-    def __init__(self) -> None:
-        self._pending: list[bytes] = []
-
-    def feed(self, data: bytes) -> list[bytes]:
-        if b"\n" not in data:
-            self._pending.append(data)
-            return []
-        *lines, rest = data.split(b"\n")
-        lines[0] = b"".join([*self._pending, lines[0]])
-        self._pending = [rest] if rest else []
-        return lines
-
-    def finish(self) -> list[bytes]:
-        """The last line, when the stream ended without a line end after it."""
-        rest, self._pending = b"".join(self._pending), []
-        return [rest] if rest else []
-
-
 def _session(timeout: float | None, stream: bool) -> aiohttp.ClientSession:
     import aiohttp  # imported when the first such call is made, as the transports do
 
@@ -283,15 +260,12 @@ async def openai_events_async(
             # close).
             ctx._stop.arm(lambda: response.content.set_exception(_cut_short(url, model)))
         waiting = EventWait(timeout)  # (see openai_events)
-        lines, sse = _Lines(), ServerSentEvents()
+        # (read as chunks come, not by aiohttp's readline, which refuses lines over twice
+        # its buffer: a chunk that echoes a long prompt)
+        sse = ServerSentEvents()
         while True:
             data = await waiting.readany(response.content)
-            if data:
-                datas = [got for line in lines.feed(data) for got in sse.feed(line + b"\n")]
-            else:
-                datas = [got for line in lines.finish() for got in sse.feed(line)]
-                datas += sse.finish()
-            for event in _events(datas, url, model):
+            for event in _events(sse.feed(data) if data else sse.finish(), url, model):
                 if event is None:
                     return
                 yield event
