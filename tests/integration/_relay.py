@@ -163,6 +163,9 @@ class _Connection:
                     continue
                 if not data:
                     raise _Stop
+                # The mode may have turned to "reset" while this chunk was on its way: a
+                # reset connection forwards nothing more.
+                self._check()
                 return data
 
     def _send(self, sock: socket.socket, data: bytes) -> None:
@@ -171,8 +174,7 @@ class _Connection:
         view = memoryview(data)
         stalled_since = time.monotonic()
         while view:
-            if self.done.is_set() or self.relay.closed:
-                raise _Stop
+            self._check()
             if not poller.poll(POLL_INTERVAL * 1000):
                 if time.monotonic() - stalled_since > SEND_STALL_LIMIT:
                     raise _Stop
