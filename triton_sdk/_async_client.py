@@ -39,6 +39,7 @@ from ._base import (
     check_tls_used,
     client_repr,
     closed_error,
+    closed_while_retrying,
     config_json,
     merge_fields,
     with_suggestions,
@@ -592,6 +593,8 @@ class AsyncClient:
             if failures:
                 raise failures.pop()
             attempts += 1
+            if self._closing or self._closed:
+                raise closed_while_retrying(what, last, ran) from last
             try:
                 ctx: CallContext | None = options.context(op, attempts)
             except TritonTimeoutError:
@@ -611,13 +614,19 @@ class AsyncClient:
         stop = StopAt(policy, options.deadline_at, self._retry_bucket)
         what = op.call if op.model is None else f"{op.call} {op.model!r}"
         try:
-            return await AsyncRetrying(**retrying_kwargs(policy, stop, what, op.idempotent))(again)
+            return await AsyncRetrying(
+                sleep=self._backoff, **retrying_kwargs(policy, stop, what, op.idempotent)
+            )(again)
         except TritonError as error:
             final = final_error(error, stop, what, policy)
             final.may_have_run = final.may_have_run or ran
             if final is error:
                 raise
             raise final from error
+
+    async def _backoff(self, seconds: float) -> None:
+        """The wait between two attempts; closing the client cuts it short."""
+        await await_until(lambda: self._closing or self._closed, seconds, _POLL_INTERVAL)
 
     def _stream(self, op: StreamOp[T], options: CallOptions) -> AsyncResponseStream[T]:
         """The responses of a streamed op; never retried."""

@@ -290,6 +290,17 @@ def closed_error(kind: str) -> TritonError:
     return refused_before_sending(TritonError(f"this {kind} is closed"))
 
 
+def closed_while_retrying(what: str, last: TritonError, ran: bool) -> TritonError:
+    """The error of a call whose client was closed while it waited to retry."""
+    return TritonError(
+        f"{what}: the client was closed while the call waited to retry; last failure: {last}",
+        status=last.status,
+        model=last.model,
+        request_id=last.request_id,
+        may_have_run=ran,
+    )
+
+
 def config_json(config: Mapping[str, object] | str | None) -> str | None:
     """A load_model config override as the JSON text the server expects."""
     if config is None or isinstance(config, str):

@@ -39,6 +39,7 @@ from ._base import (
     check_tls_used,
     client_repr,
     closed_error,
+    closed_while_retrying,
     config_json,
     merge_fields,
     with_suggestions,
@@ -590,6 +591,8 @@ class Client:
             if failures:
                 raise failures.pop()
             attempts += 1
+            if self._closing or self._closed:
+                raise closed_while_retrying(what, last, ran) from last
             try:
                 ctx: CallContext | None = options.context(op, attempts)
             except TritonTimeoutError:
@@ -609,13 +612,19 @@ class Client:
         stop = StopAt(policy, options.deadline_at, self._retry_bucket)
         what = op.call if op.model is None else f"{op.call} {op.model!r}"
         try:
-            return Retrying(**retrying_kwargs(policy, stop, what, op.idempotent))(again)
+            return Retrying(
+                sleep=self._backoff, **retrying_kwargs(policy, stop, what, op.idempotent)
+            )(again)
         except TritonError as error:
             final = final_error(error, stop, what, policy)
             final.may_have_run = final.may_have_run or ran
             if final is error:
                 raise
             raise final from error
+
+    def _backoff(self, seconds: float) -> None:
+        """The wait between two attempts; closing the client cuts it short."""
+        wait_until(lambda: self._closing or self._closed, seconds, _POLL_INTERVAL)
 
     def _stream(self, op: StreamOp[T], options: CallOptions) -> ResponseStream[T]:
         """The responses of a streamed op; never retried."""

@@ -94,23 +94,26 @@ async def ashielded(work: Callable[[A], Coroutine[Any, Any, T]], argument: A) ->
     return await asyncio.shield(task)
 
 
-def wait_until(done: Callable[[], bool], limit: float) -> bool:
-    """Poll ``done`` every 5 ms for at most ``limit`` seconds; whether it came true."""
+def wait_until(done: Callable[[], bool], limit: float, interval: float = 0.005) -> bool:
+    """Poll ``done`` every ``interval`` seconds for at most ``limit`` seconds; whether it
+    came true."""
     deadline = time.monotonic() + limit
     while not done():
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return False
-        sleep(0.005)
+        sleep(min(interval, left))
     return True
 
 
-async def await_until(done: Callable[[], bool], limit: float) -> bool:
+async def await_until(done: Callable[[], bool], limit: float, interval: float = 0.005) -> bool:
     """The asyncio twin of :func:`wait_until`."""
     deadline = time.monotonic() + limit
     while not done():
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return False
-        await asleep(0.005)
+        await asleep(min(interval, left))
     return True
 
 

@@ -19,7 +19,7 @@ from triton_sdk.local import LocalServer
 from triton_sdk.ops import UnregisterSystemSharedMemory
 
 from .._reader import StreamReader
-from .conftest import server_url
+from .conftest import LoopThread, close_client, open_client, server_url
 
 LONG = 60
 DELAY_MS = 100  # the stream would take 6 s
@@ -305,3 +305,25 @@ def test_a_close_from_within_the_close_returns_at_once(server: LocalServer, prot
     client.close()
     assert took
     assert took[0] < 1
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_closing_a_client_wakes_a_call_waiting_to_retry(
+    protocol: str, mode: str, loop_thread: LoopThread
+) -> None:
+    # The call slept out its whole backoff before it noticed the client was closed.
+    policy = ts.RetryPolicy(max_attempts=3, initial_backoff=30.0, max_backoff=30.0, jitter=False)
+    client = open_client(f"{protocol}://127.0.0.1:9", mode, loop_thread, retry=policy)
+    closer = threading.Timer(0.3, close_client, (client, loop_thread))
+    started = time.monotonic()
+    closer.start()
+    with pytest.raises(ts.TritonError) as caught:
+        client.server_metadata()
+    closer.join(5)
+    assert time.monotonic() - started < 5
+    error = caught.value
+    assert "closed while the call waited to retry" in str(error), error
+    assert isinstance(error.__cause__, ts.TritonConnectionError), error  # the last failure
+    assert str(error.__cause__) in str(error)
+    assert not error.retryable
+    assert not error.may_have_run
