@@ -40,6 +40,7 @@ __all__ = [
 
 _RESPONSE_METADATA = frozenset({"model_name", "model_version", "id"})
 _NOT_IN_JSON = frozenset({"FP16", "BF16"})  # (Triton's JSON tensors refuse them)
+_BODY_KEYS = frozenset({"id", "parameters"})
 
 
 def _plain(value: Any, errors: str = "replace") -> JSONValue:
@@ -77,8 +78,9 @@ def generate_body(
 ) -> bytes:
     """The JSON body of a generate request; with ``spec``, checked first (see
     :func:`check_generate`)."""
+    sent: Mapping[str, object] = {}
     if spec is not None:
-        check_generate(spec, fields, parameters, http=True)
+        _, tensors = _checked_generate(spec, fields, parameters, http=True)
         # (None leaves an optional input out, as on gRPC: check_generate took it so;
         # without declared tensors, every field is an input)
         undeclared = not spec.inputs and not spec.has_config
@@ -87,7 +89,13 @@ def generate_body(
             for name, value in fields.items()
             if not (value is None and (undeclared or name in spec.inputs))
         }
-    body = {name: _plain(value, "strict") for name, value in fields.items()}
+        if spec.has_config:
+            # Inputs go as the values gRPC would send: any buffer or array the shaping
+            # reads (a bytearray, an array.array), not only what JSON knows.
+            sent = {
+                tensor.name: tensor.array[0] if spec.batched else tensor.array for tensor in tensors
+            }
+    body = {name: _plain(sent.get(name, value), "strict") for name, value in fields.items()}
     if request_id:
         body["id"] = request_id
     if parameters:
@@ -107,6 +115,17 @@ def check_generate(
     them parameters) and ``parameters`` as parameters. ``http``: it goes through the
     HTTP extension, whose JSON Triton (a server with model configs) does not read FP16
     or BF16 from. Returns ``parameters`` as sent (numpy scalars as plain values)."""
+    return _checked_generate(spec, fields, parameters, http=http)[0]
+
+
+def _checked_generate(
+    spec: ModelSpec,
+    fields: Mapping[str, object],
+    parameters: Mapping[str, object] | None,
+    *,
+    http: bool,
+) -> tuple[Mapping[str, ParameterValue] | None, list[Tensor]]:
+    """:func:`check_generate`, and the inputs' tensors it checked."""
     tensors = _generate_inputs(spec, fields)
     if http:  # (checked when the call is made, not when the stream is first read)
         for tensor in tensors:
@@ -123,10 +142,11 @@ def check_generate(
                     f"values only; input {tensor.name!r} has shape {shape}: {remedy}",
                     model=spec.name,
                 )
+        _refuse_body_keys(spec, fields, "generate over HTTP", remedy)
     extra = {name: value for name, value in fields.items() if not _is_input(spec, name)}
     plain = _check_fields(spec, extra, parameters)
     check_parameters(cast("dict[str, ParameterValue]", extra), spec.name)
-    return plain
+    return plain, tensors
 
 
 def _refuse_halves(spec: ModelSpec, names: Iterable[str], call: str, remedy: str) -> None:
@@ -138,6 +158,19 @@ def _refuse_halves(spec: ModelSpec, names: Iterable[str], call: str, remedy: str
         raise InvalidInputError(
             f"input {', '.join(map(repr, halves))} is FP16 or BF16, which Triton does not "
             f"read from JSON: {call} cannot carry it ({remedy})",
+            model=spec.name,
+        )
+
+
+def _refuse_body_keys(spec: ModelSpec, names: Iterable[str], call: str, remedy: str) -> None:
+    """Refuse inputs among ``names`` that the generate extension reads as the request's
+    own keys (``id``, ``parameters``), which ``call`` sends as JSON."""
+    clash = sorted(name for name in names if name in _BODY_KEYS and name in spec.inputs)
+    if clash:
+        raise InvalidInputError(
+            f"input {', '.join(map(repr, clash))} cannot go through {call}: the generate "
+            f"extension reads that key of its body as the request's own, not as an input "
+            f"({remedy})",
             model=spec.name,
         )
 
@@ -398,7 +431,9 @@ def tensors_to_fields(tensors: list[Tensor], spec: ModelSpec) -> dict[str, JSONV
     needs the gRPC stream.
     """
     names = [tensor.name for tensor in tensors]
-    _refuse_halves(spec, names, "streaming over HTTP (the generate extension)", "use a gRPC client")
+    call = "streaming over HTTP (the generate extension)"
+    _refuse_halves(spec, names, call, "use a gRPC client")
+    _refuse_body_keys(spec, names, call, "use a gRPC client")
     fields: dict[str, JSONValue] = {}
     for tensor in tensors:
         array = tensor.array

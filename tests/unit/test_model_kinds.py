@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import asyncio
 import gc
 import json
@@ -284,6 +285,31 @@ def test_generate_body_puts_parameters_under_parameters() -> None:
     )
     assert body == {"text_input": "hi", "parameters": {"temperature": 0.1, "stream": True, "n": 2}}
     assert "parameters" not in json.loads(generate_body({"x": 1}, {}))
+
+
+def test_generate_body_sends_buffers_and_arrays_as_grpc_reads_them() -> None:
+    # Over HTTP a bytearray, a memoryview or an array.array was "cannot send as JSON",
+    # where gRPC sends them.
+    spec = make_spec(
+        [tensor("TEXT", "BYTES", 1), tensor("IDS", "INT32", -1)], max_batch_size=4, has_config=True
+    )
+    for text, ids in [
+        (bytearray(b"hi"), array.array("i", [1, 2])),
+        (memoryview(b"hi"), array.array("h", [1, 2])),
+        (b"hi", [1, 2]),
+    ]:
+        body = json.loads(generate_body({"TEXT": text, "IDS": ids, "n": 1}, None, spec=spec))
+        assert body == {"TEXT": "hi", "IDS": [1, 2], "n": 1}
+
+
+@pytest.mark.parametrize("name", ["id", "parameters"])
+def test_inputs_named_like_the_generate_body_s_own_keys_are_refused_over_http(name: str) -> None:
+    # Triton read such an input as the request's id (or its parameters).
+    spec = make_spec([tensor(name, "INT32", 1)], max_batch_size=4, has_config=True)
+    with pytest.raises(ts.InvalidInputError, match=rf"input '{name}'.*own.*gRPC"):
+        generate_body({name: 5}, None, spec=spec)
+    with pytest.raises(ts.InvalidInputError, match=rf"input '{name}'.*own.*gRPC"):
+        tensors_to_fields([Tensor(name, "INT32", np.array([[5]], np.int32))], spec)
 
 
 def test_generate_body_refuses_what_json_cannot_carry() -> None:
