@@ -898,15 +898,21 @@ class Client:
         rate: int | None = None,
         count: int | None = None,
         log_frequency: int | None = None,
+        clear: Iterable[str] | str = (),
         timeout: Timeout = NOT_GIVEN,
         headers: Headers = None,
     ) -> TraceSettings:
         """Change trace settings (server-wide, or for one model); returns the new ones.
 
-        The server takes the trace file only at start (``--trace-config
-        triton,file=PATH``); turning tracing on (``level``) needs one.
+        ``clear`` names settings (``"level"``, ``"rate"``, ``"count"``,
+        ``"log_frequency"``) to undo: a model's then follows the server-wide one, a
+        server-wide one returns to the value the server started with. The server takes
+        the trace file only at start (``--trace-config triton,file=PATH``); turning
+        tracing on (``level``) needs one.
         """
-        updates = trace_updates(level=level, rate=rate, count=count, log_frequency=log_frequency)
+        updates = trace_updates(
+            level=level, rate=rate, count=count, log_frequency=log_frequency, clear=clear
+        )
         op = UpdateTraceSettings(model, updates)
         data = self._run(op, self._options(timeout, headers))
         return self._read(TraceSettings.from_json, data, "update_trace_settings", model)

@@ -856,7 +856,7 @@ def _statistics(op: GetModelStatistics) -> GrpcCall[list[JSON]]:
 def _trace(model: str | None, updates: Mapping[str, list[str]] | None) -> GrpcCall[JSON]:
     request = pb.TraceSettingRequest(model_name=model or "")
     for key, values in (updates or {}).items():
-        request.settings[key].value.extend(values)
+        request.settings[key].value.extend(values)  # (no values: the setting is cleared)
 
     def read(response: Any) -> JSON:
         return {key: list(setting.value) for key, setting in response.settings.items()}

@@ -952,11 +952,12 @@ class HttpCodec:
             path = f"{self.base}/v2/trace/setting"
         else:
             path = model_path(self.base, model, None, "/trace/setting")
-        # Over HTTP only the level is a list; the other settings are plain strings.
-        http_updates: dict[str, list[str] | str] | None = None
+        # Over HTTP only the level is a list; the other settings are plain strings, and
+        # null clears one.
+        http_updates: dict[str, list[str] | str | None] | None = None
         if updates is not None:
             http_updates = {
-                key: values if key == "trace_level" else values[0]
+                key: None if not values else values if key == "trace_level" else values[0]
                 for key, values in updates.items()
             }
         return self._settings(path, http_updates, model)

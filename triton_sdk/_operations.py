@@ -343,9 +343,26 @@ def trace_updates(
     rate: int | None,
     count: int | None,
     log_frequency: int | None,
+    clear: Iterable[str] | str = (),
 ) -> dict[str, list[str]]:
-    """The settings to send, as the protocol takes them (lists of strings)."""
+    """The settings to send, as the protocol takes them (lists of strings; an empty
+    list clears the setting)."""
     updates: dict[str, list[str]] = {}
+    cleared = [clear] if isinstance(clear, str) else list(clear)
+    unknown_names = [name for name in cleared if name not in _TRACE_SETTING_KEYS]
+    if unknown_names:
+        raise InvalidInputError(
+            f"cannot clear trace setting {', '.join(map(repr, unknown_names))}: the settings "
+            f"are {', '.join(map(repr, _TRACE_SETTING_KEYS))}"
+        )
+    given = {"level": level, "rate": rate, "count": count, "log_frequency": log_frequency}
+    both = [name for name in cleared if given[name] is not None]
+    if both:
+        raise InvalidInputError(
+            f"trace setting {', '.join(map(repr, both))} given a value and cleared at once"
+        )
+    for name in cleared:
+        updates[_TRACE_SETTING_KEYS[name]] = []
     if level is not None:
         levels = [level] if isinstance(level, str) else list(level)
         # (the server ignores a level it does not know, and lower case, silently)
@@ -377,6 +394,12 @@ def trace_updates(
 
 
 _TRACE_LEVELS: Final = ("OFF", "TIMESTAMPS", "TENSORS")
+_TRACE_SETTING_KEYS: Final = {
+    "level": "trace_level",
+    "rate": "trace_rate",
+    "count": "trace_count",
+    "log_frequency": "log_frequency",
+}
 
 
 def _setting_int(name: str, value: object, low: int, high: int) -> int:

@@ -328,8 +328,41 @@ def test_update_trace_settings_of_one_model(client: Any) -> None:
         # The server-wide settings are not the model's.
         assert client.trace_settings() == server_wide
     finally:
-        client.update_trace_settings("scale", rate=original.rate, count=original.count)
+        client.update_trace_settings("scale", clear=["rate", "count"])
     assert client.trace_settings("scale") == original
+
+
+def test_a_cleared_model_setting_follows_the_server_wide_one(client: Any) -> None:
+    # A model's setting could only be set, never undone: it stayed pinned to its value.
+    server_wide = client.trace_settings()
+    try:
+        client.update_trace_settings("scale", rate=server_wide.rate + 3, count=9)
+        cleared = client.update_trace_settings("scale", clear=["rate", "count"])
+        assert (cleared.rate, cleared.count) == (server_wide.rate, server_wide.count)
+        client.update_trace_settings(rate=server_wide.rate + 5)
+        assert client.trace_settings("scale").rate == server_wide.rate + 5  # follows it
+        # Server-wide, a cleared setting returns to the value the server started with.
+        assert client.update_trace_settings(clear="rate").rate == server_wide.rate
+    finally:
+        client.update_trace_settings("scale", clear=["rate", "count"])
+        client.update_trace_settings(clear=["rate", "count"])
+    assert client.trace_settings() == server_wide
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"clear": ["speed"]}, "cannot clear trace setting 'speed'"),
+        ({"clear": "rate", "rate": 5}, "'rate' given a value and cleared at once"),
+    ],
+)
+def test_a_clear_that_cannot_be_done_is_refused_before_sending(
+    client: Any, options: dict[str, Any], message: str
+) -> None:
+    original = client.trace_settings()
+    with pytest.raises(ts.InvalidInputError, match=message):
+        client.update_trace_settings(**options)
+    assert client.trace_settings() == original
 
 
 def test_turning_tracing_on_without_a_trace_file_is_refused(client: Any) -> None:
