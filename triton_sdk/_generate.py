@@ -327,14 +327,13 @@ def result_fields(
 ) -> dict[str, JSONValue]:
     """A generate-style dict from an inference result (gRPC path); ``text`` as for
     :func:`response_fields`."""
-    # Flat, as the HTTP extension writes them.
-    # array[0, ...] keeps the sample an array when it is a scalar: array[0] would be
-    # a bare bytes or str for BYTES.
+    # Flat, as the HTTP extension writes them. The one sample of a batched model is
+    # checked to be one row (a model of another server whose leading -1 is no batch
+    # axis answers more: its first row alone would be a wrong answer).
+    if batched:
+        result = result.without_batch_axis()
     return (text or TextOutputs(streamed=False)).fields(
-        {
-            name: (array[0, ...] if batched and array.ndim else array).reshape(-1)
-            for name, array in result.items()
-        }
+        {name: array.reshape(-1) for name, array in result.items()}
     )
 
 

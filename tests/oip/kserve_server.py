@@ -94,6 +94,19 @@ class Upper(Tensors):
         return self.answer(payload, [_output("UPPER", np.array(upper, dtype=np.object_), "BYTES")])
 
 
+class Words(Tensors):
+    """WORDS: the words of the first TEXT (as many rows as words: not one per sample)."""
+
+    def __init__(self) -> None:
+        super().__init__("words", [tensor("TEXT", "BYTES", [-1])], [tensor("WORDS", "BYTES", [-1])])
+
+    async def predict(self, payload: InferRequest, *args: Any, **kwargs: Any) -> InferResponse:
+        first = payload.inputs[0].as_numpy().reshape(-1)[0]
+        text = first.decode() if isinstance(first, bytes) else str(first)
+        words = np.array([word.encode() for word in text.split()], dtype=np.object_)
+        return self.answer(payload, [_output("WORDS", words, "BYTES")])
+
+
 class Vector(Tensors):
     def __init__(self) -> None:
         super().__init__("vector", [tensor("X", "FP32", [3])], [tensor("Y", "FP32", [3])])
@@ -143,5 +156,5 @@ if __name__ == "__main__":
     parser.add_argument("--grpc_port", type=int, required=True)
     ports = parser.parse_args()
     ModelServer(http_port=ports.http_port, grpc_port=ports.grpc_port).start(
-        [AddSub(), Upper(), Vector(), Params(), Bare()]
+        [AddSub(), Upper(), Words(), Vector(), Params(), Bare()]
     )

@@ -263,6 +263,30 @@ def test_generate_is_an_inference(client: Any) -> None:
     assert client.model("upper").generate(TEXT="안녕 hi") == {"UPPER": "안녕 HI"}
 
 
+def test_generate_refuses_an_answer_of_more_rows_than_the_one_sample(
+    client: Any, server: OIPServer
+) -> None:
+    # The leading -1 of "words" reads as a batch axis, but the model answers a row per
+    # word: generate, complete and chat kept the first word and dropped the rest.
+    words = client.model("words")
+    calls = [
+        lambda: words.generate(TEXT="hello big world"),
+        lambda: words.complete("hello big world"),
+        lambda: words.chat([{"role": "user", "content": "a b"}], chat_template="{{ 1 }} {{ 2 }}"),
+    ]
+    if server.name == "mlserver":  # (KServe streams nothing)
+        calls.append(lambda: list(words.generate_stream(TEXT="hello big world")))
+    for call in calls:
+        with pytest.raises(
+            ts.InferenceError, match=r"'WORDS' came back with shape \[\d\]"
+        ) as caught:
+            call()
+        assert caught.value.may_have_run
+    # Read without a batch axis, the answer is whole.
+    whole = client.model("words", max_batch_size=0).generate(TEXT="hello big world")
+    assert whole == {"WORDS": ["hello", "big", "world"]}
+
+
 def test_generate_stream(client: Any, server: OIPServer) -> None:
     upper = client.model("upper")
     if server.name == "kserve":

@@ -1,7 +1,8 @@
 """Small MLServer models for the Open Inference Protocol tests (run inside MLServer).
 
 add_sub: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (FP32, a batch of rows of 4);
-upper: TEXT upper-cased (BYTES, a batch of strings); vector: Y = 2 * X for one fixed
+upper: TEXT upper-cased (BYTES, a batch of strings); words: the words of the first TEXT
+(as many rows as words, not one per sample); vector: Y = 2 * X for one fixed
 vector of 3 (no batch axis); repeat (streaming): one response per element of IN (INT32),
 OUT = the element and IDX = its index; it fails at a negative element; params: SEEN =
 the request's parameters as JSON (those the server adds left out).
@@ -44,6 +45,13 @@ class Upper(MLModel):
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         upper = [text.upper() for text in StringCodec.decode_input(payload.inputs[0])]
         output = _output("UPPER", np.array(upper, dtype=np.object_))
+        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
+
+
+class Words(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        words = StringCodec.decode_input(payload.inputs[0])[0].split()
+        output = _output("WORDS", np.array(words, dtype=np.object_))
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
 
 
