@@ -111,9 +111,9 @@ class InferResult(Displayable, Mapping[str, Array]):
         try:
             output = self._outputs[name]
         except KeyError:
+            held = ", ".join(map(repr, self._outputs)) or "none (the server sent no output)"
             raise UnknownOutputError(
-                f"the result has no output {name!r}; it has {', '.join(map(repr, self._outputs))}",
-                model=self.model_name,
+                f"the result has no output {name!r}; it has {held}", model=self.model_name
             ) from None
         if isinstance(output, Undecoded):
             output = self._outputs[name] = output.array()
@@ -299,6 +299,17 @@ class InferResult(Displayable, Mapping[str, Array]):
                 part._check_rows(count)
         if len(parts) == 1:
             return first
+        names = [sorted(part) for part in parts]
+        if any(part_names != names[0] for part_names in names):
+            raise InferenceError(
+                f"the chunks of a batch larger than max_batch_size answered different "
+                f"outputs ({', '.join(map(str, names))}, chunk by chunk): the rows of an "
+                "output some chunks left out cannot be known; send at most max_batch_size "
+                "samples per call to read each answer as it is",
+                model=first.model_name,
+                request_id=first.id,
+                may_have_run=True,  # (every chunk ran)
+            )
         outputs = {}
         for name in first:
             arrays = [part[name] for part in parts]

@@ -1690,6 +1690,27 @@ async def test_a_chunk_answered_with_other_rows_names_its_rows_once(connect: Con
     assert caught.value.may_have_run
 
 
+def y_for_positive_rows(op: Any, ctx: ts.CallContext) -> object:
+    """Y = 2 * X, left out (as Triton lets a model do) when no X of the request is > 0."""
+    x = op.inputs[0].array
+    return {"Y": x * 2} if (x > 0).any() else {}
+
+
+@pytest.mark.parametrize("first", [-1.0, 1.0])
+async def test_chunks_that_answer_different_outputs_are_not_joined(
+    connect: Connect, first: float
+) -> None:
+    # The first chunk's outputs alone were joined: the others' Y was dropped (an empty
+    # result), or a chunk without it raised UnknownOutputError, may_have_run=False.
+    client, _ = connect(y_for_positive_rows)
+    model = await resolve(client.model("double"))
+    x = np.array([[first]] * 4 + [[-first]] * 4, dtype=np.float32)
+    with pytest.raises(ts.InferenceError, match="answered different outputs") as caught:
+        await resolve(model.infer(X=x))
+    assert caught.value.may_have_run
+    assert "['Y']" in str(caught.value)
+
+
 async def test_a_test_transport_on_an_http_url_gets_the_streams_it_answers(
     connect: Connect, mode: str
 ) -> None:

@@ -425,6 +425,8 @@ def test_unknown_output() -> None:
         assert "'NAMES'" in message
     with pytest.raises(KeyError):
         result["NOPE"]
+    with pytest.raises(ts.UnknownOutputError, match=r"it has none \(the server sent no output\)"):
+        make_result()["NOPE"]
 
 
 def test_to_dict() -> None:
