@@ -1489,7 +1489,7 @@ class AsyncModel(ModelCore):
 
     async def infer(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         outputs: Iterable[str] | None = None,
@@ -1500,7 +1500,7 @@ class AsyncModel(ModelCore):
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> InferResult:
         """Run a batch (or, for models without a batch axis, one request) through the model.
 
@@ -1533,7 +1533,7 @@ class AsyncModel(ModelCore):
 
     async def infer_sample(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         outputs: Iterable[str] | None = None,
@@ -1544,7 +1544,7 @@ class AsyncModel(ModelCore):
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> InferResult:
         """Run one sample: inputs and outputs carry no batch axis.
 
@@ -1566,7 +1566,7 @@ class AsyncModel(ModelCore):
 
     async def classify(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         top_k: int = 1,
@@ -1577,7 +1577,7 @@ class AsyncModel(ModelCore):
         request_id: str = "",
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> list[list[Classification]]:
         """The ``top_k`` classes of each sample, best first, from the server's classification.
 
@@ -1603,7 +1603,7 @@ class AsyncModel(ModelCore):
 
     def stream(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         outputs: Iterable[str] | None = None,
@@ -1611,7 +1611,7 @@ class AsyncModel(ModelCore):
         parameters: Mapping[str, ParameterInput] | None = None,
         request_id: str = "",
         headers: Headers = None,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> AsyncResponseStream[InferResult]:
         """Send one request and iterate over the model's responses (decoupled models).
 
@@ -1798,7 +1798,7 @@ class AsyncModel(ModelCore):
     @overload
     def map(
         self,
-        samples: AsyncSamples[Mapping[str, InputValue]],
+        samples: AsyncSamples[Mapping[str, InputValue | None]],
         *,
         batch_size: int | None = ...,
         concurrency: int = ...,
@@ -1814,7 +1814,7 @@ class AsyncModel(ModelCore):
     @overload
     def map(
         self,
-        samples: AsyncSamples[Mapping[str, InputValue]],
+        samples: AsyncSamples[Mapping[str, InputValue | None]],
         *,
         batch_size: int | None = ...,
         concurrency: int = ...,
@@ -1829,7 +1829,7 @@ class AsyncModel(ModelCore):
 
     def map(
         self,
-        samples: AsyncSamples[Mapping[str, InputValue]],
+        samples: AsyncSamples[Mapping[str, InputValue | None]],
         *,
         batch_size: int | None = None,
         concurrency: int = 4,
@@ -1905,8 +1905,8 @@ class AsyncModelSequence:
 
     async def _send(
         self,
-        inputs: Mapping[str, InputValue] | None,
-        named: Mapping[str, InputValue],
+        inputs: Mapping[str, InputValue | None] | None,
+        named: Mapping[str, InputValue | None],
         *,
         sample: bool,
         end: bool,
@@ -1958,7 +1958,7 @@ class AsyncModelSequence:
 
     async def infer(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         end: bool = False,
@@ -1969,7 +1969,7 @@ class AsyncModelSequence:
         request_id: str = "",
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> InferResult:
         """Send the next request of the sequence (batched inputs, as :meth:`AsyncModel.infer`)."""
         return await self._send(
@@ -1988,7 +1988,7 @@ class AsyncModelSequence:
 
     async def infer_sample(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         end: bool = False,
@@ -1999,7 +1999,7 @@ class AsyncModelSequence:
         request_id: str = "",
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> InferResult:
         """Send the next request as one sample (as :meth:`AsyncModel.infer_sample`)."""
         return await self._send(
@@ -2076,7 +2076,7 @@ class _AsyncMapRunner:
             return [plan.batch_error(samples, error)] * len(samples)
 
     async def run(
-        self, samples: AsyncSamples[Mapping[str, InputValue]], progress: bool
+        self, samples: AsyncSamples[Mapping[str, InputValue | None]], progress: bool
     ) -> AsyncGenerator[Outcome, None]:
         plan = self.plan
         bar = progress_bar(samples) if progress else None

@@ -359,8 +359,8 @@ def merge_fields(
 
 
 def merge_inputs(
-    inputs: Mapping[str, InputValue] | None, named: Mapping[str, InputValue]
-) -> Mapping[str, InputValue]:
+    inputs: Mapping[str, InputValue | None] | None, named: Mapping[str, InputValue | None]
+) -> Mapping[str, InputValue | None]:
     if inputs is None:
         return named
     if not isinstance(inputs, Mapping):
@@ -478,8 +478,8 @@ class ModelCore:
 
     def _requests(
         self,
-        inputs: Mapping[str, InputValue] | None,
-        named: Mapping[str, InputValue],
+        inputs: Mapping[str, InputValue | None] | None,
+        named: Mapping[str, InputValue | None],
         *,
         outputs: Iterable[str] | None,
         parameters: Mapping[str, ParameterInput] | None,

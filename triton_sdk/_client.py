@@ -1479,7 +1479,7 @@ class Model(ModelCore):
 
     def infer(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         outputs: Iterable[str] | None = None,
@@ -1490,7 +1490,7 @@ class Model(ModelCore):
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> InferResult:
         """Run a batch (or, for models without a batch axis, one request) through the model.
 
@@ -1523,7 +1523,7 @@ class Model(ModelCore):
 
     def infer_sample(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         outputs: Iterable[str] | None = None,
@@ -1534,7 +1534,7 @@ class Model(ModelCore):
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> InferResult:
         """Run one sample: inputs and outputs carry no batch axis.
 
@@ -1556,7 +1556,7 @@ class Model(ModelCore):
 
     def classify(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         top_k: int = 1,
@@ -1567,7 +1567,7 @@ class Model(ModelCore):
         request_id: str = "",
         retry: RetryPolicy | NotGiven | None = NOT_GIVEN,
         headers: Headers = None,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> list[list[Classification]]:
         """The ``top_k`` classes of each sample, best first, from the server's classification.
 
@@ -1593,7 +1593,7 @@ class Model(ModelCore):
 
     def stream(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         outputs: Iterable[str] | None = None,
@@ -1601,7 +1601,7 @@ class Model(ModelCore):
         parameters: Mapping[str, ParameterInput] | None = None,
         request_id: str = "",
         headers: Headers = None,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> ResponseStream[InferResult]:
         """Send one request and iterate over the model's responses (decoupled models).
 
@@ -1788,7 +1788,7 @@ class Model(ModelCore):
     @overload
     def map(
         self,
-        samples: Samples[Mapping[str, InputValue]],
+        samples: Samples[Mapping[str, InputValue | None]],
         *,
         batch_size: int | None = ...,
         concurrency: int = ...,
@@ -1804,7 +1804,7 @@ class Model(ModelCore):
     @overload
     def map(
         self,
-        samples: Samples[Mapping[str, InputValue]],
+        samples: Samples[Mapping[str, InputValue | None]],
         *,
         batch_size: int | None = ...,
         concurrency: int = ...,
@@ -1819,7 +1819,7 @@ class Model(ModelCore):
 
     def map(
         self,
-        samples: Samples[Mapping[str, InputValue]],
+        samples: Samples[Mapping[str, InputValue | None]],
         *,
         batch_size: int | None = None,
         concurrency: int = 4,
@@ -1895,8 +1895,8 @@ class ModelSequence:
 
     def _send(
         self,
-        inputs: Mapping[str, InputValue] | None,
-        named: Mapping[str, InputValue],
+        inputs: Mapping[str, InputValue | None] | None,
+        named: Mapping[str, InputValue | None],
         *,
         sample: bool,
         end: bool,
@@ -1948,7 +1948,7 @@ class ModelSequence:
 
     def infer(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         end: bool = False,
@@ -1959,7 +1959,7 @@ class ModelSequence:
         request_id: str = "",
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> InferResult:
         """Send the next request of the sequence (batched inputs, as :meth:`Model.infer`)."""
         return self._send(
@@ -1978,7 +1978,7 @@ class ModelSequence:
 
     def infer_sample(
         self,
-        inputs: Mapping[str, InputValue] | None = None,
+        inputs: Mapping[str, InputValue | None] | None = None,
         /,
         *,
         end: bool = False,
@@ -1989,7 +1989,7 @@ class ModelSequence:
         request_id: str = "",
         headers: Headers = None,
         shared_memory: SharedMemory | NotGiven = NOT_GIVEN,
-        **named_inputs: InputValue,
+        **named_inputs: InputValue | None,
     ) -> InferResult:
         """Send the next request as one sample (as :meth:`Model.infer_sample`)."""
         return self._send(
@@ -2064,7 +2064,7 @@ class _MapRunner:
             return [plan.batch_error(samples, error)] * len(samples)
 
     def run(
-        self, samples: Samples[Mapping[str, InputValue]], progress: bool
+        self, samples: Samples[Mapping[str, InputValue | None]], progress: bool
     ) -> Generator[Outcome, None, None]:
         plan = self.plan
         bar = progress_bar(samples) if progress else None

@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 InputValue: TypeAlias = npt.ArrayLike
-"""What an input accepts: numpy arrays, Python scalars, ``str``/``bytes``, nested lists."""
+"""What an input accepts: numpy arrays, Python scalars, ``str``/``bytes``, nested lists.
+Where inputs are given by name, ``None`` leaves an optional input out."""
 
 Shape: TypeAlias = tuple[int, ...]
 

@@ -104,6 +104,12 @@ def model_kinds(client: ts.Client, samples: list[dict[str, ts.InputValue]]) -> i
     statistics: list[ts.ModelStatistics] = client.model_statistics("scale")
     metrics: ts.ModelMetrics = client.metrics().model("scale")
     trace: ts.TraceSettings = client.update_trace_settings("scale", rate=10)
+    client.update_trace_settings("scale", clear=["rate", "count"])
+    # None leaves an optional input out, by keyword, in a mapping and in map's samples
+    bias: npt.NDArray[np.float32] | None = None
+    client.model("all_dtypes").infer(IN_FP32=[[1.0]], IN_BOOL=bias)
+    client.model("all_dtypes").infer({"IN_FP32": [[1.0]], "IN_BOOL": None})
+    list(client.model("all_dtypes").map([{"IN_FP32": [1.0], "IN_BOOL": None}]))
     log: ts.LogSettings = client.update_log_settings(verbose_level=1)
     del best, total, sequence_id, generated, chunks, trace, log
     return (
