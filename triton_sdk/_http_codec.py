@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, NoReturn, TypeAlias, TypeVar, cast
 from urllib.parse import quote
 
 import attrs
+import numpy as np
 
 from ._errors import (
     InferenceError,
@@ -290,7 +292,32 @@ def encode_infer_json(request: InferRequest, binary_possible: bool = True) -> by
     try:
         return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
     except ValueError as exc:
-        raise values_refused(f"NaN and infinite values cannot travel as JSON: {remedy}") from exc
+        raise _not_finite(request, parameters, remedy) from exc
+
+
+def _not_finite(
+    request: InferRequest, parameters: Mapping[str, object], remedy: str
+) -> InvalidInputError:
+    """The refusal of a JSON body holding NaN or an infinity, naming where it is."""
+    for tensor in request.inputs:
+        if tensor.array.dtype.kind in "fc" and not np.isfinite(tensor.array).all():
+            return values_refused(
+                f"input {tensor.name!r} holds NaN or infinite values, which JSON cannot "
+                f"carry: {remedy}",
+                model=request.model,
+            )
+    named = sorted(
+        name
+        for name, value in parameters.items()
+        if isinstance(value, float) and not math.isfinite(value)
+    )
+    if not named:
+        return values_refused(f"NaN and infinite values cannot travel as JSON: {remedy}")
+    return values_refused(
+        f"parameter {', '.join(map(repr, named))} is NaN or infinite, which JSON cannot "
+        "carry: send it as a str",
+        model=request.model,
+    )
 
 
 def _json_data(name: str, datatype: str, array: Any, remedy: str) -> list[Any]:
@@ -742,6 +769,7 @@ class HttpCodec:
         # Tensors in Triton's binary extension, or as JSON data (other servers); None:
         # not decided yet (the transport asks the server's metadata first).
         self.binary = binary
+        self._binary_given = binary  # (what the user asked for: "auto" is None)
         self._infer_paths: dict[tuple[str, str], str] = {}
         self._encoders: dict[type[Any], Callable[[Any], HttpCall[Any]]] = {
             InferRequest: self._infer,
@@ -996,7 +1024,9 @@ class HttpCodec:
 
     def _infer(self, request: InferRequest, json_body: bool = False) -> HttpCall[InferResult]:
         if json_body or self.binary is False:
-            parts: list[bytes | memoryview] = [encode_infer_json(request, not json_body)]
+            # (http_binary=True is a remedy on Triton only: where the user chose JSON)
+            binary_possible = not json_body and self._binary_given is False
+            parts: list[bytes | memoryview] = [encode_infer_json(request, binary_possible)]
             headers = _JSON_HEADERS
         else:
             parts, json_length = encode_infer(request)

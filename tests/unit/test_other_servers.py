@@ -214,9 +214,30 @@ def test_http_binary_takes_three_values(value: object) -> None:
         ts.Client("http://localhost:8000", http_binary=value)  # type: ignore[arg-type]
 
 
-def test_nan_cannot_travel_as_json() -> None:
-    with pytest.raises(ts.InvalidInputError, match="NaN"):
-        encode_infer_json(request(Tensor("X", "FP32", np.array([np.nan], dtype=np.float32))))
+def test_nan_cannot_travel_as_json_and_the_refusal_names_where_it_is() -> None:
+    # It named neither the input nor the parameter.
+    finite = Tensor("A", "FP64", np.array([1.0]))
+    nan = Tensor("X", "FP32", np.array([np.nan], dtype=np.float32))
+    with pytest.raises(ts.InvalidInputError, match="input 'X' holds NaN or infinite values"):
+        encode_infer_json(request(finite, nan))
+    with pytest.raises(ts.InvalidInputError, match=r"parameter 't' is NaN.*send it as a str"):
+        encode_infer_json(request(finite, parameters={"t": float("-inf"), "u": 1.5}))
+
+
+@pytest.mark.parametrize(
+    ("given", "remedy"),
+    [(False, "use a gRPC client or http_binary=True"), (None, "use a gRPC client")],
+)
+def test_a_json_refusal_suggests_binary_tensors_only_where_the_user_chose_json(
+    given: bool | None, remedy: str
+) -> None:
+    # "auto" that found no Triton suggested http_binary=True, which such a server cannot read.
+    codec = HttpCodec("", binary=given)
+    codec.binary = False  # (as "auto" decides for a server that is not Triton)
+    bad = request(Tensor("T", "BYTES", np.array([b"\xff"], dtype=object)))
+    with pytest.raises(ts.InvalidInputError) as caught:
+        codec.encode(bad)
+    assert str(caught.value).endswith(remedy)
 
 
 # Streams and generate on a server that gave no config (MLServer, KServe)
