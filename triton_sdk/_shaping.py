@@ -258,6 +258,8 @@ def to_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[Any, Any
     if spec.datatype == "BYTES":
         if isinstance(value, np.ndarray):
             _check_size(value, np.dtype(np.object_), spec, model)
+            if value.dtype.kind in "SU":
+                _check_text_size(value, spec, model)
         return _to_bytes_array(value, spec, model)
     target = spec.dtype
     if isinstance(value, np.ndarray):
@@ -527,6 +529,23 @@ def _check_size(
         raise InvalidInputError(
             f"input {spec.name!r}: shape {array.shape} is {size} elements of {spec.datatype}, "
             f"more than one request can carry ({MAX_TENSOR_BYTES} bytes); split it (model.map)",
+            model=model,
+        )
+
+
+def _check_text_size(array: np.ndarray[Any, Any], spec: TensorSpec, model: str) -> None:
+    """Refuse a str or bytes array (often a broadcast view of one string) whose elements
+    no request can carry, before they are turned into Python objects and encoded: each
+    takes its 4-byte length and at least a byte per character."""
+    widest = 4 + array.dtype.itemsize // (4 if array.dtype.kind == "U" else 1)
+    if array.size * widest <= MAX_TENSOR_BYTES:
+        return  # (the common case: no element counted)
+    least = 4 * array.size + int(np.char.str_len(array).sum(dtype=np.int64))
+    if least > MAX_TENSOR_BYTES:
+        raise InvalidInputError(
+            f"input {spec.name!r}: {array.size} strings of shape {array.shape} take at least "
+            f"{least} bytes, more than one request can carry ({MAX_TENSOR_BYTES} bytes); "
+            "split it (model.map)",
             model=model,
         )
 

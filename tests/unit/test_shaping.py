@@ -982,3 +982,17 @@ def test_rows_that_are_lists_keep_booleans_among_numbers_refused() -> None:
 def test_a_bool_input_names_the_element_that_is_not_a_bool() -> None:
     with pytest.raises(InvalidInputError, match=r"at flat index 1: int 1"):
         converted(np.array([True, 1], dtype=object), "BOOL")
+
+
+@pytest.mark.parametrize("text", ["x" * 1100, b"x" * 1100])
+def test_a_view_of_one_long_string_too_large_to_send_is_refused_before_any_copy(
+    text: str | bytes,
+) -> None:
+    # 4 KB of memory: the size check counted 4 bytes an element, so all 2**21 strings
+    # were made Python objects and encoded (7 GB) before the request's size refused them.
+    spec = TensorSpec(name="T", datatype="BYTES", shape=(-1,))
+    view = np.broadcast_to(np.array(text), (2**21,))
+    with pytest.raises(InvalidInputError, match=r"input 'T': 2097152 strings .* at least"):
+        to_array(view, spec, "m")
+    short = np.broadcast_to(np.array(text[:2]), (4,))
+    assert to_array(short, spec, "m").tolist() == [text[:2]] * 4
