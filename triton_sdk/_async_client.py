@@ -836,7 +836,12 @@ class AsyncClient:
         Not retried: a load with an override really reloads the model.
         """
         op = LoadModel(name, config_json(config), files)
-        await self._run(op, self._options(timeout, headers))
+        options = self._options(timeout, headers)
+        try:
+            await self._run(op, options)
+        except (ModelNotFoundError, InferenceError) as error:
+            await self._refuse_kserve_repository(error, "load_model", options)
+            raise
 
     async def unload_model(
         self,
@@ -847,7 +852,30 @@ class AsyncClient:
         headers: Headers = None,
     ) -> None:
         """Unload a model; needs ``--model-control-mode=explicit`` on the server."""
-        await self._run(UnloadModel(name, unload_dependents), self._options(timeout, headers))
+        options = self._options(timeout, headers)
+        try:
+            await self._run(UnloadModel(name, unload_dependents), options)
+        except (ModelNotFoundError, InferenceError) as error:
+            await self._refuse_kserve_repository(error, "unload_model", options)
+            raise
+
+    async def _refuse_kserve_repository(
+        self, error: TritonError, call: str, options: CallOptions
+    ) -> None:
+        """After a failed load or unload over gRPC: KServe's repository RPCs read another
+        request than Triton's (the model's name is lost), which its errors do not say."""
+        if self._settings.endpoint.protocol != "grpc":
+            return
+        try:
+            metadata = await self._run(GetServerMetadata(), options)
+        except TritonError:
+            return  # (the error of the call itself says more)
+        if metadata.get("name") == "kserve":
+            raise UnsupportedError(
+                f"{call}: KServe's gRPC endpoint reads another request than Triton's, and "
+                f"loses the model's name ({error}); use the server's HTTP URL",
+                model=error.model,
+            ) from error
 
     # Statistics, metrics, trace and log settings
 

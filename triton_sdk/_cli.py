@@ -30,7 +30,7 @@ from ._async_client import AsyncClient
 from ._checks import NO_LIMIT_FROM
 from ._client import Client, Model
 from ._dtypes import BF16
-from ._errors import ModelNotFoundError, ModelNotReadyError, TritonError
+from ._errors import ModelNotFoundError, ModelNotReadyError, TritonError, UnsupportedError
 from ._shaping import InputValue
 from ._spec import ModelSpec
 from .local import _PORT_CLASH, ServerStartError
@@ -225,9 +225,13 @@ def load(url: str, model: str) -> int:
 
 def unload(url: str, model: str) -> int:
     with Client(url) as client:
-        # The server takes the unloading of a name it does not have as done.
-        names = {status.name for status in client.models()}
-        if model not in names:
+        # Triton takes the unloading of a name it does not have as done. A server without
+        # a repository index (KServe) is left to say so itself.
+        try:
+            names: set[str] | None = {status.name for status in client.models()}
+        except UnsupportedError:
+            names = None
+        if names is not None and model not in names:
             raise UsageError(f"the repository of {url} has no model {model!r}")
         client.unload_model(model)
     print(f"unloading {model}")

@@ -832,7 +832,12 @@ class Client:
         Not retried: a load with an override really reloads the model.
         """
         op = LoadModel(name, config_json(config), files)
-        self._run(op, self._options(timeout, headers))
+        options = self._options(timeout, headers)
+        try:
+            self._run(op, options)
+        except (ModelNotFoundError, InferenceError) as error:
+            self._refuse_kserve_repository(error, "load_model", options)
+            raise
 
     def unload_model(
         self,
@@ -843,7 +848,30 @@ class Client:
         headers: Headers = None,
     ) -> None:
         """Unload a model; needs ``--model-control-mode=explicit`` on the server."""
-        self._run(UnloadModel(name, unload_dependents), self._options(timeout, headers))
+        options = self._options(timeout, headers)
+        try:
+            self._run(UnloadModel(name, unload_dependents), options)
+        except (ModelNotFoundError, InferenceError) as error:
+            self._refuse_kserve_repository(error, "unload_model", options)
+            raise
+
+    def _refuse_kserve_repository(
+        self, error: TritonError, call: str, options: CallOptions
+    ) -> None:
+        """After a failed load or unload over gRPC: KServe's repository RPCs read another
+        request than Triton's (the model's name is lost), which its errors do not say."""
+        if self._settings.endpoint.protocol != "grpc":
+            return
+        try:
+            metadata = self._run(GetServerMetadata(), options)
+        except TritonError:
+            return  # (the error of the call itself says more)
+        if metadata.get("name") == "kserve":
+            raise UnsupportedError(
+                f"{call}: KServe's gRPC endpoint reads another request than Triton's, and "
+                f"loses the model's name ({error}); use the server's HTTP URL",
+                model=error.model,
+            ) from error
 
     # Statistics, metrics, trace and log settings
 

@@ -183,8 +183,16 @@ def test_what_the_server_lacks_is_unsupported(client: Any, server: OIPServer) ->
     if server.name == "kserve":
         with pytest.raises(ts.UnsupportedError, match="does not support models"):
             client.models()
-        with pytest.raises(ts.ModelNotFoundError):  # (over gRPC KServe names no model)
-            client.unload_model("nope")
+        if client.url.startswith("grpc"):
+            # Its RPCs read the name from another field than Triton's: "Model with name
+            # does not exist" for a model it has (which stayed loaded).
+            for call in (lambda: client.unload_model("vector"), lambda: client.load_model("x")):
+                with pytest.raises(ts.UnsupportedError, match="use the server's HTTP URL"):
+                    call()
+            assert client.is_model_ready("vector")
+        else:
+            with pytest.raises(ts.ModelNotFoundError):
+                client.unload_model("nope")
     else:  # MLServer has the repository index
         states = {status.name: status.state for status in client.models()}
         # Over gRPC it said "State.READY", and stubgen found no ready model to write.
@@ -350,3 +358,17 @@ def test_a_compressing_client_works_on_these_servers(make_client: Any, compressi
     result = model.infer_sample(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 1])
     assert result["OUTPUT0"].tolist() == [1, 2, 3, 5]
     assert model.generate(INPUT0=[1, 2, 3, 4], INPUT1=[0, 0, 0, 1])["OUTPUT0"] == [1, 2, 3, 5]
+
+
+@pytest.mark.parametrize("protocol", ["http"])
+def test_the_cli_unloads_on_a_server_without_a_repository_index(
+    server: OIPServer, protocol: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It refused at once ("does not support models"), as the index is KServe's to lack;
+    # the server itself now answers the unload (here: no such model).
+    from triton_sdk._cli import main
+
+    assert main(["unload", server.http_url, "nope"]) == 2
+    said = capsys.readouterr().err
+    assert "does not support models" not in said
+    assert "nope" in said
