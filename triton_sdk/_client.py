@@ -753,9 +753,19 @@ class Client:
         """Why a model is not ready, as the repository index says (its state and the
         reason: LOADING, UNAVAILABLE after a failed load), for a message. One more call,
         of at most 1 s, after the wait's timeout."""
+        options = self._options(1.0, headers, _ONCE)
         try:
-            entries = self._run(ListModels(), self._options(1.0, headers, _ONCE))
+            entries = self._run(ListModels(), options)
             index = self._read_each(ModelStatus.from_json, entries, "models")
+        except UnsupportedError:
+            # No repository index (KServe): its metadata says at least whether it exists.
+            try:
+                self._run(GetModelMetadata(model), options)
+            except ModelNotFoundError as error:
+                return f" (last: {error})"
+            except TritonError as error:
+                return f" (its state could not be read: {error})"
+            return " (the server has it, but says it is not ready)"
         except TritonError as error:
             return f" (its state could not be read: {error})"
         return f" (last: {not_ready_because(index, model, server_ready=server_ready)})"

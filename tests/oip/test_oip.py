@@ -372,3 +372,14 @@ def test_the_cli_unloads_on_a_server_without_a_repository_index(
     said = capsys.readouterr().err
     assert "does not support models" not in said
     assert "nope" in said
+
+
+def test_waiting_for_a_model_the_server_lacks_says_so(client: Any, server: OIPServer) -> None:
+    # On KServe (no repository index) over HTTP: "its state could not be read: ... does
+    # not support models", though the server had said the model does not exist.
+    with pytest.raises(ts.TritonError) as caught:
+        client.wait_until_ready(model="nope", timeout=0.5)
+    said = str(caught.value)
+    assert "does not support models" not in said
+    if server.name == "kserve":
+        assert "Model with name nope does not exist" in said
