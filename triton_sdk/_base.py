@@ -512,7 +512,11 @@ class ModelCore:
         )
         # The checks of options left at their defaults are skipped: this runs on every call.
         if type(request_id) is not str or request_id:
-            request_id = check_text(request_id, "request_id")
+            try:
+                request_id = check_text(request_id, "request_id")
+            except InvalidInputError as error:
+                error.model = self.name
+                raise
         if type(priority) is not int or priority:
             priority = check_priority(priority, self.name)
         if parameters is not None:

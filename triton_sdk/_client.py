@@ -537,6 +537,8 @@ class Client:
                 except self._malformed as exc:
                     raise unreadable_answer(exc, op.call, op.model) from exc
             except TritonError as error:
+                if error.model is None:
+                    error.model = op.model  # (a transport's error: the closed client's)
                 if sequence_request:
                     mark_outcome(op, error)  # (before a hook's own exception can hide it)
                 run_on_error(hooks, op, ctx, error)
@@ -568,7 +570,9 @@ class Client:
                 mark_reached(op)
             try:
                 return self._transport.call(op, ctx)  # (_send, inlined)
-            except TritonError:
+            except TritonError as error:
+                if error.model is None:
+                    error.model = op.model
                 raise
             except self._malformed as exc:
                 raise unreadable_answer(exc, op.call, op.model) from exc
@@ -658,6 +662,8 @@ class Client:
             except TritonError as error:
                 if ctx._stop is not None and ctx._stop.requested:
                     return  # stopped from another thread: the reader's loop just ends
+                if error.model is None:
+                    error.model = op.model
                 run_on_error(hooks, op, ctx, error)
                 if names_no_server(error):
                     raise unsupported_operation(error, op.call, self._url) from error

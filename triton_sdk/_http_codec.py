@@ -76,6 +76,7 @@ from ._result import (
     keep_outputs,
     read_region,
 )
+from ._shaping import Tensor
 from ._spec import ModelSpec
 from ._wire import tensor_payload
 
@@ -272,7 +273,7 @@ def encode_infer_json(request: InferRequest, binary_possible: bool = True) -> by
                 "name": tensor.name,
                 "shape": list(tensor.array.shape),
                 "datatype": tensor.datatype,
-                "data": _json_data(tensor.name, tensor.datatype, tensor.array, remedy),
+                "data": _json_data(tensor, remedy, request.model),
             }
             for tensor in request.inputs
         ]
@@ -320,15 +321,16 @@ def _not_finite(
     )
 
 
-def _json_data(name: str, datatype: str, array: Any, remedy: str) -> list[Any]:
-    flat = array.reshape(-1)
-    if datatype != "BYTES":
-        return flat.astype(float).tolist() if datatype == "BF16" else flat.tolist()  # type: ignore[no-any-return]
+def _json_data(tensor: Tensor, remedy: str, model: str) -> list[Any]:
+    flat = tensor.array.reshape(-1)
+    if tensor.datatype != "BYTES":
+        return flat.astype(float).tolist() if tensor.datatype == "BF16" else flat.tolist()  # type: ignore[no-any-return]
     try:
         return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in flat]
     except UnicodeDecodeError as exc:
         raise values_refused(
-            f"input {name!r}: bytes that are not UTF-8 cannot travel as JSON; {remedy}"
+            f"input {tensor.name!r}: bytes that are not UTF-8 cannot travel as JSON; {remedy}",
+            model=model,
         ) from exc
 
 

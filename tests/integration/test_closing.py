@@ -72,6 +72,9 @@ def test_aclose_ends_what_is_in_flight_with_the_closed_error(
     outcomes = asyncio.run(main())
     assert all(isinstance(outcome, BaseException) for outcome in outcomes), outcomes
     assert all(is_closed_error(outcome) for outcome in outcomes), outcomes  # type: ignore[arg-type]
+    # The model the call was about (it was None on the calls).
+    model = "repeat" if what == "stream" else "sleep"
+    assert all(outcome.model == model for outcome in outcomes), outcomes  # type: ignore[union-attr]
     if what == "calls":
         wait_for_the_sleeps(server)
 

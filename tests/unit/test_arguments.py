@@ -317,6 +317,13 @@ async def test_a_bad_argument_is_refused_naming_it_and_nothing_is_sent(env: Env,
     assert env.mock.calls == []
 
 
+@pytest.mark.parametrize("request_id", ["a\x00b", "\ud800"])
+async def test_a_request_id_refused_names_the_model(env: Env, request_id: str) -> None:
+    with pytest.raises(ts.InvalidInputError, match="request_id") as caught:
+        await resolve(env.probe.infer_sample(**SAMPLE, request_id=request_id))
+    assert caught.value.model == "probe"
+
+
 # Credentials in a URL: refused, never echoed, pointing to headers=
 
 SECRET_URLS = {

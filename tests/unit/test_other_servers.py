@@ -238,6 +238,7 @@ def test_a_json_refusal_suggests_binary_tensors_only_where_the_user_chose_json(
     with pytest.raises(ts.InvalidInputError) as caught:
         codec.encode(bad)
     assert str(caught.value).endswith(remedy)
+    assert caught.value.model == "m"  # (it named no model)
 
 
 # Streams and generate on a server that gave no config (MLServer, KServe)
