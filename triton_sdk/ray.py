@@ -100,7 +100,9 @@ class TritonPredictor:
         Anything else would be read as one sample, and the answer would not line up with
         the batch's rows."""
         dims = self.model.spec.inputs[name].shape
-        if values.ndim == len(dims) + 1:
+        if values.ndim == len(dims) + 1 and all(
+            dim in (-1, given) for dim, given in zip(dims, values.shape[1:], strict=True)
+        ):
             return values
         if values.ndim == len(dims) and all(dim in (1, -1) for dim in dims) and dims:
             return values.reshape(len(values), *(1 for _ in dims))

@@ -111,6 +111,10 @@ def test_each_output_row_answers_a_row_of_the_batch(server: LocalServer) -> None
     answer = scaled({"id": np.array([7, 8, 9]), "image": images, "s": np.array([1.0, 2.0, 3.0])})
     assert answer["OUT"].shape == (3, 2, 2)
     assert answer["OUT"][:, 0, 0].tolist() == [1.0, 2.0, 3.0]
+    # Rows of another fixed shape are refused naming the column (it named only the input).
+    pairs_for_one = {"id": np.array([7]), "image": images[:1], "s": np.array([[1.0, 2.0]])}
+    with pytest.raises(ts.InvalidInputError, match=r"column 's' has 1 rows of shape \[2\]"):
+        scaled(pairs_for_one)
     # Columns labelled by ints, a RecordBatch, and ragged rows (a raw ValueError before).
     doubled = TritonPredictor(server.grpc_url, "double", inputs={"X": "0"})
     assert doubled(pd.DataFrame({0: list(np.ones((2, 2, 2), np.float32))}))["Y"].shape == (2, 2, 2)
