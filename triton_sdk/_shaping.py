@@ -695,9 +695,40 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
     try:
         encoded = serialize_bytes(array.reshape(-1).tolist(), spec.name)
     except TypeError as exc:
+        if isinstance(value, list | tuple):
+            plain = _buffers_as_bytes(value)
+            if plain is not None:  # (numpy made each buffer a row of ints)
+                return _to_bytes_array(plain, spec, model)
+            if any(isinstance(item, list | tuple | np.ndarray) for item in array.flat):
+                raise InvalidInputError(
+                    f"input {spec.name!r}: the nested lists given are ragged (rows of "
+                    "different lengths), or hold arrays: give rows of one length, of str "
+                    "or bytes",
+                    model=model,
+                ) from None
         raise InvalidInputError(str(exc), model=model) from None
     remember_encoding(array, encoded)
     return array
+
+
+def _buffers_as_bytes(value: list[Any] | tuple[Any, ...]) -> list[Any] | None:
+    """``value`` with its byte buffers (a bytearray, a memoryview of bytes: numpy reads
+    each as a row of numbers) as ``bytes``, at any depth; None when it holds none."""
+    found = False
+
+    def plain(item: Any) -> Any:
+        nonlocal found
+        if isinstance(item, list | tuple):
+            return [plain(inner) for inner in item]
+        if isinstance(item, bytearray) or (
+            isinstance(item, memoryview) and item.format in _BYTE_FORMATS and item.ndim <= 1
+        ):
+            found = True
+            return bytes(item)
+        return item
+
+    converted = plain(value)
+    return converted if found else None
 
 
 def _matches(shape: Shape, dims: Shape) -> bool:

@@ -996,3 +996,17 @@ def test_a_view_of_one_long_string_too_large_to_send_is_refused_before_any_copy(
         to_array(view, spec, "m")
     short = np.broadcast_to(np.array(text[:2]), (4,))
     assert to_array(short, spec, "m").tolist() == [text[:2]] * 4
+
+
+def test_byte_buffers_in_a_list_are_bytes_elements() -> None:
+    # numpy made each buffer a row of ints: "got int at flat index 0".
+    spec = TensorSpec(name="S", datatype="BYTES", shape=(-1, -1))
+    given = [["a", bytearray(b"b")], [memoryview(b"c"), b"d"]]
+    assert to_array(given, spec, "m").tolist() == [["a", b"b"], [b"c", b"d"]]
+
+
+def test_a_ragged_list_of_strings_is_refused_as_ragged() -> None:
+    # It said "its elements must be str or bytes, got list at flat index 0".
+    spec = TensorSpec(name="S", datatype="BYTES", shape=(-1, -1))
+    with pytest.raises(InvalidInputError, match=r"input 'S': the nested lists given are ragged"):
+        to_array([["a"], ["b", "c"]], spec, "m")
