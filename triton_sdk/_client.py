@@ -210,6 +210,7 @@ DEFAULT_RETRY: Final = RetryPolicy()
 DEFAULT_BUDGET: Final = RetryBudget()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
+_KSERVE_LOSS: Final = ("NOT_FOUND", "UNKNOWN")
 _REGISTRATIONS_WAIT: Final = 5.0
 _CLOSE_WAIT: Final = 30.0
 """How long a second close waits for the first to end (its calls have their timeouts)."""
@@ -876,10 +877,11 @@ class Client:
     ) -> None:
         """After a failed load or unload over gRPC: KServe's repository RPCs read another
         request than Triton's (the model's name is lost), which its errors do not say."""
-        if self._settings.endpoint.protocol != "grpc":
+        # (KServe answers NOT_FOUND for the nameless model, or fails with UNKNOWN)
+        if self._settings.endpoint.protocol != "grpc" or error.status not in _KSERVE_LOSS:
             return
         try:
-            metadata = self._run(GetServerMetadata(), options)
+            metadata = self._run(GetServerMetadata(), attrs.evolve(options, retry=_ONCE))
         except TritonError:
             return  # (the error of the call itself says more)
         if metadata.get("name") == "kserve":
