@@ -260,13 +260,18 @@ class InferResult(Displayable, Mapping[str, Array]):
         )
 
     def without_batch_axis(self) -> InferResult:
-        """The result of a one-sample batch, with axis 0 removed from every output."""
+        """The result of a one-sample batch, with axis 0 removed from every output.
+
+        Raises :class:`InferenceError` (``may_have_run=True``) when an output has another
+        first axis than 1: the answer does not fit the request it answers."""
         self._check_rows(1)
         # array[0, ...] keeps a 0-d array where array[0] of a 1-D object array is bare bytes
         return self._map_arrays(lambda array: array[0, ...])
 
     def split_rows(self, count: int) -> list[InferResult]:
-        """One result per sample of a batch of ``count``, axis 0 removed."""
+        """One result per sample of a batch of ``count``, axis 0 removed; raises
+        :class:`InferenceError` as :meth:`without_batch_axis` does when an output's first
+        axis is not ``count``."""
         self._check_rows(count)
         return [self._map_arrays(operator.itemgetter((index, ...))) for index in range(count)]
 
