@@ -12,14 +12,16 @@ requests in flight wins. Requests of a sequence stay on the endpoint that starte
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Final, Generic, TypeVar, overload
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any, Final, Generic, TypeVar, overload
 
 import attrs
 
@@ -33,11 +35,12 @@ from ._errors import (
     TritonConnectionError,
     TritonError,
     TritonTimeoutError,
+    refused_here,
 )
 from ._ops import Op, StreamOp
 from ._request import InferRequest
 
-__all__ = ["Balancer", "Discovery", "EndpointState", "Member", "Route"]
+__all__ = ["Balancer", "Discovery", "EndpointState", "Member", "Route", "same_endpoint"]
 
 T = TypeVar("T")
 
@@ -50,6 +53,15 @@ PROBE_MAX = 2.0
 HUNG_AFTER = 3
 """Calls in a row that time out on an endpoint, with no answer between them, that eject
 it: it accepts connections but does not answer (a stopped process, a wedged GPU)."""
+
+LACKING_FOR = 5.0
+"""Seconds an endpoint that answered that it has no model (not ready, unknown: a rolling
+update, a pod shutting down) gets no calls for that model, while others may take them."""
+
+FAILING_HALF_LIFE = 1.0
+"""Seconds in which an endpoint's run of failed answers counts half as much when
+picking. An endpoint that fails at once (a broken replica, a full queue) has no request
+in flight, and would otherwise win every pick."""
 
 PIN_IDLE = 3600.0
 """Seconds after its last request that a sequence left open (never sent END) is
@@ -87,9 +99,12 @@ class Member(Generic[T]):
         "breaks",
         "ejections",
         "endpoint",
+        "failing",
+        "failing_at",
         "failures",
         "healthy",
         "in_flight",
+        "lacking",
         "probe_at",
         "probe_wait",
         "requests",
@@ -109,6 +124,32 @@ class Member(Generic[T]):
         self.timeouts = 0  # calls in a row that timed out, with no answer since
         self.probe_at = 0.0
         self.probe_wait = PROBE_FIRST
+        self.failing = 0.0  # failed answers in a row, decaying (see FAILING_HALF_LIFE)
+        self.failing_at = 0.0
+        self.lacking: dict[str, float] = {}  # model -> until when it gets no calls here
+
+    def recent_failures(self, now: float) -> float:
+        """The run of failed answers, decayed; below a half, none (one failure long ago
+        must not keep an endpoint out of every pick against one with nothing in flight)."""
+        if not self.failing:
+            return 0.0
+        failing = self.failing * 0.5 ** ((now - self.failing_at) / FAILING_HALF_LIFE)
+        return failing if failing >= 0.5 else 0.0
+
+    def load(self, now: float) -> float:
+        """What picking compares: requests in flight, and the recent failed answers."""
+        return self.in_flight + self.recent_failures(now) if self.failing else self.in_flight
+
+    def lacks(self, model: str | None, now: float) -> bool:
+        if model is None or not self.lacking:
+            return False
+        until = self.lacking.get(model)
+        if until is None:
+            return False
+        if until <= now:
+            del self.lacking[model]
+            return False
+        return True
 
     def state(self) -> EndpointState:
         return EndpointState(
@@ -138,6 +179,26 @@ class Route(Generic[T]):
 
 def _sequence(op: Op[object] | StreamOp[object]) -> InferRequest | None:
     return op if isinstance(op, InferRequest) and op.sequence_id else None
+
+
+_SAME: ContextVar[list[Any] | None] = ContextVar("triton_sdk_same_endpoint", default=None)
+
+
+@contextlib.contextmanager
+def same_endpoint() -> Iterator[None]:
+    """Send the calls made within to one endpoint (the first call's), while it stays
+    healthy: the reads that make one answer (a model's metadata and config) must not mix
+    two replicas mid-rollout."""
+    token = _SAME.set([])
+    try:
+        yield
+    finally:
+        _SAME.reset(token)
+
+
+def _model_of(op: Op[object] | StreamOp[object]) -> str | None:
+    model = op.model
+    return model if isinstance(model, str) else None
 
 
 _PinKey = tuple[str, str, int | str]
@@ -183,9 +244,19 @@ class Balancer(Generic[T]):
         Raises SequenceLostError for a request of a sequence whose endpoint failed.
         """
         request = _sequence(op)
+        model = _model_of(op)
         with self._lock:
             if request is None:
-                return Route(self._take(()))
+                same = _SAME.get()
+                if same:
+                    member = same[0]
+                    if member.healthy and member in self.members:
+                        self._count(member)
+                        return Route(member)
+                member = self._take((), model)
+                if same is not None:
+                    same[:] = [member]
+                return Route(member)
             sequence = request.sequence_id
             key = _pin_key(request)
             now = time.monotonic()
@@ -193,7 +264,7 @@ class Balancer(Generic[T]):
                 self._forget_idle_sequences(now)
             if request.sequence_start or key not in self._pins:
                 # (A sequence started before this client knew it stays where it goes now.)
-                member = self._take(())
+                member = self._take((), model)
                 self._pins[key] = (member, now, member.breaks)
                 return Route(member, sequence)
             pinned, _, breaks = self._pins[key]
@@ -218,24 +289,40 @@ class Balancer(Generic[T]):
     def reroute(
         self,
         route: Route[T],
-        op: Op[object],
+        op: Op[object] | StreamOp[object],
         error: TritonError,
         allowed: Callable[[], bool] = lambda: True,
     ) -> bool:
         """After a failed attempt: True when ``route`` now points at another endpoint
-        that the same call goes to at once. That needs an idempotent call, a failure that
-        proves the request did not run (no connection, or a full queue), an endpoint not
-        tried yet, and ``allowed()`` (the client's retry budget)."""
-        if route.sequence or not op.idempotent or not _elsewhere(error):
+        that the same call goes to at once. That needs a failure that proves the request
+        did not run (no connection, a full queue, no such model there), an idempotent
+        call (or a stream, or the START of a sequence: nothing of them ran), an endpoint
+        not tried yet, and ``allowed()`` (the client's retry budget; a model missing
+        there draws nothing from it: that endpoint is left out for the model a while)."""
+        request = _sequence(op)
+        if request is not None and not request.sequence_start:
+            return False
+        if isinstance(op, Op) and request is None and not op.idempotent:
+            return False
+        if not _elsewhere(error):
             return False
         with self._lock:
             route.tried.append(route.member)
             if len(route.tried) >= len(self.members):
                 return False
-            refused = not allowed()
+            refused = not (_model_missing(error) or allowed())
             if not refused:
-                route.member = self._take(route.tried)
+                route.member = self._take(route.tried, _model_of(op))
                 route.ejections = route.member.ejections
+                if request is not None:
+                    self._pins[_pin_key(request)] = (
+                        route.member,
+                        time.monotonic(),
+                        route.member.breaks,
+                    )
+                same = _SAME.get()
+                if same is not None:
+                    same[:] = [route.member]
                 return True
         logger.warning(  # (outside the lock: a slow handler would hold up every call)
             "not failing %s over to another endpoint: the client's retry budget is spent; "
@@ -263,6 +350,20 @@ class Balancer(Generic[T]):
         request = _sequence(op)
         with self._lock:
             member.in_flight -= 1
+            self._note_answer(member, op, error)
+            if (
+                request is not None
+                and request.sequence_start
+                and error is not None
+                and not error.may_have_run
+            ):
+                # No sequence began: it may start elsewhere (see reroute).
+                self._pins.pop(_pin_key(request), None)
+                if _connection_failure(error):
+                    member.failures += 1
+                    member.breaks += 1
+                    self._eject(member, error)
+                return error
             if error is None or not _connection_failure(error):
                 if isinstance(error, TritonTimeoutError):
                     if isinstance(op, Op) and route.ejections == member.ejections:
@@ -284,6 +385,26 @@ class Balancer(Generic[T]):
             else:
                 self._pins[key] = (member, time.monotonic(), _LOST)
             return _lost(request.sequence_id, member.endpoint, error)
+
+    @staticmethod
+    def _note_answer(member: Member[T], op: AnyOp, error: TritonError | None) -> None:
+        """Keep the endpoint's run of failed answers and the models it said it lacks."""
+        if error is None:
+            member.failing = 0.0
+            if member.lacking:
+                model = _model_of(op)
+                if model is not None:
+                    member.lacking.pop(model, None)
+            return
+        if _model_missing(error):
+            model = _model_of(op)
+            if model is not None:
+                member.lacking[model] = time.monotonic() + LACKING_FOR
+            return
+        if _answered_failure(error):
+            now = time.monotonic()
+            member.failing = member.recent_failures(now) + 1
+            member.failing_at = now
 
     def abandoned(self, route: Route[T], op: AnyOp) -> None:
         """Record an attempt given up before its answer (interrupted, cancelled): it
@@ -357,7 +478,7 @@ class Balancer(Generic[T]):
             member.probe_wait = min(member.probe_wait * 2, PROBE_MAX)
             member.probe_at = time.monotonic() + member.probe_wait
 
-    def _take(self, tried: list[Member[T]] | tuple[()]) -> Member[T]:
+    def _take(self, tried: list[Member[T]] | tuple[()], model: str | None = None) -> Member[T]:
         candidates = [m for m in self.members if m.healthy and m not in tried]
         if not candidates:  # every endpoint is ejected: try one rather than fail unasked
             candidates = [m for m in self.members if m not in tried] or self.members
@@ -365,11 +486,15 @@ class Balancer(Generic[T]):
             raise TritonConnectionError(
                 "no endpoint to send to: the DNS name has no address (yet)", retryable=True
             )
+        now = time.monotonic()
+        if model is not None and len(candidates) > 1:
+            having = [m for m in candidates if not m.lacks(model, now)]
+            candidates = having or candidates  # (none has it: its own error says so)
         if len(candidates) == 1:
             member = candidates[0]
         else:
             first, second = self._random.sample(candidates, 2)
-            member = first if first.in_flight <= second.in_flight else second
+            member = first if first.load(now) <= second.load(now) else second
         self._count(member)
         return member
 
@@ -386,6 +511,24 @@ def _connection_failure(error: TritonError) -> bool:
     """The endpoint could not be reached or dropped the connection (not TLS, which no
     other endpoint of the same fleet would pass either)."""
     return isinstance(error, TritonConnectionError) and error.retryable
+
+
+def _model_missing(error: TritonError) -> bool:
+    """The endpoint has no such model ready (and ran nothing)."""
+    return isinstance(error, ModelNotReadyError | ModelNotFoundError) and not error.may_have_run
+
+
+def _answered_failure(error: TritonError) -> bool:
+    """A failure the endpoint answered with (the model failed, the queue was full), as
+    opposed to one of the connection, a timeout (see HUNG_AFTER), or the client's own
+    refusal, which never reached it."""
+    if isinstance(error, TritonConnectionError | TritonTimeoutError | InvalidInputError):
+        return False
+    # (a request the server found malformed would fail on every endpoint alike)
+    return error.status not in _REQUEST_AT_FAULT and not refused_here(error)
+
+
+_REQUEST_AT_FAULT: Final = frozenset({"INVALID_ARGUMENT", 400})
 
 
 def _elsewhere(error: TritonError) -> bool:

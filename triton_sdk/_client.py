@@ -27,7 +27,7 @@ from typing import Any, Final, Generic, Literal, NoReturn, TypeVar, overload
 import attrs
 from tenacity import Retrying
 
-from ._balance import Discovery, EndpointState
+from ._balance import Discovery, EndpointState, same_endpoint
 from ._base import (
     DEFAULT_RESOLVE_INTERVAL,
     ClientSettings,
@@ -1037,20 +1037,21 @@ class Client:
         cannot (0: no batch axis).
         """
         options = self._options(timeout, headers)  # one retry deadline for both reads
-        try:
-            metadata = self._run(GetModelMetadata(name, version), options)
-        except ModelNotFoundError as error:
-            # The suggestions replace the error; the transport's failure stays its cause.
-            raise self._not_found(error, name, options) from error.__cause__
-        config: JSON | None = None
-        if self._has_config:
+        with same_endpoint():  # (of many, the reads must not mix two replicas)
             try:
-                config = self._run(GetModelConfig(name, version), options)
-            except UnsupportedError as error:
-                # The model exists (its metadata came): the server has no config endpoint.
-                if error.status is None:
-                    raise
-                self._has_config = False
+                metadata = self._run(GetModelMetadata(name, version), options)
+            except ModelNotFoundError as error:
+                # The suggestions replace the error; the transport's failure stays its cause.
+                raise self._not_found(error, name, options) from error.__cause__
+            config: JSON | None = None
+            if self._has_config:
+                try:
+                    config = self._run(GetModelConfig(name, version), options)
+                except UnsupportedError as error:
+                    # The model exists (its metadata came): the server has no config endpoint.
+                    if error.status is None:
+                        raise
+                    self._has_config = False
         try:
             return ModelSpec.from_metadata(metadata, config, max_batch_size=max_batch_size)
         except TritonError:  # (InvalidInputError is a ValueError: a max_batch_size= mistake)

@@ -229,20 +229,114 @@ def test_a_sequence_whose_server_failed_and_came_back_between_its_requests_is_lo
 
 
 def test_a_model_one_server_does_not_have_ready_is_served_by_the_others(
-    fleet: list[LocalServer], fleet_client: Any
+    fleet: list[LocalServer], fleet_client: Any, loop_thread: LoopThread
 ) -> None:
     # As on a server shutting down, which unloads its models before closing its ports:
     # the calls that landed there failed (ModelNotReadyError) instead of moving on.
+    # Then each call went there again and moved, drawing on the retry budget: once it
+    # was spent, a third of the calls failed; streams and sequence STARTs never moved.
     with ts.Client(fleet[0].grpc_url) as direct:
-        direct.unload_model("double")
+        for name in ("double", "repeat", "accumulate"):
+            direct.unload_model(name)
         wait_until(lambda: not direct.is_model_ready("double"), "double is unloaded")
         try:
             model = fleet_client.model("double")
-            for _ in range(12):
+            for _ in range(200):
                 assert np.array_equal(model.infer(X=ONES)["Y"], 2 * ONES)
+            repeat = fleet_client.model("repeat")
+            for _ in range(8):
+                assert [int(r["OUT"][0]) for r in repeat.stream(IN=[5, 6])] == [5, 6]
+            accumulate = fleet_client.model("accumulate")
+            for _ in range(8):
+                seq = new_sequence(accumulate, loop_thread)
+                assert seq.infer(INPUT=[1])["OUTPUT"].tolist() == [[1]]
+                assert seq.infer(INPUT=[2], end=True)["OUTPUT"].tolist() == [[3]]
             assert all(state.healthy for state in states(fleet_client))
         finally:
-            direct.load_model("double")
+            for name in ("double", "repeat", "accumulate"):
+                direct.load_model(name)
+
+
+DOUBLE_CONFIG = {
+    "name": "double",
+    "backend": "python",
+    "max_batch_size": 4,
+    "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [2, 2]}],
+    "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [2, 2]}],
+}
+"""tests/models/double's config, as load_model takes it."""
+
+
+def test_a_model_s_spec_is_read_from_one_server_mid_rollout(
+    fleet: list[LocalServer], fleet_client: Any
+) -> None:
+    # Its metadata and its config were two calls, each routed on its own: mid-rollout a
+    # spec could mix them (a batched scalar input, or no batch axis and [-1, 2, 2]).
+    rolled_out = {
+        "name": "double",
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [4]}],
+        "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [4]}],
+    }
+    with ts.Client(fleet[0].grpc_url) as direct:
+        direct.load_model("double", config=rolled_out)
+        try:
+            seen = set()
+            for _ in range(30):
+                spec = fleet_client.model("double").spec
+                seen.add((spec.max_batch_size, spec.inputs["X"].shape))
+            assert seen == {(4, (2, 2)), (0, (4,))}
+        finally:
+            # (without a config, the server keeps the override: its files did not change)
+            direct.load_model("double", config=DOUBLE_CONFIG)
+
+
+BROKEN_DOUBLE = b"""
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        error = pb_utils.TritonError("this replica is broken")
+        return [pb_utils.InferenceResponse(error=error) for _ in requests]
+"""
+
+
+def test_a_server_that_fails_every_call_at_once_gets_few_of_them(
+    fleet: list[LocalServer], protocol: str, mode: str, loop_thread: LoopThread, tmp_path: Path
+) -> None:
+    # It had no request in flight, so it won nearly every pick: with one broken server
+    # of two, most calls of a busy client failed.
+    broken = tmp_path / "double"
+    (broken / "1").mkdir(parents=True)
+    models = Path(__file__).resolve().parent.parent / "models"
+    (broken / "config.pbtxt").write_text((models / "double" / "config.pbtxt").read_text())
+    (broken / "1" / "model.py").write_bytes(BROKEN_DOUBLE)
+    with LocalServer(tmp_path) as replica:
+        urls = [server_url(replica, protocol), server_url(fleet[1], protocol)]
+        client = open_client(urls, mode, loop_thread)
+        try:
+            model = client.model("double")
+            failed = []
+
+            def work() -> None:
+                for _ in range(50):
+                    try:
+                        model.infer(X=ONES)
+                    except ts.InferenceError as error:
+                        failed.append(error)
+
+            threads = [threading.Thread(target=work) for _ in range(WORKERS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert failed, "the broken server got no call at all"
+            assert len(failed) < 0.1 * 50 * WORKERS, len(failed)
+            assert all(state.healthy for state in states(client))
+        finally:
+            close_client(client, loop_thread)
 
 
 def test_requests_spread_over_every_server(fleet: list[LocalServer], fleet_client: Any) -> None:

@@ -15,7 +15,9 @@ import pytest
 
 import triton_sdk as ts
 from triton_sdk._balance import (
+    FAILING_HALF_LIFE,
     HUNG_AFTER,
+    LACKING_FOR,
     PIN_IDLE,
     PROBE_FIRST,
     PROBE_MAX,
@@ -24,6 +26,7 @@ from triton_sdk._balance import (
     Discovery,
     Member,
     Route,
+    same_endpoint,
 )
 from triton_sdk._base import parse_urls
 from triton_sdk._call import CallContext, StreamStop
@@ -757,3 +760,158 @@ def test_readiness_probes_go_through_the_hooks() -> None:
         assert hook.ends >= 1
     finally:
         transport.close()
+
+
+# A replica that fails fast, a model some replicas lack, reads that make one answer
+
+NOT_FOUND = classify_status("NOT_FOUND", "Request for unknown model: 'm' is not found")
+
+
+def infer(model: str = "m") -> InferRequest:
+    return InferRequest(model=model, inputs=())
+
+
+def test_an_endpoint_that_fails_at_once_does_not_draw_every_pick() -> None:
+    # It had nothing in flight, so it won nearly every pick against a busy healthy one:
+    # 84% of a fleet's calls failed with one broken replica of two.
+    pool = balancer(2)
+    broken, healthy = pool.members
+    healthy.in_flight = 3  # (calls of other threads, in flight there)
+    picks = {id(broken): 0, id(healthy): 0}
+    for _ in range(100):
+        route = pool.route(infer())
+        picks[id(route.member)] += 1
+        if route.member is broken:
+            pool.failed(route, infer(), FAILED)
+        else:
+            pool.succeeded(route, infer())
+    assert picks[id(broken)] <= 5, picks
+    assert all(state.healthy for state in pool.states())  # (not ejected: only avoided)
+
+
+def test_failed_answers_count_less_with_time_and_a_request_s_own_fault_not_at_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool = balancer(2)
+    member = pool.members[0]
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now)
+    for _ in range(4):
+        pool.failed(Route(member), infer(), FAILED)
+    assert member.load(now) == pytest.approx(member.in_flight + 4)
+    assert member.load(now + 2 * FAILING_HALF_LIFE) == pytest.approx(member.in_flight + 1)
+    assert member.load(now + 10 * FAILING_HALF_LIFE) == member.in_flight  # (forgotten)
+    pool.succeeded(Route(member), infer())
+    assert member.load(now) == member.in_flight
+    malformed = classify_status("INVALID_ARGUMENT", "unexpected shape for input 'X'")
+    for error in (malformed, ts.InvalidInputError("refused here")):
+        pool.failed(Route(member), infer(), error)
+    assert member.load(now) == member.in_flight
+
+
+def test_an_endpoint_that_lacks_a_model_gets_no_calls_for_it_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each call went there again, moved, and drew on the retry budget: once the budget
+    # was spent, 30% of the calls failed while a rolling update had the model on one
+    # replica of two.
+    pool = balancer(2)
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now)
+    route = pool.route(infer())
+    lacking = route.member
+    pool.failed(route, infer(), NOT_FOUND)
+    assert pool.reroute(route, infer(), NOT_FOUND, lambda: False)  # (no budget drawn)
+    pool.succeeded(route, infer())
+    for _ in range(20):
+        route = pool.route(infer())
+        assert route.member is not lacking
+        pool.succeeded(route, infer())
+    others = {pool.route(infer("other")).member for _ in range(20)}
+    assert lacking in others  # (its other models are fine)
+    now += LACKING_FOR
+    assert lacking in {pool.route(infer()).member for _ in range(20)}  # asked again
+
+
+def test_the_start_of_a_sequence_moves_when_nothing_of_it_ran() -> None:
+    pool = balancer(2)
+    start = step(7, start=True)
+    route = pool.route(start)
+    first = route.member
+    failure = pool.failed(route, start, NOT_FOUND)
+    assert failure is NOT_FOUND  # (not SequenceLostError: no sequence began)
+    assert pool.reroute(route, start, NOT_FOUND)
+    assert route.member is not first
+    pool.succeeded(route, start)
+    following = pool.route(step(7))
+    assert following.member is route.member  # pinned where it started
+    pool.succeeded(following, step(7))
+    # A START refused by the connection moves too; the endpoint is ejected.
+    start = step(8, start=True)
+    route = pool.route(start)
+    refused_at = route.member
+    assert pool.failed(route, start, REFUSED) is REFUSED
+    assert pool.reroute(route, start, REFUSED)
+    assert route.member is not refused_at
+    # A request of a sequence after its START never moves.
+    pool = balancer(2)
+    pool.succeeded(pool.route(step(9, start=True)), step(9, start=True))
+    assert not pool.reroute(pool.route(step(9)), step(9), NOT_FOUND)
+
+
+def test_reads_of_one_answer_go_to_one_endpoint() -> None:
+    pool = balancer(3)
+    with same_endpoint():
+        members = set()
+        for _ in range(10):
+            route = pool.route(READY)
+            members.add(route.member)
+            pool.succeeded(route, READY)
+        assert len(members) == 1
+        # Moved (its endpoint failed), the reads that follow go where it moved.
+        route = pool.route(READY)
+        pool.failed(route, READY, REFUSED)
+        assert pool.reroute(route, READY, REFUSED)
+        pool.succeeded(route, READY)
+        assert pool.route(READY).member is route.member
+    assert len({pool.route(READY).member for _ in range(30)}) > 1
+
+
+class FirstLacks:
+    """Endpoint transports: the first has no model (its streams fail at once)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def stream(self, op: object, ctx: CallContext) -> Iterator[int]:
+        if self.index == 0:
+            raise NOT_FOUND
+        yield from (1, 2)
+
+    async def astream(self, op: object, ctx: object) -> AsyncIterator[int]:
+        if self.index == 0:
+            raise NOT_FOUND
+        for item in (1, 2):
+            yield item
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_stream_that_fails_before_anything_ran_moves() -> None:
+    # It failed: "placed once", even where the endpoint answered it has no such model.
+    endpoints = [parse_url(f"grpc://127.0.0.{i}:8001") for i in (1, 2)]
+    transports = iter(range(4))
+    blocking = BalancedTransport(endpoints, lambda e: FirstLacks(next(transports) % 2), {})  # type: ignore[arg-type, return-value]
+    asyncio_ = AsyncBalancedTransport(endpoints, lambda e: FirstLacks(next(transports) % 2), {})  # type: ignore[arg-type, return-value]
+    op = StreamInfer(infer(), ts.ModelSpec(name="m", inputs={}, outputs={}))
+    for _ in range(10):
+        assert list(blocking.stream(op, CallContext("stream", "m", {}, None))) == [1, 2]  # type: ignore[arg-type]
+        ctx = CallContext("stream", "m", {}, None)
+        assert [item async for item in asyncio_.astream(op, ctx)] == [1, 2]  # type: ignore[arg-type]
+    assert [state.in_flight for state in blocking.endpoints()] == [0, 0]
+    blocking.close()
+    await asyncio_.aclose()

@@ -107,6 +107,25 @@ def _stream_over(
     return False
 
 
+def _moves(
+    balancer: Balancer[Any],
+    route: Route[Any],
+    op: StreamOp[Any],
+    ctx: CallContext,
+    failure: TritonError,
+    answered: bool,
+    allowed: Callable[[], bool],
+) -> bool:
+    """Whether a stream that failed before its first response goes to another endpoint
+    (nothing of it ran there: no connection, no such model); ``route`` then points there."""
+    if answered or (ctx._stop is not None and ctx._stop.requested):
+        return False
+    if not balancer.reroute(route, op, failure, allowed):
+        return False
+    _log_failover(op, failure, route.member.endpoint)
+    return True
+
+
 def _next_wait(waits: list[float | None]) -> float | None:
     known = [wait for wait in waits if wait is not None]
     return min(known) if known else None
@@ -222,22 +241,27 @@ class BalancedTransport:
         except TritonError:
             self._after_failure()
             raise
-        failure: TritonError | None = None
-        answered = False
-        try:
-            _name_endpoint(ctx, route)
-            for item in route.member.transport.stream(op, ctx):
-                answered = True
-                yield item
-            answered = True  # (the server ended it)
-        except TritonError as error:
-            failure = error
-            if names_no_server(error):
-                raise _refused_there(error, op, route) from error
-            raise _naming_endpoint(error, route)  # noqa: B904 (the same error)
-        finally:
-            if _stream_over(self.balancer, route, op, ctx, failure, answered):
-                self._after_failure()
+        while True:
+            failure: TritonError | None = None
+            answered = False
+            try:
+                _name_endpoint(ctx, route)
+                for item in route.member.transport.stream(op, ctx):
+                    answered = True
+                    yield item
+                answered = True  # (the server ended it)
+            except TritonError as error:
+                failure = error
+            finally:
+                if _stream_over(self.balancer, route, op, ctx, failure, answered):
+                    self._after_failure()
+            if failure is None:
+                return
+            if _moves(self.balancer, route, op, ctx, failure, answered, self._allowed):
+                continue
+            if names_no_server(failure):
+                raise _refused_there(failure, op, route) from failure
+            raise _naming_endpoint(failure, route)
 
     def close(self) -> None:
         self._closed.set()
@@ -409,26 +433,31 @@ class AsyncBalancedTransport:
         except TritonError:
             self._after_failure()
             raise
-        failure: TritonError | None = None
-        answered = False
-        _name_endpoint(ctx, route)
-        responses = route.member.transport.astream(op, ctx)
-        try:
-            async for item in responses:
-                answered = True
-                yield item
-            answered = True  # (the server ended it)
-        except TritonError as error:
-            failure = error
-            if names_no_server(error):
-                raise _refused_there(error, op, route) from error
-            raise _naming_endpoint(error, route)  # noqa: B904 (the same error)
-        finally:
+        while True:
+            failure: TritonError | None = None
+            answered = False
+            _name_endpoint(ctx, route)
+            responses = route.member.transport.astream(op, ctx)
             try:
-                await aclose_iterator(responses)  # cancels the call now, not when collected
+                async for item in responses:
+                    answered = True
+                    yield item
+                answered = True  # (the server ended it)
+            except TritonError as error:
+                failure = error
             finally:
-                if _stream_over(self.balancer, route, op, ctx, failure, answered):
-                    self._after_failure()
+                try:
+                    await aclose_iterator(responses)  # cancels the call now, not when collected
+                finally:
+                    if _stream_over(self.balancer, route, op, ctx, failure, answered):
+                        self._after_failure()
+            if failure is None:
+                return
+            if _moves(self.balancer, route, op, ctx, failure, answered, self._allowed):
+                continue
+            if names_no_server(failure):
+                raise _refused_there(failure, op, route) from failure
+            raise _naming_endpoint(failure, route)
 
     def refuse_other_loop(self) -> None:
         """Raise the documented TritonError when called in a loop other than the one
@@ -505,7 +534,7 @@ class AsyncBalancedTransport:
         return wait
 
 
-def _log_failover(op: Op[Any], error: TritonError, endpoint: Endpoint) -> None:
+def _log_failover(op: AnyOp, error: TritonError, endpoint: Endpoint) -> None:
     logger.debug("sending %s to %s instead, after: %s", op.call, endpoint, error)
 
 
