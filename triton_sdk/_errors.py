@@ -170,7 +170,7 @@ class SequenceLostError(TritonConnectionError):
 # Message fragments, lower-cased. Triton reuses status codes for unrelated situations
 # (UNAVAILABLE is "server down", "queue full", "TLS failed" and "restricted endpoint"),
 # so the message decides.
-_NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready")
+_NOT_READY_HINTS = ("has no available versions", "is not ready", "not ready", "not at ready state")
 _NOT_FOUND_HINTS = ("unknown model", "is not found", "is not available")
 # MLServer's "Model iris with version 2 not found" / "Model iris not found", and KServe's
 # "Model with name iris does not exist.", anchored so that other "not found"s stay apart.
@@ -183,6 +183,7 @@ _OTHER_SERVERS_NOT_FOUND = re.compile(
 # ("Method not found: ..."), Go ("unknown method ... for service ...", "unknown service").
 _NO_METHOD_HINTS = ("method not found", "unknown method", "unknown service")
 _QUEUE_HINTS = ("exceeds maximum queue size", "request timeout expired")
+_NOT_AT_READY = "is not at ready state"
 # gRPC's own phrases: a bare "tls" or "ssl" could be part of a host name.
 _TLS_HINTS = (
     "ssl handshake",
@@ -254,6 +255,10 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
         return ModelNotFoundError, False
     if grpc_code == "DEADLINE_EXCEEDED":
         return TritonTimeoutError, False
+    if (grpc_code == "UNAVAILABLE" or http_status == 503) and _NOT_AT_READY in lowered:
+        # A version asked for by number that is unloaded or loading: "Request for unknown
+        # model: 'm' version 1 is not at ready state" (the server answered: nothing ran).
+        return ModelNotReadyError, False
     if grpc_code == "UNAVAILABLE":
         if _has(lowered, _QUEUE_HINTS):
             return ServerOverloadedError, True

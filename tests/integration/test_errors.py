@@ -187,6 +187,7 @@ def test_a_model_named_as_another_name_travels_over_http_is_not_taken_for_it(
 def test_unloaded_model(unload_client: Any) -> None:
     client = unload_client
     model = client.model("add_sub")
+    pinned = client.model("add_sub", "1")
     assert model.infer(**ADD_SUB_INPUTS)["OUTPUT0"].tolist() == [2.0, 3.0, 4.0, 5.0]
     client.unload_model("add_sub")
     try:
@@ -196,6 +197,13 @@ def test_unloaded_model(unload_client: Any) -> None:
         assert caught.value.model == "add_sub"
         with pytest.raises(ts.ModelNotReadyError):
             client.model("add_sub")
+        # A version asked for by number: "version 1 is not at ready state", which was a
+        # retried connection error over gRPC and a retried 503 over HTTP.
+        for call in (lambda: pinned.infer(**ADD_SUB_INPUTS), lambda: client.model("add_sub", "1")):
+            with pytest.raises(ts.ModelNotReadyError, match="not at ready state") as caught:
+                call()
+            assert not caught.value.retryable
+            assert not caught.value.may_have_run
     finally:
         client.load_model("add_sub")
     assert client.is_model_ready("add_sub")

@@ -15,6 +15,7 @@ from triton_sdk._errors import classify_status, classify_transport_error, names_
 UNKNOWN_MODEL = "Request for unknown model: 'nope' is not found"
 UNKNOWN_VERSION = "Request for unknown model: 'simple' version 3 is not found"
 NO_VERSIONS = "Request for unknown model: 'densenet_onnx' has no available versions"
+VERSION_NOT_READY = "Request for unknown model: 'flaky' version 1 is not at ready state"
 QUEUE_FULL = "Exceeds maximum queue size"
 REFUSED = (
     "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8001: "
@@ -65,6 +66,11 @@ MODEL_FAILED = "Failed to process the request(s) for model 'm_0_0', message: Val
         # known, but nothing loaded
         ("NOT_FOUND", NO_VERSIONS, ts.ModelNotReadyError, False),
         (404, NO_VERSIONS, ts.ModelNotReadyError, False),
+        # a version asked for by number, unloaded or loading (a connection error and a
+        # retried 503 before)
+        ("UNAVAILABLE", VERSION_NOT_READY, ts.ModelNotReadyError, False),
+        (503, VERSION_NOT_READY, ts.ModelNotReadyError, False),
+        ("NOT_FOUND", VERSION_NOT_READY, ts.ModelNotReadyError, False),
         # queue full: the server is fine, the model is busy
         ("UNAVAILABLE", QUEUE_FULL, ts.ServerOverloadedError, True),
         (503, QUEUE_FULL, ts.ServerOverloadedError, True),
