@@ -93,6 +93,7 @@ from ._errors import (
     heals_by_waiting,
     in_split_batch,
     names_no_server,
+    never_sent,
     refuse_error_body,
     unreadable_answer,
     unsupported_operation,
@@ -626,6 +627,23 @@ class Client:
             if final is error:
                 raise
             raise final from error
+
+    def _wait_for_start(self, started: Gate, until: float | None) -> None:
+        """Wait for a sequence's START request to go out, as its other requests do: cut
+        short by closing the client, and by the call's timeout (``until``)."""
+        while True:
+            left = None if until is None else until - time.monotonic()
+            if left is not None and left <= 0:
+                raise never_sent(
+                    TritonTimeoutError(
+                        "the request waited past its timeout for the sequence's START "
+                        "request (sent by another call) to go out; it was not sent"
+                    )
+                )
+            if started.wait(_POLL_INTERVAL if left is None else min(_POLL_INTERVAL, left)):
+                return
+            if self._closing or self._closed:
+                raise closed_error("Client")
 
     def _backoff(self, seconds: float) -> None:
         """The wait between two attempts; closing the client cuts it short."""
@@ -1978,8 +1996,9 @@ class ModelSequence:
             state.claim(delivery, end)
             # The server refuses a request of a sequence that reaches it before the one
             # carrying START: requests sent at once wait for that one to go out.
+            waits_until = None if options.timeout is None else time.monotonic() + options.timeout
             while (started := state.ready(delivery)) is not None:
-                started.wait()
+                model._client._wait_for_start(started, waits_until)
             if delivery.start:
                 request = attrs.evolve(request, sequence_start=True)
             sending = SENDING.set(delivery)

@@ -390,8 +390,9 @@ class Gate:
     def open(self) -> None:
         self._opened.set()
 
-    def wait(self) -> None:
-        self._opened.wait()
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether it opened (within ``timeout`` seconds, when given)."""
+        return self._opened.wait(timeout)
 
 
 class AsyncGate:
@@ -403,5 +404,10 @@ class AsyncGate:
     def open(self) -> None:
         self._opened.set()
 
-    async def wait(self) -> None:
-        await self._opened.wait()
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Whether it opened (within ``timeout`` seconds, when given)."""
+        try:
+            await asyncio.wait_for(self._opened.wait(), timeout)
+        except asyncio.TimeoutError:  # (not TimeoutError before Python 3.11)
+            return False
+        return True

@@ -700,6 +700,47 @@ class HeldThenFailed(ts.CallHook):
         self.flags.append((op.sequence_start, op.sequence_end))
 
 
+@pytest.mark.parametrize("ending", ["timeout", "close"])
+def test_a_request_waiting_for_start_keeps_its_timeout_and_wakes_at_close(
+    url: str, ending: str
+) -> None:
+    # It waited for START's request with no bound: past its own timeout, and past the
+    # client's close (over blocking HTTP), as long as START took.
+    release = threading.Event()
+    hook = HeldThenFailed(release, fail=False)
+    client = ts.Client(url, hooks=[hook])
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            seq = client.model("accumulate").sequence()
+            first = pool.submit(seq.infer_sample, INPUT=100)
+            assert hook.holding.wait(10)
+            timeout = 0.3 if ending == "timeout" else None
+            waiting = pool.submit(seq.infer_sample, INPUT=1, timeout=timeout)
+            while seq._state.sent < 2:  # (claimed: it waits for START)
+                time.sleep(0.001)
+            began = time.monotonic()
+            if ending == "close":
+                client.close()
+            with pytest.raises(ts.TritonError) as caught:
+                waiting.result(10)
+            assert time.monotonic() - began < 1.5
+            if ending == "timeout":
+                assert isinstance(caught.value, ts.TritonTimeoutError)
+                assert "waited past its timeout for the sequence's START" in str(caught.value)
+            else:
+                assert "closed" in str(caught.value)
+            assert not caught.value.may_have_run
+            release.set()
+            if ending == "close":  # (START, held until now, finds the client closed)
+                with pytest.raises(ts.TritonError, match="closed"):
+                    first.result(10)
+            else:
+                first.result(10)
+    finally:
+        release.set()
+        client.close()
+
+
 class Interrupted(BaseException):
     """Stands for a KeyboardInterrupt: a BaseException arriving between two steps."""
 
