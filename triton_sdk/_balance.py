@@ -37,7 +37,7 @@ from ._errors import (
     TritonTimeoutError,
     refused_here,
 )
-from ._ops import Op, StreamOp
+from ._ops import Op, StreamInfer, StreamOp
 from ._request import InferRequest
 
 __all__ = ["Balancer", "Discovery", "EndpointState", "Member", "Route", "same_endpoint"]
@@ -126,7 +126,8 @@ class Member(Generic[T]):
         self.probe_wait = PROBE_FIRST
         self.failing = 0.0  # failed answers in a row, decaying (see FAILING_HALF_LIFE)
         self.failing_at = 0.0
-        self.lacking: dict[str, float] = {}  # model -> until when it gets no calls here
+        # (model, version) -> until when it gets no calls for it here
+        self.lacking: dict[ModelKey, float] = {}
 
     def recent_failures(self, now: float) -> float:
         """The run of failed answers, decayed; below a half, none (one failure long ago
@@ -140,7 +141,7 @@ class Member(Generic[T]):
         """What picking compares: requests in flight, and the recent failed answers."""
         return self.in_flight + self.recent_failures(now) if self.failing else self.in_flight
 
-    def lacks(self, model: str | None, now: float) -> bool:
+    def lacks(self, model: ModelKey | None, now: float) -> bool:
         if model is None or not self.lacking:
             return False
         until = self.lacking.get(model)
@@ -185,20 +186,31 @@ _SAME: ContextVar[list[Any] | None] = ContextVar("triton_sdk_same_endpoint", def
 
 
 @contextlib.contextmanager
-def same_endpoint() -> Iterator[None]:
+def same_endpoint() -> Iterator[list[Any]]:
     """Send the calls made within to one endpoint (the first call's), while it stays
     healthy: the reads that make one answer (a model's metadata and config) must not mix
-    two replicas mid-rollout."""
-    token = _SAME.set([])
+    two replicas mid-rollout. Yields the endpoints used, in order: more than one when a
+    call had to move (the reads before it came from another endpoint)."""
+    used: list[Any] = []
+    token = _SAME.set(used)
     try:
-        yield
+        yield used
     finally:
         _SAME.reset(token)
 
 
-def _model_of(op: Op[object] | StreamOp[object]) -> str | None:
+ModelKey = tuple[str, str]
+"""A model and the version asked for ("": the one the server's policy picks)."""
+
+
+def _model_of(op: Op[object] | StreamOp[object]) -> ModelKey | None:
     model = op.model
-    return model if isinstance(model, str) else None
+    if not isinstance(model, str):
+        return None
+    version = getattr(op, "version", None)
+    if version is None and isinstance(op, StreamInfer):
+        version = op.request.version
+    return (model, version if isinstance(version, str) else "")
 
 
 _PinKey = tuple[str, str, int | str]
@@ -249,13 +261,13 @@ class Balancer(Generic[T]):
             if request is None:
                 same = _SAME.get()
                 if same:
-                    member = same[0]
+                    member = same[-1]
                     if member.healthy and member in self.members:
                         self._count(member)
                         return Route(member)
                 member = self._take((), model)
                 if same is not None:
-                    same[:] = [member]
+                    same.append(member)
                 return Route(member)
             sequence = request.sequence_id
             key = _pin_key(request)
@@ -310,7 +322,16 @@ class Balancer(Generic[T]):
             route.tried.append(route.member)
             if len(route.tried) >= len(self.members):
                 return False
-            refused = not (_model_missing(error) or allowed())
+            if _model_missing(error):
+                # Free, where another endpoint may have it; where none may (every one
+                # left said so lately: a name no server has), the error is the answer.
+                model, now = _model_of(op), time.monotonic()
+                left = [m for m in self.members if m not in route.tried]
+                refused = all(m.lacks(model, now) for m in left)
+                if refused:
+                    return False
+            else:
+                refused = not allowed()
             if not refused:
                 route.member = self._take(route.tried, _model_of(op))
                 route.ejections = route.member.ejections
@@ -322,7 +343,7 @@ class Balancer(Generic[T]):
                     )
                 same = _SAME.get()
                 if same is not None:
-                    same[:] = [route.member]
+                    same.append(route.member)
                 return True
         logger.warning(  # (outside the lock: a slow handler would hold up every call)
             "not failing %s over to another endpoint: the client's retry budget is spent; "
@@ -478,7 +499,7 @@ class Balancer(Generic[T]):
             member.probe_wait = min(member.probe_wait * 2, PROBE_MAX)
             member.probe_at = time.monotonic() + member.probe_wait
 
-    def _take(self, tried: list[Member[T]] | tuple[()], model: str | None = None) -> Member[T]:
+    def _take(self, tried: list[Member[T]] | tuple[()], model: ModelKey | None = None) -> Member[T]:
         candidates = [m for m in self.members if m.healthy and m not in tried]
         if not candidates:  # every endpoint is ejected: try one rather than fail unasked
             candidates = [m for m in self.members if m not in tried] or self.members

@@ -1055,27 +1055,37 @@ class Client:
         cannot (0: no batch axis).
         """
         options = self._options(timeout, headers)  # one retry deadline for both reads
-        with same_endpoint():  # (of many, the reads must not mix two replicas)
-            try:
-                metadata = self._run(GetModelMetadata(name, version), options)
-            except ModelNotFoundError as error:
-                # The suggestions replace the error; the transport's failure stays its cause.
-                raise self._not_found(error, name, options) from error.__cause__
-            config: JSON | None = None
-            if self._has_config:
-                try:
-                    config = self._run(GetModelConfig(name, version), options)
-                except UnsupportedError as error:
-                    # The model exists (its metadata came): the server has no config endpoint.
-                    if error.status is None:
-                        raise
-                    self._has_config = False
+        with same_endpoint() as used:  # (of many, the reads must not mix two replicas)
+            metadata, config = self._spec_reads(name, version, options)
+            if len(used) > 1:  # the config's read moved: read both where it went
+                del used[:-1]
+                metadata, config = self._spec_reads(name, version, options)
         try:
             return ModelSpec.from_metadata(metadata, config, max_batch_size=max_batch_size)
         except TritonError:  # (InvalidInputError is a ValueError: a max_batch_size= mistake)
             raise
         except MALFORMED_ANSWER as exc:
             raise unreadable_answer(exc, "model_metadata and model_config", name) from exc
+
+    def _spec_reads(
+        self, name: str, version: str | None, options: CallOptions
+    ) -> tuple[JSON, JSON | None]:
+        """A model's metadata and (where the server has them) its config."""
+        try:
+            metadata = self._run(GetModelMetadata(name, version), options)
+        except ModelNotFoundError as error:
+            # The suggestions replace the error; the transport's failure stays its cause.
+            raise self._not_found(error, name, options) from error.__cause__
+        config: JSON | None = None
+        if self._has_config:
+            try:
+                config = self._run(GetModelConfig(name, version), options)
+            except UnsupportedError as error:
+                # The model exists (its metadata came): the server has no config endpoint.
+                if error.status is None:
+                    raise
+                self._has_config = False
+        return metadata, config
 
     def _not_found(
         self, error: ModelNotFoundError, name: str, options: CallOptions
@@ -1673,8 +1683,10 @@ class Model(ModelCore):
         Inputs are shaped as in :meth:`infer`. The iteration ends after the final
         response (no responses at all is an empty iteration); ``timeout`` bounds the wait
         for each response. Leaving the loop early cancels the request. Streams are never
-        retried. Over HTTP the request goes through the generate_stream extension, which
-        carries one sample of scalar or 1-D inputs; gRPC streams anything. A server
+        retried (a client of many endpoints moves one whose endpoint ran nothing of it,
+        before its first response). Over HTTP the request goes through the
+        generate_stream extension, which carries one sample of scalar or 1-D inputs; gRPC
+        streams anything. A server
         without model configs (MLServer) is streamed its own way, and the iteration ends
         when it closes the stream (see docs/servers.md).
         """

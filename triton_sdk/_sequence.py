@@ -14,7 +14,15 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 import numpy as np
 
 from ._checks import check_text, numpy_number
-from ._errors import InvalidInputError, TritonConnectionError, TritonError, sent_nothing
+from ._errors import (
+    InvalidInputError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    ServerOverloadedError,
+    TritonConnectionError,
+    TritonError,
+    sent_nothing,
+)
 from ._fork import renew_lock_on_fork
 from ._request import InferRequest
 from ._spec import ModelSpec
@@ -75,8 +83,9 @@ class Delivery:
         """Whether the request, failed with ``error``, may have reached the server.
 
         It did not if it never reached the transport, if gRPC refused to send it
-        (``InvalidInputError``), or if the server could not be connected to (the one
-        connection failure that proves nothing went out). Anything else may have run.
+        (``InvalidInputError``), if the server could not be connected to (the one
+        connection failure that proves nothing went out), or if the server turned it
+        away unrun (no such model ready, a full queue). Anything else may have run.
         """
         if not self.reached:
             return False
@@ -86,9 +95,14 @@ class Delivery:
             error = self.failure
         if sent_nothing(error):
             return False
+        if isinstance(error, _TURNED_AWAY) and not error.may_have_run:
+            return False  # (the server refused it before any sequence could begin)
         return not (
             isinstance(error, TritonConnectionError) and error.retryable and not error.may_have_run
         )
+
+
+_TURNED_AWAY: Final = (ModelNotFoundError, ModelNotReadyError, ServerOverloadedError)
 
 
 SENDING: Final[ContextVar[Delivery | None]] = ContextVar("triton_sdk_sending", default=None)

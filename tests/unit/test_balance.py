@@ -915,3 +915,43 @@ async def test_a_stream_that_fails_before_anything_ran_moves() -> None:
     assert [state.in_flight for state in blocking.endpoints()] == [0, 0]
     blocking.close()
     await asyncio_.aclose()
+
+
+def test_a_model_no_endpoint_has_costs_one_request_a_call() -> None:
+    # Moves for a missing model were free and went on to endpoints known to lack it: a
+    # name no server has cost a request to every endpoint on every call.
+    pool = balancer(3)
+    requests = 0
+    for _ in range(10):
+        route = pool.route(infer())
+        requests += 1
+        while True:
+            pool.failed(route, infer(), NOT_FOUND)
+            if not pool.reroute(route, infer(), NOT_FOUND, lambda: False):
+                break
+            requests += 1
+    assert requests == 3 + 9  # every endpoint once, then one a call
+
+
+def test_an_endpoint_lacking_one_version_still_gets_the_model_s_other_calls() -> None:
+    pool = balancer(2)
+    route = pool.route(infer())
+    lacking = route.member
+    version_3 = InferRequest(model="m", version="3", inputs=())
+    not_ready = classify_status("UNAVAILABLE", "'m' version 3 is not at ready state")
+    pool.failed(route, version_3, not_ready)
+    assert lacking in {pool.route(infer()).member for _ in range(30)}
+    assert all(pool.route(version_3).member is not lacking for _ in range(30))
+
+
+def test_reads_of_one_answer_say_when_they_had_to_move() -> None:
+    pool = balancer(2)
+    with same_endpoint() as used:
+        route = pool.route(READY)
+        pool.succeeded(route, READY)
+        route = pool.route(READY)  # (the same endpoint: it now lacks the model)
+        pool.failed(route, READY, NOT_FOUND)
+        assert pool.reroute(route, READY, NOT_FOUND)
+        assert len(used) == 2
+        assert used[0] is not used[1]
+        assert pool.route(READY).member is used[-1]  # (the reads that follow go there)

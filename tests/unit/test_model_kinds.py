@@ -1446,3 +1446,21 @@ def test_streamed_text_joins_characters_cut_between_responses() -> None:
     assert TextOutputs(streamed=False).fields(loads_event(b'{"t": "x\\ud800"}', "e")) == {
         "t": "x\ufffd\ufffd\ufffd"
     }
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ts.ModelNotFoundError("Request for unknown model: 'm' is not found"),
+        ts.ModelNotReadyError("Request for unknown model: 'm' has no available versions"),
+        ts.ServerOverloadedError("Exceeds maximum queue size", retryable=True),
+    ],
+)
+def test_a_request_the_server_turned_away_unrun_did_not_go_out(error: ts.TritonError) -> None:
+    # START refused so (on one replica of a fleet, say) counted as sent: the next request
+    # went without START, and the server refused it.
+    delivery = Delivery()
+    delivery.reached = True
+    assert not delivery.went_out(error)
+    error.may_have_run = True
+    assert delivery.went_out(error)
