@@ -41,7 +41,14 @@ from ._config import (
     parse_url,
     resolve_addresses,
 )
-from ._errors import InvalidInputError, TritonError, UnsupportedError, refused_before_sending
+from ._errors import (
+    InvalidInputError,
+    TritonError,
+    TritonTimeoutError,
+    UnsupportedError,
+    never_sent,
+    refused_before_sending,
+)
 from ._llm import Adapter, LLMAdapter, LLMCall, SamplingValue, adapter_for
 from ._logging import LogCalls, wanted
 from ._request import (
@@ -288,6 +295,18 @@ def client_repr(kind: str, settings: ClientSettings) -> str:
 
 def closed_error(kind: str) -> TritonError:
     return refused_before_sending(TritonError(f"this {kind} is closed"))
+
+
+def start_wait_timed_out(model: str) -> TritonError:
+    """The error of a sequence request whose timeout passed while it waited for the
+    sequence's START request (another call's) to go out: nothing of it was sent."""
+    return never_sent(
+        TritonTimeoutError(
+            "the request waited past its timeout for the sequence's START request (sent by "
+            "another call) to go out; it was not sent",
+            model=model,
+        )
+    )
 
 
 def closed_while_retrying(what: str, last: TritonError, ran: bool) -> TritonError:

@@ -42,6 +42,7 @@ from ._base import (
     closed_while_retrying,
     config_json,
     merge_fields,
+    start_wait_timed_out,
     with_suggestions,
 )
 from ._call import (
@@ -93,7 +94,6 @@ from ._errors import (
     heals_by_waiting,
     in_split_batch,
     names_no_server,
-    never_sent,
     refuse_error_body,
     unreadable_answer,
     unsupported_operation,
@@ -211,6 +211,10 @@ DEFAULT_RETRY: Final = RetryPolicy()
 DEFAULT_BUDGET: Final = RetryBudget()
 _ONCE: Final = RetryPolicy.none()
 _POLL_INTERVAL: Final = 0.1
+_STILL_HELD_WAITS: Final = (0.01, 0.02, 0.05, 0.1, 0.2)
+"""The waits before asking again, at close, to unregister a region the server still held
+for a finished call (0.38 s in all)."""
+_IN_USE: Final = "in use"
 _KSERVE_LOSS: Final = ("NOT_FOUND", "UNKNOWN")
 _REGISTRATIONS_WAIT: Final = 5.0
 _CLOSE_WAIT: Final = 30.0
@@ -628,22 +632,19 @@ class Client:
                 raise
             raise final from error
 
-    def _wait_for_start(self, started: Gate, until: float | None) -> None:
+    def _wait_for_start(self, started: Gate, until: float | None, model: str) -> None:
         """Wait for a sequence's START request to go out, as its other requests do: cut
         short by closing the client, and by the call's timeout (``until``)."""
         while True:
             left = None if until is None else until - time.monotonic()
             if left is not None and left <= 0:
-                raise never_sent(
-                    TritonTimeoutError(
-                        "the request waited past its timeout for the sequence's START "
-                        "request (sent by another call) to go out; it was not sent"
-                    )
-                )
+                raise start_wait_timed_out(model)
             if started.wait(_POLL_INTERVAL if left is None else min(_POLL_INTERVAL, left)):
                 return
             if self._closing or self._closed:
-                raise closed_error("Client")
+                error = closed_error("Client")
+                error.model = model
+                raise error
 
     def _backoff(self, seconds: float) -> None:
         """The wait between two attempts; closing the client cuts it short."""
@@ -1518,12 +1519,23 @@ class Client:
             region.close()
 
     def _unregister(self, region: AnyRegion, options: CallOptions) -> None:
-        try:
-            self._run(region.unregister_op(), options)
-        except TritonError as error:
-            # The next client's first shared-memory call unregisters it (its process is
-            # gone by then); closing goes on.
-            logger.warning("could not unregister shared memory %s: %s", region.name, error)
+        for wait in (*_STILL_HELD_WAITS, None):
+            try:
+                self._run(region.unregister_op(), options)
+                return
+            except InferenceError as error:
+                # Triton 2.50-2.51 hold a finished request's regions for some milliseconds
+                # after its answer ("it is currently in use"): asked again, briefly.
+                if wait is None or _IN_USE not in str(error):
+                    failure: TritonError = error
+                    break
+                sleep(wait)
+            except TritonError as error:
+                failure = error
+                break
+        # The next client's first shared-memory call unregisters it (its process is gone
+        # by then); closing goes on.
+        logger.warning("could not unregister shared memory %s: %s", region.name, failure)
 
     def __enter__(self) -> Client:
         return self
@@ -2009,8 +2021,15 @@ class ModelSequence:
             # The server refuses a request of a sequence that reaches it before the one
             # carrying START: requests sent at once wait for that one to go out.
             waits_until = None if options.timeout is None else time.monotonic() + options.timeout
+            waited = False
             while (started := state.ready(delivery)) is not None:
-                model._client._wait_for_start(started, waits_until)
+                model._client._wait_for_start(started, waits_until, model.name)
+                waited = True
+            if waited and waits_until is not None:  # (the wait counts in the timeout)
+                left = waits_until - time.monotonic()
+                if left <= 0:
+                    raise start_wait_timed_out(model.name)
+                options = attrs.evolve(options, timeout=left)
             if delivery.start:
                 request = attrs.evolve(request, sequence_start=True)
             sending = SENDING.set(delivery)

@@ -323,14 +323,14 @@ def response_fields(
 
 
 def result_fields(
-    result: InferResult, *, batched: bool, text: TextOutputs | None = None
+    result: InferResult, spec: ModelSpec, text: TextOutputs | None = None
 ) -> dict[str, JSONValue]:
     """A generate-style dict from an inference result (gRPC path); ``text`` as for
     :func:`response_fields`."""
-    # Flat, as the HTTP extension writes them. The one sample of a batched model is
-    # checked to be one row (a model of another server whose leading -1 is no batch
-    # axis answers more: its first row alone would be a wrong answer).
-    if batched:
+    # Flat, as Triton's HTTP extension writes them (each output whole). A model known
+    # from its metadata alone is checked to answer its one sample with one row: its
+    # leading -1 may be no batch axis (a tokenizer), and a flat answer would hide that.
+    if spec.batched and not spec.has_config:
         result = result.without_batch_axis()
     return (text or TextOutputs(streamed=False)).fields(
         {name: array.reshape(-1) for name, array in result.items()}

@@ -755,7 +755,7 @@ def _generate(op: Generate) -> GrpcCall[dict[str, JSONValue]] | GrpcCollect[Any,
     request = generate_request(spec, op.version, op.fields, op.parameters)
 
     def fields(result: InferResult) -> dict[str, JSONValue]:
-        return result_fields(result, batched=spec.batched)
+        return result_fields(result, spec)
 
     if spec.decoupled:
         return GrpcCollect(
@@ -954,7 +954,7 @@ def encode_stream(op: StreamOp[T]) -> GrpcStream[T] | GrpcCall[T]:
                 GrpcCall(
                     "ModelInfer",
                     build_infer_request(request),
-                    lambda r: result_fields(decode_infer_response(r), batched=spec.batched),
+                    lambda r: result_fields(decode_infer_response(r), spec),
                 ),
             )
         stream = _stream_of(request, spec)
@@ -962,9 +962,7 @@ def encode_stream(op: StreamOp[T]) -> GrpcStream[T] | GrpcCall[T]:
 
         def read(response: Any) -> Any:
             result = stream.read(response)
-            return (
-                None if result is None else result_fields(result, batched=spec.batched, text=text)
-            )
+            return None if result is None else result_fields(result, spec, text)
 
         return cast("GrpcStream[T]", GrpcStream(stream.message, read, stream.bare, text.finish))
     raise TypeError(f"no gRPC stream encoding for {type(op).__name__}")

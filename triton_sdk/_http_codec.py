@@ -296,12 +296,15 @@ def encode_infer_json(request: InferRequest, binary_possible: bool = True) -> by
         raise _not_finite(request, parameters, remedy) from exc
 
 
+_FLOATS: Final = frozenset({"FP16", "FP32", "FP64", "BF16"})
+
+
 def _not_finite(
     request: InferRequest, parameters: Mapping[str, object], remedy: str
 ) -> InvalidInputError:
     """The refusal of a JSON body holding NaN or an infinity, naming where it is."""
     for tensor in request.inputs:
-        if tensor.array.dtype.kind in "fc" and not np.isfinite(tensor.array).all():
+        if tensor.datatype in _FLOATS and not np.isfinite(tensor.array.astype(float)).all():
             return values_refused(
                 f"input {tensor.name!r} holds NaN or infinite values, which JSON cannot "
                 f"carry: {remedy}",
@@ -860,7 +863,7 @@ class HttpCodec:
             text = TextOutputs()
 
             def fields(data: str) -> dict[str, JSONValue]:
-                return result_fields(result(data), batched=spec.batched, text=text)
+                return result_fields(result(data), spec, text)
 
             return EventDecoder(fields, text.finish)
 
@@ -1011,7 +1014,7 @@ class HttpCodec:
             infer = call.read
 
             def read(status: int, header_length: int | None, data: Body) -> dict[str, JSONValue]:
-                return result_fields(infer(status, header_length, data), batched=spec.batched)
+                return result_fields(infer(status, header_length, data), spec)
 
             return HttpCall(
                 call.method, call.path, call.body, call.headers, read, call.compressible

@@ -540,7 +540,10 @@ def _check_text_size(array: np.ndarray[Any, Any], spec: TensorSpec, model: str) 
     widest = 4 + array.dtype.itemsize // (4 if array.dtype.kind == "U" else 1)
     if array.size * widest <= MAX_TENSOR_BYTES:
         return  # (the common case: no element counted)
-    least = 4 * array.size + int(np.char.str_len(array).sum(dtype=np.int64))
+    # The elements of a broadcast repeat: each distinct one is measured once.
+    distinct = array[tuple(slice(0, 1) if step == 0 else slice(None) for step in array.strides)]
+    chars = int(np.char.str_len(distinct).sum(dtype=np.int64)) * (array.size // distinct.size)
+    least = 4 * array.size + chars
     if least > MAX_TENSOR_BYTES:
         raise InvalidInputError(
             f"input {spec.name!r}: {array.size} strings of shape {array.shape} take at least "
@@ -702,8 +705,8 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
             if any(isinstance(item, list | tuple | np.ndarray) for item in array.flat):
                 raise InvalidInputError(
                     f"input {spec.name!r}: the nested lists given are ragged (rows of "
-                    "different lengths), or hold arrays: give rows of one length, of str "
-                    "or bytes",
+                    "different lengths), nested deeper than an array's 32 axes, or hold "
+                    "arrays: give rows of one length, of str or bytes",
                     model=model,
                 ) from None
         raise InvalidInputError(str(exc), model=model) from None
@@ -716,10 +719,12 @@ def _buffers_as_bytes(value: list[Any] | tuple[Any, ...]) -> list[Any] | None:
     each as a row of numbers) as ``bytes``, at any depth; None when it holds none."""
     found = False
 
-    def plain(item: Any) -> Any:
+    def plain(item: Any, depth: int) -> Any:
         nonlocal found
         if isinstance(item, list | tuple):
-            return [plain(inner) for inner in item]
+            if depth > _MAX_DIMS:  # (no array has that many axes: nothing to read)
+                raise _TooDeep
+            return [plain(inner, depth + 1) for inner in item]
         if isinstance(item, bytearray) or (
             isinstance(item, memoryview) and item.format in _BYTE_FORMATS and item.ndim <= 1
         ):
@@ -727,8 +732,18 @@ def _buffers_as_bytes(value: list[Any] | tuple[Any, ...]) -> list[Any] | None:
             return bytes(item)
         return item
 
-    converted = plain(value)
+    try:
+        converted = plain(value, 1)
+    except _TooDeep:
+        return None
     return converted if found else None
+
+
+class _TooDeep(Exception):
+    """Lists nested deeper than an array's axes can go."""
+
+
+_MAX_DIMS: Final = 64
 
 
 def _matches(shape: Shape, dims: Shape) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -330,3 +331,38 @@ def test_closing_a_client_wakes_a_call_waiting_to_retry(
     assert str(error.__cause__) in str(error)
     assert not error.retryable
     assert not error.may_have_run
+
+
+class HeldOnce(ts.CallHook):
+    """The first unregistration of each of this process's regions answers as Triton
+    2.50-2.51 do for some milliseconds after a call's answer: the region is in use."""
+
+    def __init__(self) -> None:
+        self.refused: set[str] = set()
+        self.done: list[str] = []
+
+    def before_send(self, op: object, ctx: ts.CallContext) -> None:
+        if own_region(op) and op.name not in self.refused:  # type: ignore[attr-defined]
+            self.refused.add(op.name)  # type: ignore[attr-defined]
+            raise ts.InferenceError(
+                f"Cannot unregister shared memory region '{op.name}', it is currently in use"  # type: ignore[attr-defined]
+            )
+
+    def after_receive(self, op: object, ctx: ts.CallContext, result: object) -> None:
+        if own_region(op):
+            self.done.append(op.name)  # type: ignore[attr-defined]
+
+
+def test_close_asks_again_for_regions_the_server_still_holds_for_a_finished_call(
+    server: LocalServer, protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One refusal and close gave up: the regions stayed registered for the life of the
+    # process (the sweep frees those of dead processes only).
+    hook = HeldOnce()
+    client = ts.Client(server_url(server, protocol), shared_memory="system", hooks=[hook])
+    client.model("big_fixed").infer(X=np.ones((1, 262144), dtype=np.float32))
+    with caplog.at_level(logging.WARNING, logger="triton_sdk"):
+        client.close()
+    assert len(hook.refused) == 2  # the input's region and the output's
+    assert sorted(hook.done) == sorted(hook.refused)
+    assert "could not unregister" not in caplog.text

@@ -730,6 +730,7 @@ def test_a_request_waiting_for_start_keeps_its_timeout_and_wakes_at_close(
             else:
                 assert "closed" in str(caught.value)
             assert not caught.value.may_have_run
+            assert caught.value.model == "accumulate"
             release.set()
             if ending == "close":  # (START, held until now, finds the client closed)
                 with pytest.raises(ts.TritonError, match="closed"):

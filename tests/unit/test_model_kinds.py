@@ -362,7 +362,7 @@ def test_result_fields_batched_drop_the_batch_axis() -> None:
             "score": np.array([[0.25]], dtype=np.float32),
         }
     )
-    assert result_fields(result, batched=True) == {
+    assert result_fields(result, BATCHED) == {
         "text_output": "hello",
         "tokens": [1.0, 2.0, 3.0],
         "score": 0.25,
@@ -377,7 +377,7 @@ def test_result_fields_are_flat_like_the_http_extension() -> None:
             "many": bytes_array(b"a", b"b"),
         }
     )
-    assert result_fields(result, batched=False) == {
+    assert result_fields(result, FLAT) == {
         "text_output": "hi",
         "pair": [1.0, 2.0],
         "many": ["a", "b"],
@@ -385,7 +385,7 @@ def test_result_fields_are_flat_like_the_http_extension() -> None:
 
 
 def test_result_fields_bytes_become_str() -> None:
-    fields = result_fields(result_of({"t": bytes_array("한국어".encode())}), batched=False)
+    fields = result_fields(result_of({"t": bytes_array("한국어".encode())}), FLAT)
     assert fields == {"t": "한국어"}
     assert isinstance(fields["t"], str)
 
@@ -394,7 +394,21 @@ def test_result_fields_of_a_batch_of_scalar_samples() -> None:
     # Metadata [-1] on a batched model (as MLServer and KServe give it): each sample is
     # a scalar, and a BYTES one is a bare bytes object inside the array.
     result = result_of({"text": bytes_array(b"AB"), "score": np.array([0.5], dtype=np.float32)})
-    assert result_fields(result, batched=True) == {"text": "AB", "score": 0.5}
+    assert result_fields(result, BATCHED_FROM_METADATA) == {"text": "AB", "score": 0.5}
+
+
+def test_result_fields_of_a_triton_model_are_each_output_whole() -> None:
+    # As Triton's HTTP extension writes them: the row check of a model known from its
+    # metadata alone refused a batched model's 0-d output, and its [3] one.
+    result = result_of({"Y": np.array(5, np.int32), "Z": np.array([1, 2, 3], np.int32)})
+    assert result_fields(result, BATCHED) == {"Y": 5, "Z": [1, 2, 3]}
+    with pytest.raises(ts.InferenceError, match="came back with shape"):
+        result_fields(result, BATCHED_FROM_METADATA)
+
+
+BATCHED = make_spec([], max_batch_size=4)
+FLAT = make_spec([], max_batch_size=0)
+BATCHED_FROM_METADATA = make_spec([], max_batch_size=4, has_config=False)
 
 
 GEN_SPEC = make_spec(

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import attrs
+import ml_dtypes
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
@@ -220,6 +221,9 @@ def test_nan_cannot_travel_as_json_and_the_refusal_names_where_it_is() -> None:
     nan = Tensor("X", "FP32", np.array([np.nan], dtype=np.float32))
     with pytest.raises(ts.InvalidInputError, match="input 'X' holds NaN or infinite values"):
         encode_infer_json(request(finite, nan))
+    bf16 = Tensor("H", "BF16", np.array([np.inf]).astype(ml_dtypes.bfloat16))
+    with pytest.raises(ts.InvalidInputError, match="input 'H' holds NaN or infinite values"):
+        encode_infer_json(request(finite, bf16))
     with pytest.raises(ts.InvalidInputError, match=r"parameter 't' is NaN.*send it as a str"):
         encode_infer_json(request(finite, parameters={"t": float("-inf"), "u": 1.5}))
 

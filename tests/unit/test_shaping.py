@@ -1010,3 +1010,21 @@ def test_a_ragged_list_of_strings_is_refused_as_ragged() -> None:
     spec = TensorSpec(name="S", datatype="BYTES", shape=(-1, -1))
     with pytest.raises(InvalidInputError, match=r"input 'S': the nested lists given are ragged"):
         to_array([["a"], ["b", "c"]], spec, "m")
+
+
+def test_a_broadcast_of_one_short_string_is_measured_once() -> None:
+    # Every element was measured: half a billion of them took minutes and gigabytes.
+    spec = TensorSpec(name="T", datatype="BYTES", shape=(-1,))
+    view = np.broadcast_to(np.array("abcde"), (500_000_000,))
+    with pytest.raises(InvalidInputError, match=r"take at least 4500000000 bytes"):
+        to_array(view, spec, "m")
+
+
+def test_bytes_lists_nested_deeper_than_any_array_are_refused_as_such() -> None:
+    # A RecursionError escaped, looking for byte buffers in them.
+    spec = TensorSpec(name="T", datatype="BYTES", shape=(-1,))
+    nested: Any = [b"x"]
+    for _ in range(1000):
+        nested = [nested]
+    with pytest.raises(InvalidInputError, match="nested deeper than an array's 32 axes"):
+        to_array(nested, spec, "m")
