@@ -1316,6 +1316,7 @@ class AsyncClient:
             finally:
                 pool.sweep_over()
         await self._free_abandoned(pool, once)
+        await self._free_cut(pool, once)
         await self._free_surplus(pool, once)
         for region in regions:
             if region.registered:
@@ -1399,6 +1400,20 @@ class AsyncClient:
         for region in unregistered:
             if region.name not in listed:
                 pool.forget(region)
+
+    async def _free_cut(self, pool: RegionPool, options: CallOptions) -> None:
+        """Unregister and free the regions whose registration was cut off (a timeout, a
+        cancellation): no request ever used them, so any server may let them go. They
+        piled up, memory and descriptors, until close."""
+        for region in pool.cut_due():
+            try:
+                await self._run(region.unregister_op(), options)
+            except ModelNotFoundError:
+                pass  # (the registration never arrived)
+            except TritonError as error:
+                logger.info("regions cut off while registering are kept for now: %s", error)
+                return
+            pool.forget_cut(region)
 
     async def _guards_regions(self, options: CallOptions) -> bool:
         """Whether the server keeps (or lets go of only once done) a region a running

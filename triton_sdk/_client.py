@@ -1308,6 +1308,7 @@ class Client:
             finally:
                 pool.sweep_over()
         self._free_abandoned(pool, once)
+        self._free_cut(pool, once)
         self._free_surplus(pool, once)
         for region in regions:
             if region.registered:
@@ -1389,6 +1390,20 @@ class Client:
         for region in unregistered:
             if region.name not in listed:
                 pool.forget(region)
+
+    def _free_cut(self, pool: RegionPool, options: CallOptions) -> None:
+        """Unregister and free the regions whose registration was cut off (a timeout, a
+        cancellation): no request ever used them, so any server may let them go. They
+        piled up, memory and descriptors, until close."""
+        for region in pool.cut_due():
+            try:
+                self._run(region.unregister_op(), options)
+            except ModelNotFoundError:
+                pass  # (the registration never arrived)
+            except TritonError as error:
+                logger.info("regions cut off while registering are kept for now: %s", error)
+                return
+            pool.forget_cut(region)
 
     def _guards_regions(self, options: CallOptions) -> bool:
         """Whether the server keeps (or lets go of only once done) a region a running

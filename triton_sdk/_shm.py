@@ -642,11 +642,29 @@ class RegionPool:
     def cut_off(self, region: AnyRegion) -> None:
         """A registration of ``region`` was cut off (a timeout, a cancellation, a lost
         connection): the server may have it or not, and its /dev/shm name is gone, so it
-        cannot be registered again. Never used again; unregistered and closed at drain
-        (or closed once the server's list shows it gone, see :meth:`lost`)."""
+        cannot be registered again. Never used again; unregistered and closed by the
+        client's next registration (see :meth:`cut_due`), or at drain (or closed once the
+        server's list shows it gone, see :meth:`lost`)."""
         self.registered(region)
         with self._lock:
             self._cut.add(region)
+
+    def cut_due(self) -> list[AnyRegion]:
+        """The regions whose registration was cut off, to unregister and close: no
+        request ever used them."""
+        if not self._cut:  # (the common case, decided without the lock)
+            return []
+        with self._lock:
+            return list(self._cut)
+
+    def forget_cut(self, region: AnyRegion) -> None:
+        """Close a cut-off region the server no longer has (unregistered, or never had)."""
+        with self._lock:
+            if region not in self._cut:
+                return  # (drained, or freed by another call)
+            self._cut.discard(region)
+            self._all.remove(region)
+        region.close()
 
     def registrations(self) -> int:
         """How many registrations there have been: :meth:`lost` takes it from before it

@@ -26,6 +26,7 @@ import pytest
 
 import triton_sdk as ts
 from triton_sdk import _shm as shm
+from triton_sdk import ops
 from triton_sdk._shm import HOST, MAX_LENT
 from triton_sdk.local import LocalServer
 from triton_sdk.ops import UnregisterSystemSharedMemory
@@ -336,6 +337,38 @@ def test_regions_a_failed_trim_kept_are_unregistered_at_close(
     other = make_client()
     close(client)
     assert not mine & set(ours(other))
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_regions_whose_registration_was_cut_off_are_freed_by_the_next_registration(
+    make_client: Any, registered: bool
+) -> None:
+    # They were kept (memory, a descriptor, maybe a registration) until close: a service
+    # whose calls time out piled them up.
+    cut: list[str] = []
+
+    class CutOnce(ts.CallHook):
+        def before_send(self, op: object, ctx: ts.CallContext) -> None:
+            if isinstance(op, ops.RegisterSystemSharedMemory) and not cut and not registered:
+                cut.append(op.name)
+                raise ts.TritonTimeoutError("cut off before it went out")
+
+        def after_receive(self, op: object, ctx: ts.CallContext, result: object) -> None:
+            if isinstance(op, ops.RegisterSystemSharedMemory) and not cut and registered:
+                cut.append(op.name)
+                raise ts.TritonTimeoutError("cut off after the server had it")
+
+    client = make_client(shared_memory="system", hooks=[CutOnce()])
+    model = client.model("big_fixed")
+    batch = np.ones((1, SAMPLE), dtype=np.float32)
+    with pytest.raises(ts.TritonTimeoutError):
+        model.infer(X=batch)
+    pool = getattr(client, "target", client)._regions
+    assert [region.name for region in pool._cut] == cut
+    assert (cut[0] in own(client)) is registered
+    assert np.array_equal(model.infer(X=2 * batch)["Y"], 4 * batch)  # (registers anew)
+    assert not pool._cut
+    assert cut[0] not in own(client)
 
 
 def test_close_unregisters_the_clients_regions(make_client: Any) -> None:
