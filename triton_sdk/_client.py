@@ -216,6 +216,7 @@ _STILL_HELD_WAITS: Final = (0.01, 0.02, 0.05, 0.1, 0.2)
 for a finished call (0.38 s in all)."""
 _IN_USE: Final = "in use"
 _KSERVE_LOSS: Final = ("NOT_FOUND", "UNKNOWN")
+_SPEC_READS: Final = 3  # (a spec's reads, again where they moved: at most this often)
 _REGISTRATIONS_WAIT: Final = 5.0
 _CLOSE_WAIT: Final = 30.0
 """How long a second close waits for the first to end (its calls have their timeouts)."""
@@ -1057,10 +1058,11 @@ class Client:
         """
         options = self._options(timeout, headers)  # one retry deadline for both reads
         with same_endpoint() as used:  # (of many, the reads must not mix two replicas)
-            metadata, config = self._spec_reads(name, version, options)
-            if len(used) > 1:  # the config's read moved: read both where it went
-                del used[:-1]
-                metadata, config = self._spec_reads(name, version, options)
+            for _ in range(_SPEC_READS):
+                metadata, config, moved = self._spec_reads(name, version, options, used)
+                if not moved:
+                    break
+                del used[:-1]  # the config's read moved: read both where it went
         try:
             return ModelSpec.from_metadata(metadata, config, max_batch_size=max_batch_size)
         except TritonError:  # (InvalidInputError is a ValueError: a max_batch_size= mistake)
@@ -1069,14 +1071,17 @@ class Client:
             raise unreadable_answer(exc, "model_metadata and model_config", name) from exc
 
     def _spec_reads(
-        self, name: str, version: str | None, options: CallOptions
-    ) -> tuple[JSON, JSON | None]:
-        """A model's metadata and (where the server has them) its config."""
+        self, name: str, version: str | None, options: CallOptions, used: list[object]
+    ) -> tuple[JSON, JSON | None, bool]:
+        """A model's metadata and (where the server has them) its config, and whether
+        the config's read went to another endpoint than the metadata's (``used``: the
+        endpoints of :func:`same_endpoint`)."""
         try:
             metadata = self._run(GetModelMetadata(name, version), options)
         except ModelNotFoundError as error:
             # The suggestions replace the error; the transport's failure stays its cause.
             raise self._not_found(error, name, options) from error.__cause__
+        endpoints = len(used)
         config: JSON | None = None
         if self._has_config:
             try:
@@ -1086,7 +1091,7 @@ class Client:
                 if error.status is None:
                     raise
                 self._has_config = False
-        return metadata, config
+        return metadata, config, len(used) > endpoints
 
     def _not_found(
         self, error: ModelNotFoundError, name: str, options: CallOptions

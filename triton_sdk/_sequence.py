@@ -95,7 +95,11 @@ class Delivery:
             error = self.failure
         if sent_nothing(error):
             return False
-        if isinstance(error, _TURNED_AWAY) and not error.may_have_run:
+        if (
+            isinstance(error, _TURNED_AWAY)
+            and error.status in _TURNED_AWAY_STATUS
+            and not error.may_have_run
+        ):
             return False  # (the server refused it before any sequence could begin)
         return not (
             isinstance(error, TritonConnectionError) and error.retryable and not error.may_have_run
@@ -103,6 +107,8 @@ class Delivery:
 
 
 _TURNED_AWAY: Final = (ModelNotFoundError, ModelNotReadyError, ServerOverloadedError)
+# (the server's own refusals; a model's failure whose words read alike has another status)
+_TURNED_AWAY_STATUS: Final = frozenset({"NOT_FOUND", "UNAVAILABLE", 404, 503})
 
 
 SENDING: Final[ContextVar[Delivery | None]] = ContextVar("triton_sdk_sending", default=None)

@@ -449,6 +449,7 @@ class RegionPool:
         """The abandoned regions, by call (one request uses them all, or none)."""
         self._next_check = 0.0
         self._cut: set[AnyRegion] = set()
+        self._next_cut_check = 0.0
         """Regions whose registration was cut off: never used again; unregistered (no
         request ever used them, so on any server) and closed at drain."""
         self._closing: set[AnyRegion] = set()
@@ -651,10 +652,15 @@ class RegionPool:
 
     def cut_due(self) -> list[AnyRegion]:
         """The regions whose registration was cut off, to unregister and close: no
-        request ever used them."""
+        request ever used them. At most once per CHECK_EVERY_S (each try asks the
+        server, and a slow server is what cuts registrations off)."""
         if not self._cut:  # (the common case, decided without the lock)
             return []
+        now = time.monotonic()
         with self._lock:
+            if now < self._next_cut_check:
+                return []
+            self._next_cut_check = now + CHECK_EVERY_S
             return list(self._cut)
 
     def forget_cut(self, region: AnyRegion) -> None:

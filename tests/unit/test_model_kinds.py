@@ -1465,9 +1465,9 @@ def test_streamed_text_joins_characters_cut_between_responses() -> None:
 @pytest.mark.parametrize(
     "error",
     [
-        ts.ModelNotFoundError("Request for unknown model: 'm' is not found"),
-        ts.ModelNotReadyError("Request for unknown model: 'm' has no available versions"),
-        ts.ServerOverloadedError("Exceeds maximum queue size", retryable=True),
+        ts.ModelNotFoundError("Request for unknown model: 'm' is not found", status=404),
+        ts.ModelNotReadyError("'m' has no available versions", status="NOT_FOUND"),
+        ts.ServerOverloadedError("Exceeds maximum queue size", status=503, retryable=True),
     ],
 )
 def test_a_request_the_server_turned_away_unrun_did_not_go_out(error: ts.TritonError) -> None:
@@ -1477,4 +1477,8 @@ def test_a_request_the_server_turned_away_unrun_did_not_go_out(error: ts.TritonE
     delivery.reached = True
     assert not delivery.went_out(error)
     error.may_have_run = True
+    assert delivery.went_out(error)
+    # A model's own failure whose words read alike (another status) may have run.
+    error.may_have_run = False
+    error.status = "INTERNAL"
     assert delivery.went_out(error)
