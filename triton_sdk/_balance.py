@@ -376,9 +376,11 @@ class Balancer(Generic[T]):
                 request is not None
                 and request.sequence_start
                 and error is not None
-                and not error.may_have_run
+                and _elsewhere(error)
             ):
-                # No sequence began: it may start elsewhere (see reroute).
+                # Turned away unrun (no connection, no such model, a full queue): no
+                # sequence began there, and it may start elsewhere (see reroute). A START
+                # the server answered otherwise (the model failed) stays pinned.
                 self._pins.pop(_pin_key(request), None)
                 if _connection_failure(error):
                     member.failures += 1

@@ -955,3 +955,17 @@ def test_reads_of_one_answer_say_when_they_had_to_move() -> None:
         assert len(used) == 2
         assert used[0] is not used[1]
         assert pool.route(READY).member is used[-1]  # (the reads that follow go there)
+
+
+def test_a_start_the_model_failed_keeps_its_endpoint() -> None:
+    # Any answered error (not may_have_run) unpinned it: the sequence's next request went
+    # to another endpoint, which had no such sequence.
+    pool = balancer(3)
+    start = step(11, start=True)
+    route = pool.route(start)
+    assert pool.failed(route, start, FAILED) is FAILED
+    assert not pool.reroute(route, start, FAILED)
+    for _ in range(10):
+        following = pool.route(step(11))
+        assert following.member is route.member
+        pool.succeeded(following, step(11))
