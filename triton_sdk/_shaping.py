@@ -702,10 +702,11 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
             plain = _buffers_as_bytes(value)
             if plain is not None:  # (numpy made each buffer a row of ints)
                 return _to_bytes_array(plain, spec, model)
-            if any(isinstance(item, list | tuple | np.ndarray) for item in array.flat):
+            # (reshape, not .flat: numpy 2 makes arrays of 64 axes that .flat refuses)
+            if any(isinstance(item, list | tuple | np.ndarray) for item in array.reshape(-1)):
                 raise InvalidInputError(
                     f"input {spec.name!r}: the nested lists given are ragged (rows of "
-                    "different lengths), nested deeper than an array's 32 axes, or hold "
+                    "different lengths), nested deeper than an array's axes go, or hold "
                     "arrays: give rows of one length, of str or bytes",
                     model=model,
                 ) from None
