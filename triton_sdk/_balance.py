@@ -139,7 +139,7 @@ class Member(Generic[T]):
 
     def load(self, now: float) -> float:
         """What picking compares: requests in flight, and the recent failed answers."""
-        return self.in_flight + self.recent_failures(now) if self.failing else self.in_flight
+        return self.in_flight + self.recent_failures(now)
 
     def lacks(self, model: ModelKey | None, now: float) -> bool:
         if model is None or not self.lacking:

@@ -78,7 +78,7 @@ def generate_body(
 ) -> bytes:
     """The JSON body of a generate request; with ``spec``, checked first (see
     :func:`check_generate`)."""
-    sent: Mapping[str, object] = {}
+    sent: Mapping[str, JSONValue] = {}
     if spec is not None:
         _, tensors = _checked_generate(spec, fields, parameters, http=True)
         # (None leaves an optional input out, as on gRPC: check_generate took it so;
@@ -90,12 +90,13 @@ def generate_body(
             if not (value is None and (undeclared or name in spec.inputs))
         }
         if spec.has_config:
-            # Inputs go as the values gRPC would send: any buffer or array the shaping
-            # reads (a bytearray, an array.array), not only what JSON knows.
-            sent = {
-                tensor.name: tensor.array[0] if spec.batched else tensor.array for tensor in tensors
-            }
-    body = {name: _plain(sent.get(name, value), "strict") for name, value in fields.items()}
+            # Inputs go as the values gRPC would send, as an HTTP stream's do: any buffer
+            # or array the shaping reads (a bytearray, an array.array), not only JSON's.
+            sent = tensors_to_fields(tensors, spec)
+    body = {
+        name: sent[name] if name in sent else _plain(value, "strict")
+        for name, value in fields.items()
+    }
     if request_id:
         body["id"] = request_id
     if parameters:
