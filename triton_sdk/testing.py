@@ -318,8 +318,8 @@ def _fitted(name: str, value: Any, spec: ModelSpec) -> Any:
     rules inputs are (no value changed on the way: 300 is no UINT8); refused when they
     refuse it. Outputs the model does not declare are kept as they are."""
     declared = spec.outputs.get(name)
-    if declared is None or declared.datatype == "BYTES":
-        return value  # (text: encoded as the server sends it, see result_of)
+    if declared is None:
+        return value
     try:
         return to_array(value, declared, spec.name)
     except InvalidInputError as error:
@@ -474,11 +474,25 @@ def result_of(model: str, outputs: Mapping[str, Any], **fields: Any) -> InferRes
     server sends it: text (``str`` elements) as UTF-8 ``bytes``, since BYTES outputs
     arrive as bytes. ``fields`` are the result's other fields (``model_version`` is
     ``"1"`` unless given)."""
-    arrays = {name: _as_sent(np.asarray(value)) for name, value in outputs.items()}
+    arrays = {name: _as_sent(_output_array(value)) for name, value in outputs.items()}
     datatypes = {name: datatype_of(array) for name, array in arrays.items()}
     return InferResult(
         arrays, datatypes=datatypes, model_name=model, **{"model_version": "1", **fields}
     )
+
+
+def _output_array(value: Any) -> np.ndarray[Any, Any]:
+    """``value`` as an array; text as an object array of its own elements (numpy's fixed
+    width str/bytes would drop trailing NULs, and refuse bytes mixed with str)."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        text = np.array(value, dtype=np.object_)
+    except ValueError:  # (ragged: numpy says so below)
+        return np.asarray(value)
+    if text.size and all(isinstance(item, str | bytes) for item in text.reshape(-1)):
+        return text
+    return np.asarray(value)
 
 
 _encode = np.frompyfunc(lambda item: item.encode() if isinstance(item, str) else item, 1, 1)

@@ -750,6 +750,25 @@ async def test_the_mock_answers_in_the_declared_datatypes(connect: Connect) -> N
             await resolve(double.infer(X=[[1.0]]))
 
 
+async def test_the_mock_answers_text_with_every_byte(connect: Connect) -> None:
+    # numpy's fixed-width text dropped trailing NULs and refused bytes mixed with str.
+    sent = [[b"a\x00", "\x00"], ["\u00e9", b"\xff"]]
+    for handler in (
+        lambda op, ctx: {"TEXT": sent},
+        lambda op, ctx: ts.testing.result_of("writer", {"TEXT": sent}),
+    ):
+        client, _ = connect(handler)
+        writer = await resolve(client.model("writer"))
+        result = await resolve(writer.infer(PROMPT=["hi"]))
+        assert result["TEXT"].tolist() == [[b"a\x00", b"\x00"], ["\u00e9".encode(), b"\xff"]]
+        assert result.datatype("TEXT") == "BYTES"
+    # Numbers are no answer for a BYTES output (a server could not send them as one).
+    client, _ = connect(lambda op, ctx: {"TEXT": [[1, 2]]})
+    writer = await resolve(client.model("writer"))
+    with pytest.raises(ValueError, match="answer for model 'writer': output 'TEXT' is BYTES"):
+        await resolve(writer.infer(PROMPT=["hi"]))
+
+
 async def test_the_mock_config_names_each_tensors_data_type(connect: Connect) -> None:
     client, _ = connect()
     config = await resolve(client.model_config("writer"))
