@@ -423,6 +423,15 @@ class TensorRTLLM(LLMAdapter):
             raise InvalidInputError(
                 f"model {self.spec.name!r} ({self.family}) needs max_tokens", model=self.spec.name
             )
+        given: dict[str, str] = {}
+        for name in options:  # (stop and stop_words, seed and random_seed: one input each)
+            first = given.setdefault(self._input(name), name)
+            if first != name:
+                raise InvalidInputError(
+                    f"{first} and {name} both set the input {self._input(name)!r} of model "
+                    f"{self.spec.name!r}: give one",
+                    model=self.spec.name,
+                )
 
     def fields(
         self, prompt: str, options: Mapping[str, SamplingValue], stream: bool
@@ -697,7 +706,7 @@ def adapter_for(spec: ModelSpec, given: Adapter | None = None) -> LLMAdapter:
 T = TypeVar("T", ChatCompletionChunk, CompletionChunk)
 
 
-def _with_max_tokens(options: dict[str, SamplingValue]) -> dict[str, SamplingValue]:
+def with_max_tokens(options: dict[str, SamplingValue]) -> dict[str, SamplingValue]:
     """OpenAI's ``max_completion_tokens`` as the ``max_tokens`` the backends read (the
     options are plain: not both)."""
     options = dict(options)
@@ -732,7 +741,7 @@ class LLMCall:
         # (A model that takes neither name refuses it by the name it was given.)
         renamed = "max_completion_tokens" not in takes and "max_tokens" in takes
         if "max_completion_tokens" in options and renamed:
-            options = _with_max_tokens(options)
+            options = with_max_tokens(options)
         adapter.check(options)
         return cls(
             adapter,

@@ -18,7 +18,7 @@ from ._errors import (
     redirect_refused,
     unreadable_answer,
 )
-from ._llm import SamplingValue
+from ._llm import SamplingValue, with_max_tokens
 
 __all__ = [
     "Route",
@@ -92,6 +92,8 @@ def completion_body(
     stream: bool,
     usage: bool = True,
 ) -> dict[str, Any]:
+    if "max_completion_tokens" in options:  # (chat's name: completions read max_tokens)
+        options = with_max_tokens(dict(options))
     return _streaming({"model": model, "prompt": prompt, **options}, stream, usage)
 
 

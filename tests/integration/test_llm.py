@@ -379,6 +379,9 @@ def test_the_openai_route_gives_the_same_types(make_client: Any, standin: OpenAI
     assert isinstance(completion, ts.Completion)
     assert completion.text == expected(STORY, max_tokens=3)[0]
     assert standin.received[-1][0] == "/v1/completions"
+    # Chat's newer name for the limit: OpenAI's completions know only max_tokens.
+    completion = client.completions.create(model="llm_vllm", prompt=STORY, max_completion_tokens=2)
+    assert completion.text == expected(STORY, max_tokens=2)[0]
 
 
 @pytest.mark.parametrize("route", ["native", "openai"])

@@ -133,6 +133,25 @@ def test_older_tensorrt_llm_names_and_log_prob_counting() -> None:
     assert answer.usage == ts.Usage(0, 3)
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"stop": "x", "stop_words": ["y"]}, "stop and stop_words both set the input 'stop_words'"),
+        ({"stop_words": ["y"], "stop": "x"}, "stop_words and stop both set the input 'stop_words'"),
+        ({"seed": 1, "random_seed": 2}, "seed and random_seed both set the input 'random_seed'"),
+        ({"min_tokens": 1, "min_length": 2}, "min_tokens and min_length both set the input"),
+    ],
+)
+def test_two_options_for_one_tensorrt_llm_input_are_refused(
+    options: dict[str, SamplingValue], said: str
+) -> None:
+    # One overwrote the other: stop=" a" with stop_words=[" b"] stopped at " b" only.
+    with pytest.raises(ts.InvalidInputError, match=said):
+        LLMCall.plan(
+            TensorRTLLM(OLD_TRTLLM), "hi", {"max_tokens": 3, **options}, stream=False, prefix="c"
+        )
+
+
 def test_numpy_option_values_are_their_python_values() -> None:
     # vLLM's sampling parameters failed to serialize an np.int64 (a raw TypeError), and
     # TensorRT-LLM's finish reason read max_tokens=np.int64(3) as no limit ("stop"). A
