@@ -702,6 +702,8 @@ class AsyncClient:
     async def _healthy(self, op: Op[bool], options: CallOptions) -> bool:
         try:
             return await self._run(op, options)
+        except InvalidInputError:
+            raise  # the caller's mistake (a hook's bad header), not the server's state
         except TritonError:
             return False
 

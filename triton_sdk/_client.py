@@ -700,6 +700,8 @@ class Client:
     def _healthy(self, op: Op[bool], options: CallOptions) -> bool:
         try:
             return self._run(op, options)
+        except InvalidInputError:
+            raise  # the caller's mistake (a hook's bad header), not the server's state
         except TritonError:
             return False
 

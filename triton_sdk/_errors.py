@@ -320,7 +320,9 @@ def heals_by_waiting(error: TritonError) -> bool:
         return False
     if isinstance(error, TritonConnectionError) and not error.retryable:
         return error._closed_in_setup
-    return True
+    # An endpoint restricted to requests with a key: waiting gives the probe none.
+    restricted = error.status == 403 or _has(error.message.lower(), _REFUSED_HINTS)
+    return not (type(error) is InferenceError and restricted)
 
 
 def values_refused(message: str, *, model: str | None = None) -> InvalidInputError:

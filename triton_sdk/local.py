@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import http.client
 import importlib.util
+import math
 import os
 import re
 import shutil
@@ -344,18 +345,57 @@ def _listening_ports(pid: int) -> set[int] | None:
     return ports
 
 
-def _switched_off(args: Sequence[str], option: str) -> bool:
-    """Whether ``args`` turn ``option`` (``--allow-http`` and so on) off."""
+def _values(args: Sequence[str], option: str) -> Iterator[str]:
+    """The values ``args`` give ``option`` (``--option value`` or ``--option=value``)."""
     for index, arg in enumerate(args):
         if arg == option and index + 1 < len(args):
-            value = args[index + 1]
+            yield args[index + 1]
         elif arg.startswith(option + "="):
-            value = arg.removeprefix(option + "=")
-        else:
-            continue
-        if value.strip().lower() in ("false", "0", "no", "off"):
-            return True
-    return False
+            yield arg.removeprefix(option + "=")
+
+
+def _switched_off(args: Sequence[str], option: str) -> bool:
+    """Whether ``args`` turn ``option`` (``--allow-http`` and so on) off."""
+    return any(
+        value.strip().lower() in ("false", "0", "no", "off") for value in _values(args, option)
+    )
+
+
+_LOAD_FAILED: Final = "failed to load all models"
+
+
+def _check_arguments(ports: object, startup_timeout: object, log_verbose: object) -> None:
+    """Refuse, before anything starts, what tritonserver would refuse late (with its usage
+    text) or take otherwise than meant (a port past 65535 wraps around)."""
+    if ports is not None:
+        given: Any = ports
+        fit = isinstance(given, tuple) and len(given) == 3
+        if not fit or not all(_is_int(port) and 1 <= port <= 65535 for port in given):
+            raise ServerStartError(
+                f"ports is a tuple (http, grpc, metrics) of ports 1-65535, got {ports!r}"
+            )
+        if len(set(given)) != 3:
+            raise ServerStartError(f"ports must be three different ports, got {ports!r}")
+    number = isinstance(startup_timeout, int | float) and not isinstance(startup_timeout, bool)
+    if not number or not 0 < startup_timeout < math.inf:  # type: ignore[operator]
+        raise ServerStartError(
+            f"startup_timeout is a number of seconds above 0, got {startup_timeout!r}"
+        )
+    if not _is_int(log_verbose) or log_verbose < 0:  # type: ignore[operator]
+        raise ServerStartError(f"log_verbose is an int of 0 or more, got {log_verbose!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _restricts_http_health(args: Sequence[str]) -> bool:
+    """Whether ``args`` restrict HTTP's health API to requests with a key
+    (``--http-restricted-api=health,metadata:key=value``)."""
+    return any(
+        "health" in (api.strip().lower() for api in value.partition(":")[0].split(","))
+        for value in _values(args, "--http-restricted-api")
+    )
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -495,6 +535,12 @@ class LocalServer:
                 "a LocalServer needs the HTTP endpoint to tell when the server is ready: "
                 "--allow-http=false is not supported"
             )
+        if _restricts_http_health(extra_args):
+            raise ServerStartError(
+                "a LocalServer asks the HTTP health API when the server is ready: "
+                "--http-restricted-api may not restrict health (restrict it over gRPC, "
+                "or restrict the other APIs)"
+            )
         for arg in extra_args:
             option = _managed_option(str(arg))
             if option is not None:
@@ -506,6 +552,7 @@ class LocalServer:
             raise ServerStartError(
                 f"model_control is one of {', '.join(_MODEL_CONTROL)}, got {model_control!r}"
             )
+        _check_arguments(ports, startup_timeout, log_verbose)
         self.repository: Path = Path(repository).resolve()
         self.host: str = host
         self.model_control: Literal["explicit", "none", "poll"] = model_control
@@ -732,6 +779,10 @@ class LocalServer:
         if not _switched_off(self.extra_args, "--allow-metrics"):
             ports.add(self.metrics_port)
         can_check = Path("/proc/net/tcp").exists()
+        # (a server told to run on when a model fails, and never to be ready then)
+        runs_on_failure = _switched_off(self.extra_args, "--exit-on-error") and not (
+            _switched_off(self.extra_args, "--strict-readiness")
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             code = self._process.poll()
@@ -750,6 +801,13 @@ class LocalServer:
                         f"a port of tritonserver was taken{_taken_ports(self.log_path)}; "
                         f"log {self.log_path}:\n{self.log_tail()}"
                     )
+            elif runs_on_failure and _LOAD_FAILED in _tail(self.log_path, 200):
+                # (without --exit-on-error=false it exits, and says so above)
+                raise ServerStartError(
+                    "a model failed to load, and the server is not ready while one has "
+                    "(strict readiness): fix it, or add --strict-readiness=false to "
+                    f"extra_args to run without it; log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.1)
         raise ServerStartError(
             f"tritonserver was not ready after {self.startup_timeout}s; "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -106,7 +107,7 @@ def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSe
     for name in ("echo_headers_stream", "accumulate"):
         (repository / name).symlink_to(FIXTURE_MODELS / name, target_is_directory=True)
     guard = [
-        "--grpc-restricted-protocol=inference:x-key=open",
+        "--grpc-restricted-protocol=inference,health:x-key=open",
         "--http-restricted-api=inference:x-key=open",
     ]
     with LocalServer(repository, extra_args=guard) as running:
@@ -124,6 +125,30 @@ def guarded_client(
 ) -> Iterator[Any]:
     with client_for(guarded_server, protocol, mode, loop_thread) as client:
         yield client
+
+
+@pytest.mark.parametrize("protocol", ["grpc"])  # (a LocalServer needs HTTP's health open)
+def test_waiting_for_a_server_whose_health_wants_a_key_raises_at_once(
+    guarded_client: Any, key: dict[str, str]
+) -> None:
+    # It polled until the timeout: no wait gives the probe the key it lacks.
+    started = time.monotonic()
+    with pytest.raises(ts.InferenceError, match="restricted"):
+        guarded_client.wait_until_ready(timeout=30)
+    assert time.monotonic() - started < 10
+    guarded_client.wait_until_ready(timeout=30, headers=key)
+
+
+@pytest.mark.parametrize("protocol", ["grpc"])
+def test_a_user_agent_is_refused_over_grpc_which_sends_its_own(
+    client: Any, server: LocalServer
+) -> None:
+    # gRPC put "grpc-python/..." in its place: the server never saw the one given.
+    model = client.model("echo_headers")
+    before = inference_count(server, "echo_headers")
+    with pytest.raises(ts.InvalidInputError, match="'user-agent' cannot be sent over gRPC"):
+        model.infer(INPUT=[[1]], headers={"User-Agent": "me/1"})
+    assert inference_count(server, "echo_headers") == before
 
 
 def test_the_guard_refuses_a_stream_without_the_key(guarded_client: Any) -> None:

@@ -97,6 +97,39 @@ def test_model_that_cannot_load_fails_with_its_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ServerStartError, match="weights are missing"):
         LocalServer(repository, startup_timeout=60).start()
+    # Told to run on, Triton is never ready: start() waited all of startup_timeout.
+    server = LocalServer(repository, startup_timeout=60, extra_args=["--exit-on-error=false"])
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match="add --strict-readiness=false") as caught:
+        server.start()
+    assert time.monotonic() - started < 30
+    assert "weights are missing" in str(caught.value)
+    assert server.pid is None
+    with LocalServer(
+        repository, extra_args=["--exit-on-error=false", "--strict-readiness=false"]
+    ) as running:
+        assert running.client().models()[0].state == "UNAVAILABLE"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"ports": (70000, 1, 2)}, "ports is a tuple"),
+        ({"ports": (8000, 0, 8002)}, "ports is a tuple"),
+        ({"ports": [8000, 8001, 8002]}, "ports is a tuple"),
+        ({"ports": (8000, 8000, 8002)}, "three different ports"),
+        ({"startup_timeout": float("nan")}, "startup_timeout is a number"),
+        ({"startup_timeout": 0}, "startup_timeout is a number"),
+        ({"log_verbose": "x"}, "log_verbose is an int"),
+        ({"log_verbose": -1}, "log_verbose is an int"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_starts(
+    arguments: dict[str, Any], said: str
+) -> None:
+    # A port past 65535 wrapped around: start() waited on a port nothing listened on.
+    with pytest.raises(ServerStartError, match=said):
+        LocalServer(EXAMPLE_MODELS, **arguments)
 
 
 def test_a_start_that_aborts_in_the_known_python_backend_crash_is_tried_again(
@@ -411,6 +444,14 @@ def test_extra_args_must_be_a_sequence_and_keep_http() -> None:
     for args in (["--allow-http=false"], ["--allow-http", "0"]):
         with pytest.raises(ServerStartError, match="--allow-http=false is not supported"):
             LocalServer(EXAMPLE_MODELS, extra_args=args)
+    # Its readiness probe got 403 until startup_timeout, then "not ready".
+    for args in (
+        ["--http-restricted-api=health:x-key=v"],
+        ["--http-restricted-api", "metadata, Health:x-key=v"],
+    ):
+        with pytest.raises(ServerStartError, match="may not restrict health"):
+            LocalServer(EXAMPLE_MODELS, extra_args=args)
+    LocalServer(EXAMPLE_MODELS, extra_args=["--http-restricted-api=inference:health=v"])
 
 
 @pytest.mark.parametrize(

@@ -383,6 +383,20 @@ async def test_a_hook_that_sets_headers_to_none_is_refused(connect: Connect) -> 
     assert [call for call in mock.calls if call.ctx.call == "infer"] == []
 
 
+class ReservedHeaderHook(ts.CallHook):
+    def before_send(self, op: Any, ctx: ts.CallContext) -> None:
+        ctx.headers = {**ctx.headers, "content-length": "5"}
+
+
+async def test_health_checks_raise_for_a_hooks_invalid_header(connect: Connect) -> None:
+    # They answered False, as for a server that is down: the hook's mistake was hidden.
+    client, mock = connect(hooks=[ReservedHeaderHook()])
+    for check in (client.is_live, client.is_ready, lambda: client.is_model_ready("double")):
+        with pytest.raises(ts.InvalidInputError, match="'content-length' is set by the transport"):
+            await resolve(check())
+    assert mock.calls == []
+
+
 # 3. Every method that talks to the server takes headers
 
 # Public methods that send nothing: lifetime, and making a sequence handle.

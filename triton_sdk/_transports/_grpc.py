@@ -127,6 +127,11 @@ class _Metadata:
         if last[0] is headers:
             return last[1]
         metadata = tuple((key.lower(), value) for key, value in headers.items()) or None
+        if metadata is not None and any(key == "user-agent" for key, _ in metadata):
+            raise InvalidInputError(
+                "header 'user-agent' cannot be sent over gRPC: gRPC puts its own in its "
+                "place (send it over HTTP, or under another name)"
+            )
         self._last = (headers, metadata)
         return metadata
 
