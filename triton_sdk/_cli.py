@@ -231,7 +231,8 @@ def unload(url: str, model: str) -> int:
             names: set[str] | None = {status.name for status in client.models()}
         except UnsupportedError:
             names = None
-        if names is not None and model not in names:
+        # (a model loaded from files= is served, but not in the index)
+        if names is not None and model not in names and not client.is_model_ready(model):
             raise UsageError(f"the repository of {url} has no model {model!r}")
         client.unload_model(model)
     print(f"unloading {model}")

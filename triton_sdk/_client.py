@@ -189,6 +189,7 @@ from ._status import (
 from ._streams import ResponseStream
 from ._transports._balanced import BalancedTransport
 from ._transports._loop import refuse_another_loop
+from ._transports._metrics import metrics_url_read
 from ._transports._protocol import Transport
 
 __all__ = [
@@ -945,8 +946,8 @@ class Client:
         except UnsupportedError as error:  # (the error names the client's URL, not this one)
             answer = "an empty page" if error.status == 200 else error.status
             raise UnsupportedError(
-                f"no metrics at {redact_url(op.url)} ({answer}); Triton serves them "
-                "on its metrics port (8002 by default), path /metrics",
+                f"no metrics at {redact_url(metrics_url_read(op.url))} ({answer}); Triton "
+                "serves them on its metrics port (8002 by default), path /metrics",
                 status=error.status,
             ) from error
         return ServerMetrics.from_text(text)

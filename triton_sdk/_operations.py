@@ -8,7 +8,7 @@ from typing import Any, Final
 import attrs
 import numpy as np
 
-from ._checks import numpy_number
+from ._checks import check_version, numpy_number
 from ._display import Displayable, Table
 from ._errors import InferenceError, InvalidInputError
 from ._spec import json_int
@@ -225,12 +225,21 @@ class ServerMetrics(Displayable):
 
     def model(self, name: str, version: str | None = None) -> ModelMetrics:
         """The figures of one model (its highest version when none is given)."""
+        version = check_version(version)
         matches = [
             entry
             for entry in self.models
             if entry.model == name and (version is None or entry.version == version)
         ]
         if not matches:
+            versions = sorted(
+                (entry.version for entry in self.models if entry.model == name), key=_version_key
+            )
+            if versions and version is not None:
+                raise InvalidInputError(
+                    f"the metrics have no version {version!r} of model {name!r} (they have "
+                    f"{', '.join(map(repr, versions))})"
+                )
             raise InvalidInputError(f"the metrics have no model {name!r}")
         return max(matches, key=lambda entry: _version_key(entry.version))
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import triton_sdk as ts
 from triton_sdk._cli import EXAMPLE_MODELS as EXAMPLES
 from triton_sdk._cli import UsageError, _output_files, main
 
-from .conftest import unused_ports
+from .conftest import unused_ports, wait_until
 
 Capture = pytest.CaptureFixture[str]
 
@@ -369,6 +370,28 @@ def test_a_model_that_fails_to_load_is_one_line(
     while run(capsys, "health", url)[0] != 0:
         assert time.monotonic() < deadline, "the server is not ready again"
         time.sleep(0.1)
+
+
+def test_unload_takes_a_model_loaded_from_files(url: str, protocol: str, capsys: Capture) -> None:
+    # Such a model is served but is not in the repository index, which unload read alone:
+    # "the repository ... has no model", and it stayed loaded.
+    name = f"from_files_{protocol}"
+    config = {
+        "name": name,
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": "X", "data_type": "TYPE_INT32", "dims": [1]}],
+        "output": [{"name": "Y", "data_type": "TYPE_INT32", "dims": [1]}],
+    }
+    with ts.Client(url) as client:
+        client.load_model(name, config, files={"file:1/model.py": WORKING_MODEL.encode()})
+        assert name not in {status.name for status in client.models()}
+        try:
+            assert run(capsys, "unload", url, name)[:2] == (0, f"unloading {name}\n")
+            wait_until(lambda: not client.is_model_ready(name), f"{name} is unloaded")
+        finally:
+            client.unload_model(name)
+    assert run(capsys, "unload", url, "no_such_model")[0] == 2
 
 
 def test_bench_reports_throughput_and_latency(url: str, capsys: Capture) -> None:

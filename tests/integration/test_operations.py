@@ -262,6 +262,9 @@ def test_metrics_from_a_wrong_url(server: LocalServer, make_client: Any) -> None
     with pytest.raises(ts.UnsupportedError, match=f"no metrics at {wrong} \\(404\\)") as caught:
         client.metrics(url=wrong)
     assert caught.value.status == 404
+    # Without a path it reads /metrics, and names the URL it read.
+    with pytest.raises(ts.UnsupportedError, match=f"no metrics at {wrong} \\(404\\)"):
+        client.metrics(url=server.http_url)
 
 
 def test_a_metrics_url_without_a_path_reads_slash_metrics(

@@ -177,8 +177,13 @@ def test_metrics_server_keys_escape_label_values_as_the_text_does() -> None:
 def test_metrics_unknown_model_or_version_is_refused(metrics: ServerMetrics) -> None:
     with pytest.raises(ts.InvalidInputError, match="'nope'"):
         metrics.model("nope")
-    with pytest.raises(ts.InvalidInputError, match="'scale'"):
+    # It blamed the model for a version it lacks, and took an int for no version at all.
+    with pytest.raises(
+        ts.InvalidInputError, match="no version '3' of model 'scale' \\(they have '1', '2'\\)"
+    ):
         metrics.model("scale", "3")
+    with pytest.raises(ts.InvalidInputError, match="version must be a str, got int"):
+        metrics.model("scale", 2)  # type: ignore[arg-type]
 
 
 def test_metrics_unknown_model_families_are_ignored() -> None:

@@ -17,7 +17,7 @@ from .._http_codec import error_from_response
 from ._errors import http_error
 from ._http_pool import connection_for, deadline_of, ssl_context, tls_name
 
-__all__ = ["fetch_metrics", "fetch_metrics_async"]
+__all__ = ["fetch_metrics", "fetch_metrics_async", "metrics_url_read"]
 
 
 def _checked_url(url: str) -> SplitResult:
@@ -27,6 +27,12 @@ def _checked_url(url: str) -> SplitResult:
     if parts.path in ("", "/"):
         parts = parts._replace(path="/metrics")
     return parts
+
+
+def metrics_url_read(url: str) -> str:
+    """The URL that is read for the metrics at ``url`` (its path ``/metrics`` when it gives
+    none)."""
+    return _checked_url(url).geturl()
 
 
 def _failure(exc: BaseException, url: str, timeout: float | None) -> TritonError:
