@@ -1727,7 +1727,7 @@ class AsyncModel(ModelCore):
 
         Inputs are shaped as in :meth:`infer`. The iteration ends after the final
         response (no responses at all is an empty iteration); ``timeout`` bounds the wait
-        for each response. Leaving the loop early cancels the request. Streams are never
+        for each response. Closing the stream early cancels the request. Streams are never
         retried (a client of many endpoints moves one whose endpoint ran nothing of it,
         before its first response). Over HTTP the request goes through the
         generate_stream extension, which carries one sample of scalar or 1-D inputs; gRPC

@@ -40,9 +40,10 @@ def _after_responses(failure: BaseException) -> None:
 class ResponseStream(Generic[T]):
     """The responses of one streamed request, in order.
 
-    Iterate it with ``for``; it ends after the model's final response. Leaving early (a
-    ``break``, an exception, or :meth:`close`) cancels the request on the server and
-    frees the stream; ``with model.stream(...) as responses:`` makes that explicit.
+    Iterate it with ``for``; it ends after the model's final response. Closing it early
+    (:meth:`close`, leaving ``with model.stream(...) as responses:``, or dropping it, as
+    ``break`` out of ``for r in model.stream(...)`` does) cancels the request on the
+    server. ``break`` alone only pauses a stream still referred to.
     """
 
     __slots__ = ("_answered", "_failure", "_iterator", "_stop")

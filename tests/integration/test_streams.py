@@ -161,6 +161,11 @@ def test_per_response_timeout(client: Any) -> None:
     with pytest.raises(ts.TritonTimeoutError) as timed_out:
         next(stream)
     assert time.monotonic() - started < 2.0
+    # The same words on both protocols (gRPC's lacked that the request may still run);
+    # in the brackets, the transport's own (aiohttp: "Timeout on reading data ...").
+    said = str(timed_out.value)
+    assert said.startswith("no answer from model 'repeat' within 0.3 s ("), said
+    assert said.endswith("); the server may still run the request"), said
     if isinstance(client, ts.Client):  # (the asyncio one: test_async_timeout_and_cancelled_task)
         # Reading on is an error, not an end as after the last response (StopIteration).
         with pytest.raises(ts.TritonError, match="stream ended with TritonTimeoutError") as read:

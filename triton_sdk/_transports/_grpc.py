@@ -200,10 +200,9 @@ def _stream_method(channel: Any, methods: dict[tuple[str, str], Any], bare: bool
 def _response_timeout(
     timeout: float | None, op: StreamOp[Any] | Op[Any], whole: bool = False
 ) -> TritonTimeoutError:
-    message = (
-        timeout_message(op.model, timeout, "the whole call's timeout")
-        if whole
-        else f"no response from {op.model!r} within {timeout}s"
+    # (the words of an HTTP stream's timeout)
+    message = timeout_message(
+        op.model, timeout, "the whole call's timeout" if whole else "timed out"
     )
     return TritonTimeoutError(message, model=op.model, request_id=op.request_id, may_have_run=True)
 
