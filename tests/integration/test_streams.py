@@ -4,6 +4,8 @@ timeouts, errors; and how HTTP carries them (the generate_stream extension)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -310,6 +312,46 @@ async def test_async_leaving_early_with_async_with(url: str) -> None:
         assert time.monotonic() - started < LONG_STREAM_SECONDS * 0.7
         again = [int(res["OUT"][0]) async for res in model.stream(IN=[5, 6])]
         assert again == [5, 6]
+
+
+CUT_STREAMS_THEN_NEW_LOOPS = """
+import asyncio, sys
+import triton_sdk as ts
+
+MANY = '{"max_tokens": 400}'
+
+async def main() -> None:
+    async with ts.AsyncClient(sys.argv[1]) as client:
+        model = await client.model("llm_vllm")  # (no response before the whole text)
+        words = {"text_input": "forever", "stream": False, "sampling_parameters": MANY}
+        try:
+            async for _ in model.generate_stream(words, timeout=0.2):
+                pass
+        except ts.TritonTimeoutError:
+            print("timed out")
+        task = asyncio.ensure_future(model.generate(words))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+for _ in range(6):
+    asyncio.run(main())
+"""
+
+
+def test_calls_cut_off_leave_nothing_for_the_next_event_loop(server: LocalServer) -> None:
+    # A gRPC call cut off (a timed-out stream, a cancelled task) ends on grpc's poller
+    # thread a moment later: with its client closed and its loop gone by then, the next
+    # asyncio.run of the process logged "RuntimeError: Event loop is closed".
+    ran = subprocess.run(
+        [sys.executable, "-c", CUT_STREAMS_THEN_NEW_LOOPS, server.grpc_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.stdout.split("\n")[:-1] == ["timed out"] * 6, ran.stderr
+    assert ran.stderr == ""
 
 
 async def test_async_timeout_and_cancelled_task(url: str) -> None:

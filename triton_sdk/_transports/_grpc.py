@@ -136,6 +136,9 @@ class _Metadata:
         return metadata
 
 
+CUT_CALLS_SETTLE: Final = 0.02
+"""Seconds AsyncClient.aclose() leaves gRPC to end the calls it cut off."""
+
 STREAM_CLOSE_GRACE: Final = 5.0
 """Seconds a stream whose request has had its last response is left for the server to
 close before it is cancelled."""
@@ -431,6 +434,8 @@ class AsyncGrpcTransport:
         self._graces: set[asyncio.TimerHandle] = set()
         """The grace timers of answered streams (see STREAM_CLOSE_GRACE), which hold
         their calls, and so the connection, until they fire or close() cancels them."""
+        self._cut = False
+        """Whether a call was cut off (see aclose)."""
 
     def _open(self) -> Any:
         self._loop = check_loop(self._loop)
@@ -468,6 +473,7 @@ class AsyncGrpcTransport:
         except grpc.RpcError as exc:
             raise self._failed(exc, op, ctx) from exc
         except asyncio.CancelledError as exc:
+            self._cut = True
             raise_if_cut_by_close(exc, self._closed)
             raise
         return encoded.read(reply)
@@ -503,6 +509,7 @@ class AsyncGrpcTransport:
             except grpc.RpcError as exc:
                 raise self._failed(exc, op, ctx) from exc
             except asyncio.CancelledError as exc:
+                self._cut = True
                 if stop is not None and stop.requested and not task_cancelled():
                     return  # stopped by another task (ResponseStream.aclose)
                 raise_if_cut_by_close(exc, self._closed)
@@ -568,6 +575,7 @@ class AsyncGrpcTransport:
                 self._leave_for_the_server(call)
             else:
                 call.cancel()
+                self._cut = True
 
     def _leave_for_the_server(self, call: Any) -> None:
         """Wait for the server to close an answered stream; cancel one it leaves open
@@ -602,6 +610,12 @@ class AsyncGrpcTransport:
         self._graces.clear()
         if self._channel is not None:
             await self._channel.close()
+            if self._cut:
+                # A call cut off (cancelled, timed out while reading) has operations that
+                # end on gRPC's poller thread a moment later. Once this loop is closed
+                # they log "RuntimeError: Event loop is closed" in the process's next loop
+                # (asyncio.run after asyncio.run, a test suite's loop per test).
+                await asyncio.sleep(CUT_CALLS_SETTLE)
             self._channel = None
             self._stub = None
             self._methods.clear()
