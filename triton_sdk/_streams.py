@@ -37,6 +37,13 @@ def _after_responses(failure: BaseException) -> None:
         failure.may_have_run = True
 
 
+def _read_twice(reader: str) -> TritonError:
+    return TritonError(
+        f"this stream is being read by another {reader}: a stream is read by one {reader} "
+        "at a time (close() may come from any)"
+    )
+
+
 class ResponseStream(Generic[T]):
     """The responses of one streamed request, in order.
 
@@ -65,6 +72,8 @@ class ResponseStream(Generic[T]):
         except StopIteration:
             raise
         except BaseException as exc:
+            if isinstance(exc, ValueError) and "already executing" in str(exc):
+                raise _read_twice("thread") from None  # (it stays the other reader's)
             self._failure = exc
             if self._answered:
                 _after_responses(exc)
@@ -131,6 +140,8 @@ class AsyncResponseStream(Generic[T]):
         except StopAsyncIteration:
             raise
         except BaseException as exc:
+            if isinstance(exc, RuntimeError) and "already running" in str(exc):
+                raise _read_twice("task") from None  # (it stays the other reader's)
             self._failure = exc
             if self._answered:
                 _after_responses(exc)

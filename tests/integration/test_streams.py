@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,44 @@ def test_two_streams_at_once_on_one_client(client: Any) -> None:
     assert list(second) == []
     assert got["first"] == [(1, 0), (2, 1), (3, 2), (4, 3)]
     assert got["second"] == [(10, 0), (20, 1), (30, 2), (40, 3)]
+
+
+def test_a_second_reader_is_refused_and_leaves_the_stream_to_the_first(url: str) -> None:
+    # Its ValueError ("generator already executing") was kept as the stream's failure: the
+    # first reader's next read raised "this stream ended with ValueError".
+    with ts.Client(url) as client:
+        stream = client.model("repeat").stream(IN=[1, 2, 3, 4], DELAY_MS=300)
+        assert values([next(stream)]) == [(1, 0)]
+        refused: list[BaseException] = []
+        reader = threading.Thread(target=lambda: refused.append(read_on(stream)))
+        reader.start()
+        time.sleep(0.1)  # (the reader waits in the stream for the next response)
+        with pytest.raises(ts.TritonError, match="being read by another thread"):
+            next(stream)
+        reader.join(10)
+        assert refused == [[(2, 1), (3, 2), (4, 3)]]
+
+
+def read_on(stream: Any) -> Any:
+    return values(list(stream))
+
+
+async def test_a_second_reading_task_is_refused_and_leaves_the_stream_to_the_first(
+    url: str,
+) -> None:
+    async with ts.AsyncClient(url) as client:
+        model = await client.model("repeat")
+        stream = model.stream(IN=[1, 2, 3, 4], DELAY_MS=300)
+        assert values([await anext(stream)]) == [(1, 0)]
+        reader = asyncio.ensure_future(collect(stream))
+        await asyncio.sleep(0.1)
+        with pytest.raises(ts.TritonError, match="being read by another task"):
+            await anext(stream)
+        assert values(await reader) == [(2, 1), (3, 2), (4, 3)]
+
+
+async def collect(stream: Any) -> list[Any]:
+    return [result async for result in stream]
 
 
 def test_leaving_early_cancels_and_frees_the_client(client: Any) -> None:
