@@ -553,6 +553,13 @@ class ModelCore:
             sequence_end=sequence.end if sequence else False,
             triton=self.spec.has_config,
         )
+        if sequence is not None and prepared.batch_size is not None and prepared.batch_size > 1:
+            # (Triton's sequence batcher refuses it, after the START it counts as sent)
+            raise InvalidInputError(
+                f"a request of a sequence carries one sample (the sequence batcher takes a "
+                f"batch of 1), got a batch of {prepared.batch_size}",
+                model=self.name,
+            )
         limit = self.spec.max_batch_size
         if prepared.batch_size is None or prepared.batch_size <= limit:
             return [request]

@@ -47,7 +47,7 @@ from .conftest import (
 WIDE_CONFIG = """
 name: "accumulate"
 backend: "python"
-max_batch_size: 1
+max_batch_size: 4
 input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
@@ -402,6 +402,21 @@ def wide_client(
 ) -> Iterator[Any]:
     with client_for(wide_server, protocol, mode, loop_thread) as client:
         yield client
+
+
+def test_a_batch_in_a_sequence_is_refused_and_the_sequence_goes_on(
+    wide_client: Any, wide_server: LocalServer, loop_thread: LoopThread
+) -> None:
+    # max_batch_size 4 let a batch of 2 go out; the sequence batcher refused it after the
+    # START it counted as sent, and every later request lacked START ("must specify").
+    model = wide_client.model("accumulate")
+    before = inference_count(wide_server, "accumulate")
+    with sequence(model, loop_thread) as seq:
+        with pytest.raises(ts.InvalidInputError, match="one sample .* got a batch of 2"):
+            seq.infer(INPUT=[[1], [2]])
+        assert inference_count(wide_server, "accumulate") == before
+        assert total(seq.infer(INPUT=[[5]])) == 5
+        assert total(seq.infer_sample(INPUT=[6], end=True)) == 11
 
 
 def test_interleaved_sequences_stay_independent(wide_client: Any, loop_thread: LoopThread) -> None:
