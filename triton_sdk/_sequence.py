@@ -186,7 +186,8 @@ class SequenceState(Generic[G]):
     def __init__(
         self, spec: ModelSpec, sequence_id: int | str | None, new_gate: Callable[[], G]
     ) -> None:
-        if not spec.sequence:
+        # (an ensemble passes the sequence on to its steps, a stateful one among them)
+        if not spec.sequence and spec.platform != "ensemble":
             raise InvalidInputError(
                 f"model {spec.name!r} has no sequence batching: it is not stateful",
                 model=spec.name,

@@ -44,6 +44,17 @@ from .conftest import (
     open_client,
 )
 
+ENSEMBLE_OF_ACCUMULATE = """
+name: "summing"
+platform: "ensemble"
+max_batch_size: 1
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "accumulate" model_version: -1
+  input_map { key: "INPUT" value: "X" } output_map { key: "OUTPUT" value: "Y" }
+} ] }
+"""
 WIDE_CONFIG = """
 name: "accumulate"
 backend: "python"
@@ -387,6 +398,8 @@ def wide_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (accumulate / "config.pbtxt").write_text(WIDE_CONFIG)
     (accumulate / "1" / "model.py").symlink_to(FIXTURE_MODELS / "accumulate" / "1" / "model.py")
     (repository / "add_sub").symlink_to(EXAMPLE_MODELS / "add_sub", target_is_directory=True)
+    (repository / "summing" / "1").mkdir(parents=True)
+    (repository / "summing" / "config.pbtxt").write_text(ENSEMBLE_OF_ACCUMULATE)
     return repository
 
 
@@ -417,6 +430,19 @@ def test_a_batch_in_a_sequence_is_refused_and_the_sequence_goes_on(
         assert inference_count(wide_server, "accumulate") == before
         assert total(seq.infer(INPUT=[[5]])) == 5
         assert total(seq.infer_sample(INPUT=[6], end=True)) == 11
+
+
+def test_a_sequence_through_an_ensemble_reaches_its_stateful_step(
+    wide_client: Any, loop_thread: LoopThread
+) -> None:
+    # An ensemble has no sequence batching of its own, and sequence() refused it: no way
+    # to reach the stateful model inside (Triton passes the id and flags on to it).
+    model = wide_client.model("summing")
+    with sequence(model, loop_thread) as seq:
+        sums = [seq.infer(X=[1]), seq.infer(X=[2]), seq.infer(X=[3], end=True)]
+    assert [int(result["Y"].reshape(-1)[0]) for result in sums] == [1, 3, 6]
+    with pytest.raises(ts.InferenceError, match="correlation ID"):
+        model.infer(X=[1])  # (outside a sequence: the server's refusal)
 
 
 def test_interleaved_sequences_stay_independent(wide_client: Any, loop_thread: LoopThread) -> None:
