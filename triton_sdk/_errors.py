@@ -92,7 +92,15 @@ class TritonError(Displayable, Exception):
     def _table(self) -> Table:
         fields = ("message", "status", "model", "request_id", "retryable", "may_have_run")
         rows = [(field, str(getattr(self, field))) for field in fields]
+        message = rows[0][1]
+        if len(message) > _SHOWN_MESSAGE:  # (a model's traceback: str(error) has it all)
+            rest = len(message) - _SHOWN_MESSAGE
+            rows[0] = ("message", f"{message[:_SHOWN_MESSAGE]}... ({rest} more characters)")
         return Table(type(self).__name__, ("", ""), rows)
+
+
+_SHOWN_MESSAGE: Final = 2000
+"""Characters of an error's message its notebook display shows."""
 
 
 class InvalidInputError(TritonError, ValueError):

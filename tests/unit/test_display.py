@@ -126,6 +126,14 @@ def test_an_error_shows_its_fields() -> None:
     assert "<code>503</code>" in error._repr_html_()
 
 
+def test_a_long_error_message_is_cut_in_the_display_only() -> None:
+    # A model's traceback was shown whole: 5,000 characters made 5.9 kB of HTML.
+    error = ts.InferenceError("x" * 5000, status=500)
+    assert "x" * 2000 + "... (3000 more characters)" in pretty(error)
+    assert "x" * 2001 not in error._repr_html_()
+    assert str(error) == "x" * 5000
+
+
 def test_ipython_shows_the_table_of_every_displayable_type() -> None:
     """A class's own __repr__ (attrs makes one) must not hide the table from IPython."""
     result = ts.InferResult(
