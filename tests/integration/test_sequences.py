@@ -425,7 +425,7 @@ def test_a_batch_in_a_sequence_is_refused_and_the_sequence_goes_on(
     model = wide_client.model("accumulate")
     before = inference_count(wide_server, "accumulate")
     with sequence(model, loop_thread) as seq:
-        with pytest.raises(ts.InvalidInputError, match="one sample .* got a batch of 2"):
+        with pytest.raises(ts.InvalidInputError, match=r"one sample .* got a batch of 2"):
             seq.infer(INPUT=[[1], [2]])
         assert inference_count(wide_server, "accumulate") == before
         assert total(seq.infer(INPUT=[[5]])) == 5
