@@ -563,11 +563,10 @@ class ModelCore:
         limit = self.spec.max_batch_size
         if prepared.batch_size is None or prepared.batch_size <= limit:
             return [request]
-        if sequence is not None or streaming:
+        if streaming:
             raise InvalidInputError(
                 f"a batch of {prepared.batch_size} is larger than {self.name!r} takes "
-                f"({limit}); requests of a {'sequence' if sequence else 'stream'} "
-                "cannot be split",
+                f"({limit}); requests of a stream cannot be split",
                 model=self.name,
             )
         return [

@@ -1081,15 +1081,16 @@ def test_decoupled_model_refuses_non_streaming_calls() -> None:
     assert request.inputs[0].array.shape == (1, 1)
 
 
-def test_sequence_requests_carry_the_flags_and_are_never_split() -> None:
+def test_sequence_requests_carry_the_flags_and_one_sample() -> None:
     spec = make_spec([tensor("X", "INT32", 1)], name="acc", max_batch_size=2, sequence=True)
     core = ModelCore(spec, "1")
-    (request,) = requests_of(core, {"X": [1, 2]}, sequence=SequenceFlags(11, True, False))
+    (request,) = requests_of(core, {"X": [1]}, sequence=SequenceFlags(11, True, False))
     assert (request.sequence_id, request.sequence_start, request.sequence_end) == (11, True, False)
     assert request.version == "1"
     assert not request.idempotent
-    with pytest.raises(ts.InvalidInputError, match=r"3.*\(2\).*sequence.*split"):
-        requests_of(core, {"X": [1, 2, 3]}, sequence=SequenceFlags(11, False, True))
+    for batch in ([1, 2], [1, 2, 3]):  # (the sequence batcher takes a batch of one)
+        with pytest.raises(ts.InvalidInputError, match=f"got a batch of {len(batch)}"):
+            requests_of(core, {"X": batch}, sequence=SequenceFlags(11, False, True))
 
 
 def test_stream_requests_are_never_split() -> None:
