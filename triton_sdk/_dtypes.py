@@ -55,11 +55,11 @@ _DATATYPE_OF: Final = {dtype: name for name, dtype in DATATYPES.items()}
 
 def datatype_of(array: npt.NDArray[Any]) -> str:
     """The Triton datatype of a numpy array (text and bytes arrays are BYTES)."""
-    if array.dtype.kind in "OUS":
+    if array.dtype.kind in "OUST":  # (T: numpy 2's StringDType)
         return "BYTES"
     try:
         return _DATATYPE_OF[array.dtype.newbyteorder("=")]
-    except KeyError:
+    except (KeyError, TypeError):  # (TypeError: a new-style dtype has no byte order)
         raise ValueError(f"no Triton datatype for numpy dtype {array.dtype}") from None
 
 

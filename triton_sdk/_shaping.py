@@ -49,7 +49,7 @@ class PreparedInputs(NamedTuple):
     """The size of axis 0 for batched models; None for models without a batch axis."""
 
 
-_TEXT_KINDS: Final = frozenset("USO")
+_TEXT_KINDS: Final = frozenset("USOT")  # (T: numpy 2's StringDType)
 _NUMERIC: Final = {name: dtype for name, dtype in DATATYPES.items() if name != "BYTES"}
 _INTEGER_KINDS: Final = frozenset("iu")
 _MISSING: Final = object()
@@ -677,7 +677,7 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
     reuses it for the array, its reshapes and its row slices.
     """
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "USO":
+        if value.dtype.kind not in _TEXT_KINDS:
             raise InvalidInputError(
                 f"input {spec.name!r} is BYTES: it takes str or bytes, "
                 f"got an array of {value.dtype}",

@@ -499,6 +499,6 @@ _encode = np.frompyfunc(lambda item: item.encode() if isinstance(item, str) else
 
 
 def _as_sent(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    if array.dtype.kind not in "USO":
+    if array.dtype.kind not in "USOT":  # (T: numpy 2's StringDType)
         return array
     return np.asarray(_encode(array.astype(np.object_)), dtype=np.object_)

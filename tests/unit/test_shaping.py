@@ -1028,3 +1028,32 @@ def test_bytes_lists_nested_deeper_than_any_array_are_refused_as_such() -> None:
         nested = [nested]
     with pytest.raises(InvalidInputError, match="nested deeper than an array's axes go"):
         to_array(nested, spec, "m")
+
+
+# numpy 2's own text arrays
+
+StringDType = getattr(np.dtypes, "StringDType", None)
+needs_string_dtype = pytest.mark.skipif(StringDType is None, reason="numpy 2's StringDType")
+
+
+@needs_string_dtype
+def test_numpy_2_string_arrays_are_text() -> None:
+    assert StringDType is not None
+    text = np.array(["a", "b\u00e9"], dtype=StringDType())
+    assert converted(text, "BYTES").tolist() == ["a", "b\u00e9"]
+    # They were cast by truth into BOOL ("False" sent as True), and refused as BYTES.
+    for numeric in ("BOOL", "INT32", "FP32"):
+        with pytest.raises(InvalidInputError, match="cannot be cast to it without loss"):
+            converted(np.array(["False", ""], dtype=StringDType()), numeric)
+    missing = np.array(["a", None], dtype=StringDType(na_object=None))
+    with pytest.raises(InvalidInputError, match="got NoneType at flat index 1"):
+        converted(missing, "BYTES")
+
+
+@needs_string_dtype
+def test_numpy_2_string_arrays_to_a_server_that_declares_no_inputs() -> None:
+    # Reading their datatype raised numpy's TypeError ("Cannot use DescrNewByteOrder").
+    assert StringDType is not None
+    spec = ModelSpec(name="m", inputs={}, outputs={}, max_batch_size=0, has_config=False)
+    (tensor,) = prepare_inputs(spec, {"X": np.array(["a"], dtype=StringDType())}).tensors
+    assert (tensor.datatype, tensor.array.tolist()) == ("BYTES", ["a"])
