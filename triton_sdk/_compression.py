@@ -36,19 +36,47 @@ def compress(body: bytes, compression: str) -> bytes:
     return zlib.compress(body, _LEVEL)
 
 
-def decompress(body: bytes, encoding: str | None) -> bytes:
+MOST_INFLATED: Final = 2**31
+"""The largest answer body decompressed (2 GiB, the most Triton reads in a request): a
+small compressed body may stand for gigabytes."""
+
+
+def decompress(body: bytes, encoding: str | None, accepted: str | None) -> bytes:
     """The body of an answer sent with ``Content-Encoding: encoding`` (whose names are
-    case-insensitive; ``x-gzip`` is gzip, RFC 9110 8.4.1)."""
+    case-insensitive; ``x-gzip`` is gzip, RFC 9110 8.4.1), to a request that sent
+    ``Accept-Encoding: accepted`` (None: identity alone). An encoding the request did not
+    accept, a corrupt body and one that inflates past MOST_INFLATED raise InferenceError."""
     coding = (encoding or "").strip().lower()
     if not coding or coding == "identity":
         return body
+    coding = "gzip" if coding == "x-gzip" else coding
+    if coding not in ("gzip", "deflate") or not _accepts(accepted, coding):
+        raise InferenceError(
+            f"the server answered with an encoding this client did not ask for: {encoding} "
+            f"(Accept-Encoding: {accepted or 'identity'})"
+        )
+    inflater = zlib.decompressobj(31 if coding == "gzip" else 15)
     try:
-        if coding in ("gzip", "x-gzip"):
-            return gzip.decompress(body)
-        if coding == "deflate":
-            return zlib.decompress(body)
-    except (OSError, EOFError, zlib.error) as exc:
+        data = inflater.decompress(body, MOST_INFLATED + 1)
+    except zlib.error as exc:
         raise InferenceError(f"the server sent a {encoding} body that is corrupt: {exc}") from exc
-    raise InferenceError(
-        f"the server answered with an encoding this client did not ask for: {encoding}"
-    )
+    if len(data) > MOST_INFLATED:
+        raise InferenceError(
+            f"the server sent a {encoding} body that inflates past {MOST_INFLATED} bytes "
+            f"(from {len(body)})"
+        )
+    if not inflater.eof or inflater.unused_data:
+        why = "it ends early" if not inflater.eof else "bytes follow its end"
+        raise InferenceError(f"the server sent a {encoding} body that is corrupt: {why}")
+    return data
+
+
+def _accepts(accepted: str | None, coding: str) -> bool:
+    """Whether an ``Accept-Encoding`` value accepts ``coding`` (``*`` any; ``q=0``: not)."""
+    for item in (accepted or "").split(","):
+        name, _, weight = item.partition(";")
+        name = name.strip().lower()
+        if name in (coding, "*", "x-gzip" if coding == "gzip" else coding):
+            quality = weight.strip().lower().removeprefix("q=").strip()
+            return quality not in ("0", "0.", "0.0", "0.00", "0.000")
+    return False

@@ -1057,12 +1057,56 @@ def test_a_small_plain_infer_is_a_cached_head_and_its_contents_byte_for_byte() -
 def test_content_codings_are_read_whatever_their_case() -> None:
     # "GZIP" and "x-gzip" were refused as encodings the client did not ask for.
     body = b"tensors" * 100
-    assert decompress(gzip.compress(body), "GZIP") == body
-    assert decompress(gzip.compress(body), "x-gzip") == body
-    assert decompress(zlib.compress(body), "Deflate") == body
-    assert decompress(body, "Identity") == body
+    assert decompress(gzip.compress(body), "GZIP", "gzip") == body
+    assert decompress(gzip.compress(body), "x-gzip", "gzip") == body
+    assert decompress(zlib.compress(body), "Deflate", "deflate") == body
+    assert decompress(body, "Identity", None) == body
     with pytest.raises(ts.InferenceError, match="did not ask for: br"):
-        decompress(body, "br")
+        decompress(body, "br", "*")
+
+
+@pytest.mark.parametrize(
+    ("accepted", "coding"),
+    [
+        (None, "gzip"),
+        ("identity", "gzip"),
+        ("gzip", "deflate"),
+        ("deflate", "gzip"),
+        ("gzip;q=0, deflate", "gzip"),
+    ],
+)
+def test_an_encoding_the_request_did_not_accept_is_refused(
+    accepted: str | None, coding: str
+) -> None:
+    # Any gzip or deflate answer was inflated, whatever the request accepted.
+    body = (gzip.compress if coding == "gzip" else zlib.compress)(b"x" * 100)
+    with pytest.raises(ts.InferenceError, match=f"did not ask for: {coding}"):
+        decompress(body, coding, accepted)
+
+
+def test_encodings_a_request_accepts() -> None:
+    body = b"tensors" * 100
+    for accepted in ("gzip", "GZIP;q=0.5", "deflate, gzip", "*", "x-gzip"):
+        assert decompress(gzip.compress(body), "gzip", accepted) == body
+
+
+def test_a_body_that_inflates_past_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 1 MiB gzip body of zeros inflated to 1 GiB in memory (2.1 GB peak).
+    from triton_sdk import _compression
+
+    monkeypatch.setattr(_compression, "MOST_INFLATED", 1000)
+    assert decompress(gzip.compress(b"\0" * 1000), "gzip", "gzip") == b"\0" * 1000
+    with pytest.raises(ts.InferenceError, match="inflates past 1000 bytes"):
+        decompress(gzip.compress(b"\0" * 1001), "gzip", "gzip")
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_body_cut_short_or_followed_by_bytes_is_corrupt(coding: str) -> None:
+    whole = (gzip.compress if coding == "gzip" else zlib.compress)(b"tensors" * 100)
+    with pytest.raises(ts.InferenceError, match="corrupt: it ends early"):
+        decompress(whole[:-10], coding, coding)
+    with pytest.raises(ts.InferenceError, match="corrupt: bytes follow its end"):
+        decompress(whole + b"junk", coding, coding)
 
 
 def test_grpc_server_metadata_keeps_an_empty_name() -> None:

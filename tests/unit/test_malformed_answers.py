@@ -282,3 +282,21 @@ def test_closing_a_stream_still_waiting_for_its_answer_from_another_thread(url: 
         assert not reader.is_alive(), "the reader still waits for the answer"
         assert time.monotonic() - stopped_at < 2
         assert outcome == [[]]
+
+
+async def test_a_compressed_answer_the_client_did_not_ask_for_is_refused(client: Any) -> None:
+    # The client asks for identity; a gzip answer was inflated all the same, with no
+    # bound: 1 MiB of gzip made 1 GiB in memory.
+    import gzip
+
+    body = gzip.compress(json.dumps({"model_name": "m", "outputs": []}).encode())
+    gzipped = (("Content-Encoding", "gzip"),)
+    ANSWERS["/v2/models/m/infer"] = Page("application/json", body, headers=gzipped)
+    model = await resolve(client.model("m"))
+    with pytest.raises(
+        ts.InferenceError, match=r"did not ask for: gzip \(Accept-Encoding: identity"
+    ):
+        await resolve(model.infer(X=[1.0]))
+    # Asked for by the caller, it is read.
+    accepted = await resolve(model.infer(X=[1.0], headers={"accept-encoding": "gzip"}))
+    assert accepted.to_dict() == {}

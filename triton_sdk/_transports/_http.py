@@ -249,7 +249,8 @@ async def _body(response: aiohttp.ClientResponse) -> Body:
         or response.method == "HEAD"
         or response.status in (204, 304)
     ):
-        return decompress(await response.read(), encoding)
+        accepted = response.request_info.headers.get("Accept-Encoding")
+        return decompress(await response.read(), encoding, accepted)
     body = bytearray(length)
     filled = 0
     try:

@@ -54,6 +54,12 @@ def request_headers(own: dict[str, str], given: Mapping[str, str]) -> dict[str, 
     return overlay_headers(own, given) if given else own
 
 
+def header_value(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of header ``name`` (in any case) in ``headers``, or None."""
+    lowered = name.lower()
+    return next((value for key, value in headers.items() if key.lower() == lowered), None)
+
+
 JOIN_BELOW: Final = 64 * 1024
 """Bodies smaller than this are joined and sent in one write; larger ones part by part."""
 
@@ -485,11 +491,12 @@ class ConnectionPool:
         """
         if self._closed:
             raise PoolClosed("the client's connections are closed")
+        accepted = header_value(headers, "Accept-Encoding")
         connection = self._idle_connection()
         if connection is None:
             connection = self._connect(timeout)
             self._send(connection, method, path, body, headers, timeout)
-            return self._receive(connection)
+            return self._receive(connection, accepted)
         try:
             self._send(connection, method, path, body, headers, timeout)
         except NotSent as failed:
@@ -497,7 +504,7 @@ class ConnectionPool:
                 raise
             connection = self._connect(timeout)
             self._send(connection, method, path, body, headers, timeout)
-        return self._receive(connection)
+        return self._receive(connection, accepted)
 
     def _idle_connection(self) -> http.client.HTTPConnection | None:
         """An idle connection the server has not closed meanwhile, if any."""
@@ -538,7 +545,9 @@ class ConnectionPool:
             connection.close()
             raise
 
-    def _receive(self, connection: http.client.HTTPConnection) -> tuple[int, int | None, bytes]:
+    def _receive(
+        self, connection: http.client.HTTPConnection, accepted: str | None
+    ) -> tuple[int, int | None, bytes]:
         try:
             response = connection.getresponse()
             data = response.read()
@@ -566,7 +575,7 @@ class ConnectionPool:
             self._idle.append(connection)
             if self.closed:  # close() ran meanwhile (another thread): it may have missed this
                 self.close()
-        data = decompress(data, response.getheader("Content-Encoding"))
+        data = decompress(data, response.getheader("Content-Encoding"), accepted)
         # (only an answer of 200 is read by it: an error's status must not hide behind it)
         given = response.getheader(HEADER_LENGTH) if response.status == 200 else None
         return response.status, header_length(given), data
