@@ -197,6 +197,32 @@ def test_a_stream_the_server_leaves_open_after_its_end_is_cancelled_in_the_end(
         assert server.stream_was_cancelled() is True
 
 
+def test_a_stream_the_server_ends_before_its_final_response_is_cut_off(
+    server: HoldingServer,
+) -> None:
+    # The responses that came were read as the whole answer (HTTP said it was cut).
+    server.script = [response(outputs=True, final=False)]
+    server.hold = 0.0
+    with ts.Client(server.url) as client:
+        responses = client.model("talker").stream(X=[1.0])
+        assert next(responses)["Y"].tolist() == [1.0]
+        with pytest.raises(ts.InferenceError, match="before the request's final response") as cut:
+            next(responses)
+        assert cut.value.may_have_run
+
+
+async def test_an_asyncio_stream_the_server_ends_before_its_final_response_is_cut_off(
+    server: HoldingServer,
+) -> None:
+    server.script = [response(outputs=True, final=False)]
+    server.hold = 0.0
+    async with asyncio_talker(server) as model:
+        responses = model.stream(X=[1.0])
+        assert (await anext(responses))["Y"].tolist() == [1.0]
+        with pytest.raises(ts.InferenceError, match="before the request's final response"):
+            await anext(responses)
+
+
 # asyncio
 
 

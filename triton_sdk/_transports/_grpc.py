@@ -24,7 +24,13 @@ from .._call import CallContext
 from .._compression import Compression
 from .._concurrency import aclose_iterator, within
 from .._config import Endpoint, TLSConfig
-from .._errors import InvalidInputError, TritonError, TritonTimeoutError, timeout_message
+from .._errors import (
+    InferenceError,
+    InvalidInputError,
+    TritonError,
+    TritonTimeoutError,
+    timeout_message,
+)
 from .._grpc_codec import (
     SERVICE,
     GrpcCall,
@@ -210,6 +216,18 @@ def _response_timeout(
     return TritonTimeoutError(message, model=op.model, request_id=op.request_id, may_have_run=True)
 
 
+def _ended_early(op: StreamOp[Any] | Op[Any]) -> InferenceError:
+    """The error of a Triton stream that the server ended (status OK) before its request's
+    final response: what came may be all or part of the answer."""
+    return InferenceError(
+        "the server ended the stream before the request's final response: its responses "
+        "may be incomplete",
+        model=op.model,
+        request_id=op.request_id,
+        may_have_run=True,
+    )
+
+
 def _wait(timeout: float | None, deadline: float | None) -> float | None:
     """How long to wait for the next response: ``timeout``, or what is left before
     ``deadline`` when the timeout bounds the whole call."""
@@ -383,6 +401,8 @@ class GrpcTransport:
                 except queue.Empty:
                     raise _response_timeout(timeout, op, whole) from None
                 if entry is _END:
+                    if not stream.bare:
+                        raise _ended_early(op)
                     break
                 if isinstance(entry, grpc.RpcError):
                     raise self._failed(entry, op, ctx) from entry
@@ -550,6 +570,8 @@ class AsyncGrpcTransport:
                     except asyncio.TimeoutError:
                         raise _response_timeout(timeout, op, whole) from None
                     if message is grpc.aio.EOF:
+                        if not stream.bare:
+                            raise _ended_early(op)
                         break
                     answered = stream.is_last(message)
                     if answered:
