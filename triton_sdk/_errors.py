@@ -284,7 +284,15 @@ def _status_class(status: Status, lowered: str) -> tuple[type[TritonError], bool
 
 # What reading an answer that is not what the protocol promises raises (a key missing, a
 # list where an object belongs, a number out of range): the server's fault, not the caller's.
-MALFORMED_ANSWER = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+MALFORMED_ANSWER = (
+    KeyError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+    RecursionError,  # (a structure nested deeper than Python's stack)
+)
 
 
 def unreadable_answer(exc: BaseException, what: str, model: str | None = None) -> InferenceError:

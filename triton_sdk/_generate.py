@@ -347,7 +347,7 @@ def loads_event(data: str | bytes | bytearray, what: str) -> Any:
         data = data.decode("utf-8", "surrogateescape")
     try:
         return json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # (Recursion: nested past Python's stack)
         raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
 
 

@@ -351,6 +351,8 @@ def decode_json(body: Body, what: str) -> Any:
             return json.loads(bytes(body).decode("utf-8", "surrogateescape"))
     except ValueError as exc:
         raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
+    except RecursionError:  # (arrays nested past Python's stack: no answer of Triton's)
+        raise InferenceError(f"{what}: the server sent JSON nested too deep to read") from None
 
 
 def _text(value: object) -> str:
@@ -419,7 +421,7 @@ def error_from_response(
         message = message.splitlines()[0].removeprefix("data:").strip()
     try:
         decoded = json.loads(message)
-    except ValueError:
+    except (ValueError, RecursionError):
         decoded = None
     if isinstance(decoded, dict):
         message = _error_text(decoded, message)
@@ -592,7 +594,7 @@ def _servers_own(body: Body) -> bool:
     """Whether an error answer is an inference server's ``{"error": ...}`` JSON."""
     try:
         answer = json.loads(bytes(body))
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(answer, dict) and "error" in answer
 

@@ -145,7 +145,7 @@ def error_from_body(status: int, raw: bytes, url: str, model: str | None) -> Tri
     """The error for an HTTP error answer of the frontend."""
     try:
         message = _message(json.loads(raw))
-    except ValueError:
+    except (ValueError, RecursionError):
         message = None
     text = message or raw.decode("utf-8", "replace").strip() or f"HTTP {status}"
     if 300 <= status < 400:

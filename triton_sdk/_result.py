@@ -370,9 +370,23 @@ def _restore(
 
 
 def _count(shape: Sequence[int], name: str) -> int:
+    """The number of elements of an output of ``shape`` as the server sent it, checked:
+    whole numbers of 0 or more, that numpy can hold (it refuses [0, 2**62] too)."""
+    if not all(type(size) is int for size in shape):  # (JSON: 3.0, true)
+        raise InferenceError(
+            f"the server sent output {name!r} with a shape that is not whole numbers: {list(shape)}"
+        )
     if shape and min(shape) < 0:
         raise InferenceError(f"the server sent output {name!r} with a negative shape {shape}")
+    if math.prod(size for size in shape if size) > _LARGEST_ELEMENT_COUNT:
+        raise InferenceError(
+            f"the server sent output {name!r} with a shape too large to hold: {list(shape)}"
+        )
     return math.prod(shape)
+
+
+_LARGEST_ELEMENT_COUNT: Final = (2**63 - 1) // 8
+"""The most elements numpy holds of an 8-byte type (its size limit, zero axes aside)."""
 
 
 def decode_output(

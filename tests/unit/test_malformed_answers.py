@@ -300,3 +300,44 @@ async def test_a_compressed_answer_the_client_did_not_ask_for_is_refused(client:
     # Asked for by the caller, it is read.
     accepted = await resolve(model.infer(X=[1.0], headers={"accept-encoding": "gzip"}))
     assert accepted.to_dict() == {}
+
+
+async def test_json_nested_past_pythons_stack_cannot_be_read(client: Any) -> None:
+    # A raw RecursionError came out of infer and of client.model().
+    deep = b"[" * 100_000 + b"]" * 100_000
+    ANSWERS["/v2/models/m/infer"] = Page("application/json", b'{"outputs":' + deep + b"}")
+    model = await resolve(client.model("m"))
+    with pytest.raises(ts.InferenceError, match="nested too deep"):
+        await resolve(model.infer(X=[1.0]))
+    ANSWERS["/v2/models/m"] = Page("application/json", b'{"name":"m","inputs":' + deep + b"}")
+    with pytest.raises(ts.InferenceError, match="nested too deep"):
+        await resolve(client.model("m"))
+
+
+@pytest.mark.parametrize(
+    "shape", [[3.0], [True, 3], [0, 2**62]], ids=["float", "bool", "too-large"]
+)
+async def test_an_output_shape_that_cannot_be_one_is_refused_at_the_call(
+    client: Any, shape: list[Any]
+) -> None:
+    # Checked by size alone, it passed (3.0 * 4 bytes, 0 elements), and reading the
+    # output raised numpy's TypeError or ValueError later.
+    header = json.dumps(
+        {
+            "model_name": "m",
+            "outputs": [
+                {
+                    "name": "Y",
+                    "datatype": "FP32",
+                    "shape": shape,
+                    "parameters": {"binary_data_size": 12 if shape[-1] == 3 else 0},
+                }
+            ],
+        }
+    ).encode()
+    data = b"\0" * (12 if shape[-1] == 3 else 0)
+    length = (("Inference-Header-Content-Length", str(len(header))),)
+    ANSWERS["/v2/models/m/infer"] = Page("application/octet-stream", header + data, headers=length)
+    model = await resolve(client.model("m"))
+    with pytest.raises(ts.InferenceError, match="output 'Y' with a shape"):
+        await resolve(model.infer(X=[1.0]))
