@@ -162,10 +162,10 @@ class NoRoomForRegion(TritonError):
     """This host's shared memory cannot hold a region: /dev/shm is full, too small,
     read-only or absent."""
 
-    def __init__(self, size: int, error: OSError) -> None:
+    def __init__(self, size: int, error: OSError | OverflowError) -> None:
+        reason = getattr(error, "strerror", None) or error
         super().__init__(
-            f"cannot make a shared-memory region of {size} bytes in /dev/shm: "
-            f"{error.strerror or error}"
+            f"cannot make a shared-memory region of {size} bytes in /dev/shm: {reason}"
         )
 
 
@@ -203,7 +203,7 @@ class Region:
             # now, or the error is an exception here.
             _allocate(fd, size)
             self._map = mmap.mmap(fd, size)
-        except OSError as error:
+        except (OSError, OverflowError) as error:  # (Overflow: past a file's size, 2**63)
             os.unlink(path)
             raise NoRoomForRegion(size, error) from error
         except BaseException:

@@ -1079,3 +1079,12 @@ def test_surplus_is_what_calls_of_its_size_passed_over(monkeypatch: pytest.Monke
     finally:
         for region in {*pool.drain().regions, *burst}:  # (surplus ones are the caller's)
             region.close()
+
+
+def test_a_region_larger_than_a_file_can_be_is_no_room() -> None:
+    # A model declaring an output of 2**61 FP32 raised a raw OverflowError from the pool,
+    # and "auto" did not fall back to the socket as it does for a region /dev/shm lacks.
+    name = f"triton_sdk_test_{os.getpid()}_huge"
+    with pytest.raises(shm.NoRoomForRegion, match=f"region of {2**63} bytes"):
+        shm.Region(name, 2**63)
+    assert not os.path.exists(f"/dev/shm/{name}")
