@@ -177,7 +177,7 @@ def _without_objects(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     takes, stays an object array (pickled)."""
     if array.dtype != object:
         return array
-    items = list(array.flat)
+    items = list(array.reshape(-1))  # (not .flat: numpy 2 refuses it past 32 axes)
     if not all(isinstance(item, bytes) and not item.endswith(b"\0") for item in items):
         return array
     padded = max((len(item) for item in items), default=0) * len(items)

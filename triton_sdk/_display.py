@@ -95,7 +95,8 @@ def preview(array: np.ndarray[Any, Any]) -> str:
     for length in array.shape:
         shown *= min(length, 2 * _PREVIEW_EDGE)
     if shown > _PREVIEW_MOST:  # the first values, in order
-        first = np.array(array.flat[: 2 * _PREVIEW_EDGE], dtype=array.dtype)
+        # (reshape, not .flat: numpy 2 refuses .flat past 32 axes; outputs are contiguous)
+        first = np.array(array.reshape(-1)[: 2 * _PREVIEW_EDGE], dtype=array.dtype)
         return f"{_array_text(first)[:-1]} ...]"
     return _array_text(array)
 

@@ -48,7 +48,7 @@ def data_size(array: np.ndarray[Any, Any]) -> int:
         return int(array.nbytes)
     return sum(
         4 + (len(item) if isinstance(item, bytes) else len(str(item).encode()))
-        for item in array.flat
+        for item in array.reshape(-1)  # (not .flat: numpy 2 refuses it past 32 axes)
     )
 
 

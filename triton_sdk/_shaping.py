@@ -476,9 +476,10 @@ def _foreign_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[An
             array: np.ndarray[Any, Any] = np.from_dlpack(value)
         else:
             array = np.asarray(value)
-        if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
+        first = first_element(array)
+        if isinstance(first, np.ndarray):
             array = np.stack(list(array))  # one array per row, as in a DataFrame column
-        elif array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
+        elif isinstance(first, list | tuple):
             rows = rows_of_numbers(array)
             if rows is not None:
                 array = rows
@@ -663,9 +664,11 @@ def _cast_floats(
     overflowed = np.isinf(cast) & ~np.isinf(array)
     if overflowed.any():
         index = int(np.flatnonzero(overflowed)[0])
+        # (an index per axis, not .flat: numpy 2's arrays of 64 axes refuse .flat past 32)
+        where = np.unravel_index(index, array.shape)
         if given is not None:
-            _refuse_overflow(given.flat[index], spec, model)
-        _refuse_overflow(array.flat[index].item(), spec, model)  # 1e+300, not np.float64(...)
+            _refuse_overflow(given[where], spec, model)
+        _refuse_overflow(array[where].item(), spec, model)  # 1e+300, not np.float64(...)
     return cast
 
 
@@ -713,6 +716,14 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
         raise InvalidInputError(str(exc), model=model) from None
     remember_encoding(array, encoded)
     return array
+
+
+def first_element(array: np.ndarray[Any, Any]) -> object:
+    """The first element of an object array (None for another dtype, or no elements),
+    indexed per axis: numpy 2's arrays of 64 axes refuse ``.flat`` past 32."""
+    if array.dtype != object or not array.size:
+        return None
+    return array[(0,) * array.ndim]
 
 
 def _buffers_as_bytes(value: list[Any] | tuple[Any, ...]) -> list[Any] | None:

@@ -28,7 +28,7 @@ import numpy as np
 from ._client import Client, Model
 from ._errors import InvalidInputError
 from ._result import Array
-from ._shaping import rows_of_numbers
+from ._shaping import first_element, rows_of_numbers
 
 __all__ = ["TritonPredictor"]
 
@@ -168,9 +168,10 @@ def _stacked(values: Any) -> Array:
     """A column as one array: rows that are arrays (of arrays, for list<list<...>>
     columns read from parquet) are stacked, a batch axis in front."""
     array = np.asarray(values)
-    if array.dtype == object and array.size and isinstance(array.flat[0], np.ndarray):
+    first = first_element(array)
+    if isinstance(first, np.ndarray):
         return np.stack([_stacked(row) for row in array])
-    if array.dtype == object and array.size and isinstance(array.flat[0], list | tuple):
+    if isinstance(first, list | tuple):
         rows = rows_of_numbers(array)  # (rows that are lists: a DataFrame column from JSON)
         if rows is not None:
             return rows

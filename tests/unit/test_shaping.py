@@ -1057,3 +1057,17 @@ def test_numpy_2_string_arrays_to_a_server_that_declares_no_inputs() -> None:
     spec = ModelSpec(name="m", inputs={}, outputs={}, max_batch_size=0, has_config=False)
     (tensor,) = prepare_inputs(spec, {"X": np.array(["a"], dtype=StringDType())}).tensors
     assert (tensor.datatype, tensor.array.tolist()) == ("BYTES", ["a"])
+
+
+@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="numpy 2: 64 axes")
+def test_arrays_past_32_axes_are_checked_as_others() -> None:
+    # numpy 2 makes arrays of up to 64 axes, whose .flat raised numpy's RuntimeError.
+    from triton_sdk._result import data_size
+
+    deep = (1,) * 40
+    for value in (np.full(deep, 1e300), np.full(deep, 1e300).tolist()):
+        with pytest.raises(InvalidInputError, match="1e\\+300 is outside its range"):
+            converted(value, "FP32", (-1,) * 40)
+    text = np.empty(deep, dtype=object)
+    text[(0,) * 40] = b"ab"
+    assert data_size(text) == 6
