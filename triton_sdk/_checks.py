@@ -83,6 +83,12 @@ def numpy_number(value: object, *, integer: bool) -> TypeGuard[np.integer[Any] |
     return isinstance(value, np.integer if integer else np.integer | np.floating)
 
 
+def shown(value: object) -> str:
+    """``repr(value)``, a numpy scalar as the Python value it holds (numpy 2 writes
+    ``np.float64(1.5)``, numpy 1 ``1.5``)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def check_timeout(timeout: object, what: str = "timeout") -> float | None:
     """Seconds > 0, or None for no limit (as is ``inf`` and anything from 1e9 s on)."""
     if timeout is None:
@@ -95,7 +101,7 @@ def check_timeout(timeout: object, what: str = "timeout") -> float | None:
         timeout = float(timeout)  # np.float32(2.5), np.int64(3)
     # (compared before any float(): an int past float's range is "no limit" too)
     if not timeout > 0 or (isinstance(timeout, float) and math.isnan(timeout)):
-        raise InvalidInputError(f"{what} must be > 0 or None, got {timeout!r}")
+        raise InvalidInputError(f"{what} must be > 0 or None, got {shown(timeout)}")
     return None if timeout >= NO_LIMIT_FROM else float(timeout)
 
 

@@ -8,7 +8,7 @@ from typing import Any, Final
 import attrs
 import numpy as np
 
-from ._checks import check_version, numpy_number
+from ._checks import check_version, numpy_number, shown
 from ._display import Displayable, Table
 from ._errors import InferenceError, InvalidInputError
 from ._spec import json_int
@@ -417,7 +417,7 @@ def _setting_int(name: str, value: object, low: int, high: int) -> int:
     # bool is an int to Python: a rate given as True is refused.
     if type(value) is not int:
         raise InvalidInputError(
-            f"{name} must be of type int, got the {type(value).__name__} {value!r}"
+            f"{name} must be of type int, got the {type(value).__name__} {shown(value)}"
         )
     if not low <= value <= high:
         raise InvalidInputError(f"{name} must be in [{low}, {high}], got {value}")
@@ -489,7 +489,8 @@ def log_updates(
         # bool is an int to Python: a switch given as 1 is refused.
         if value is not None and (type(value) is not kind):
             raise InvalidInputError(
-                f"{name} must be of type {kind.__name__}, got the {type(value).__name__} {value!r}"
+                f"{name} must be of type {kind.__name__}, got the {type(value).__name__} "
+                f"{shown(value)}"
             )
     if verbose_level is not None:  # (the server makes one past int32 0, silently)
         updates["log_verbose_level"] = _setting_int("verbose_level", verbose_level, 0, 2**31 - 1)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 import attrs
 import numpy as np
 
-from ._checks import check_text, numpy_number
+from ._checks import check_text, numpy_number, shown
 from ._errors import InvalidInputError
 from ._ops import Op
 from ._result import InferResult
@@ -152,7 +152,7 @@ def check_priority(priority: Priority, model: str) -> int:
         given = int(priority)
     if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < 2**64:
         raise InvalidInputError(
-            f"priority must be an int in [0, 2**64), got {priority!r}", model=model
+            f"priority must be an int in [0, 2**64), got {shown(priority)}", model=model
         )
     return given
 

@@ -13,7 +13,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from ._checks import check_text, numpy_number
+from ._checks import check_text, numpy_number, shown
 from ._errors import (
     InvalidInputError,
     ModelNotFoundError,
@@ -201,7 +201,8 @@ class SequenceState(Generic[G]):
             or (isinstance(sequence_id, str) and sequence_id)
         ):
             raise InvalidInputError(
-                f"a sequence id is an int in [1, 2**63 - 1] or a non-empty str, got {sequence_id!r}"
+                "a sequence id is an int in [1, 2**63 - 1] or a non-empty str, got "
+                f"{shown(sequence_id)}"
             )
         if isinstance(sequence_id, str):
             check_text(sequence_id, "sequence id")

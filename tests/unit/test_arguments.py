@@ -641,3 +641,24 @@ async def test_map_collects_an_answer_that_cannot_be_split_into_rows(mode: str) 
     assert "should have 4 along its first axis" in str(outcomes[0])
     sent = [call.op for call in mock.calls if isinstance(call.op, ops.InferRequest)]
     assert [op.inputs[0].array.shape[0] for op in sent] == [4]
+
+
+def test_refused_numpy_scalars_are_shown_as_their_values() -> None:
+    # numpy 2 wrote them as np.int64(-1), np.float64(nan), np.True_ in the messages.
+    from triton_sdk._checks import check_timeout
+    from triton_sdk._concurrency import Gate
+    from triton_sdk._operations import _setting_int
+    from triton_sdk._request import check_priority
+    from triton_sdk._sequence import SequenceState
+
+    with pytest.raises(ts.InvalidInputError, match=r"got -1$"):
+        check_priority(np.int64(-1), "m")
+    with pytest.raises(ts.InvalidInputError, match=r"got True$"):
+        check_priority(np.True_, "m")  # type: ignore[arg-type]
+    with pytest.raises(ts.InvalidInputError, match=r"got nan$"):
+        check_timeout(np.float64("nan"))
+    with pytest.raises(ts.InvalidInputError, match=r"got the float64 1\.5$"):
+        _setting_int("rate", np.float64(1.5), 0, 10)
+    spec = ts.ModelSpec(name="acc", inputs={}, outputs={}, sequence=True)
+    with pytest.raises(ts.InvalidInputError, match=r"got 3\.0$"):
+        SequenceState(spec, np.float64(3.0), Gate)  # type: ignore[arg-type]
