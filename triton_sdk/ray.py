@@ -13,7 +13,8 @@
 Ray makes one :class:`TritonPredictor` per worker, so each worker has one client (with
 its connections, and its balancing over the endpoints); each batch becomes one
 ``model.infer`` call, split into requests of the model's ``max_batch_size`` that run at
-once. Batches may come as numpy (``{"column": array}``), pandas or pyarrow; the answer is
+once (a model without a batch axis gets a request per row, through ``model.map``).
+Batches may come as numpy (``{"column": array}``), pandas or pyarrow; the answer is
 numpy columns: the outputs, and the columns named in ``keep``. ``ray`` itself is needed
 only to run the Dataset (``pip install "triton-sdk-py[ray]"``); this module does not import it.
 """
@@ -76,6 +77,13 @@ class TritonPredictor:
             list(self.model.spec.outputs) if outputs is None else list(outputs)
         )
         self.keep: list[str] = list(keep)
+        clash = sorted(set(self.keep) & set(self.outputs))
+        if clash:  # (the output would replace the column in the answer)
+            raise InvalidInputError(
+                f"keep names {', '.join(map(repr, clash))}, an output of model "
+                f"{self.model.name!r} too: the answer holds one column of a name",
+                model=self.model.name,
+            )
 
     def __call__(self, batch: Batch) -> dict[str, Array]:
         """The outputs (and the kept columns) of one batch, as numpy columns: row ``i``
@@ -83,16 +91,40 @@ class TritonPredictor:
         wanted = [*self.inputs.values(), *self.keep]
         columns = _columns(batch, wanted)
         feed = {name: columns[column] for name, column in self.inputs.items()}
-        spec = self.model.spec
-        if spec.batched:
+        answer = {column: columns[column] for column in self.keep}
+        if self.model.spec.batched:
             feed = {
                 name: self._rows(name, column, feed[name]) for name, column in self.inputs.items()
             }
-        result = self.model.infer(feed, outputs=self.outputs)
-        answer = {column: columns[column] for column in self.keep}
-        for name in self.outputs:
-            answer[name] = result[name]
+            result = self.model.infer(feed, outputs=self.outputs)
+            answer.update((name, result[name]) for name in self.outputs)
+        else:
+            answer.update(self._one_by_one(feed))
         return answer
+
+    def _one_by_one(self, feed: dict[str, Array]) -> dict[str, Array]:
+        """The outputs of a model without a batch axis: a request per row (``map``), the
+        answers stacked row by row."""
+        rows = min((len(values) for values in feed.values() if values.ndim), default=0)
+        samples = ({name: values[row] for name, values in feed.items()} for row in range(rows))
+        results = list(self.model.map(samples, outputs=self.outputs))
+        stacked: dict[str, Array] = {}
+        for name in self.outputs:
+            answers = [result[name] for result in results]
+            if not answers:
+                declared = self.model.spec.outputs.get(name)
+                stacked[name] = np.empty((0,), object if declared is None else declared.dtype)
+                continue
+            shapes = {answer.shape for answer in answers}
+            if len(shapes) > 1:
+                raise InvalidInputError(
+                    f"output {name!r} of model {self.model.name!r} has another shape for each "
+                    f"row ({', '.join(str(list(shape)) for shape in sorted(shapes))}): the "
+                    "rows cannot form one column",
+                    model=self.model.name,
+                )
+            stacked[name] = np.stack(answers)
+        return stacked
 
     def _rows(self, name: str, column: str, values: Array) -> Array:
         """``values`` with one row per sample of input ``name``: a batch axis in front of

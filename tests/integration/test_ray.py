@@ -129,3 +129,28 @@ def test_each_output_row_answers_a_row_of_the_batch(server: LocalServer) -> None
     ragged = {0: [np.ones((2, 2), np.float32), np.ones((3, 2), np.float32)]}
     with pytest.raises(ts.InvalidInputError, match="column '0'"):
         doubled(pd.DataFrame(ragged))
+
+
+def test_a_model_without_a_batch_axis_gets_a_request_per_row(server: LocalServer) -> None:
+    import triton_sdk as ts
+
+    # The whole batch went as one sample: refused for add_sub ([4] per sample, got (2, 4)),
+    # and for zeros one row in gave five "rows" out.
+    adder = TritonPredictor(server.grpc_url, "add_sub", keep=["id"])
+    rows = np.arange(8, dtype=np.float32).reshape(2, 4)
+    answer = adder({"id": np.array([1, 2]), "INPUT0": rows, "INPUT1": np.ones((2, 4), np.float32)})
+    assert answer["id"].tolist() == [1, 2]
+    assert answer["OUTPUT0"].tolist() == (rows + 1).tolist()
+    counted = TritonPredictor(server.grpc_url, "zeros", keep=["id"])
+    answer = counted({"COUNT": np.array([[3], [3]]), "id": np.array([1, 2])})
+    assert answer["OUT"].shape[0] == 2
+    with pytest.raises(ts.InvalidInputError, match="another shape for each row"):
+        counted({"COUNT": np.array([[3], [5]]), "id": np.array([1, 2])})
+
+
+def test_a_kept_column_named_as_an_output_is_refused(server: LocalServer) -> None:
+    import triton_sdk as ts
+
+    # The output replaced the kept column in the answer, without a word.
+    with pytest.raises(ts.InvalidInputError, match="keep names 'Y', an output of model"):
+        TritonPredictor(server.grpc_url, "double", keep=["Y"])
