@@ -2004,6 +2004,13 @@ class AsyncModelSequence:
         self._state = SequenceState(model.spec, sequence_id, AsyncGate)
         model._client._sequences.add(self._state)
 
+    def __reduce__(self) -> NoReturn:
+        # (copy.copy comes here too: a copy would share, and end, this one's sequence)
+        raise TypeError(
+            f"a sequence handle ({type(self).__name__}) cannot be pickled or copied: its "
+            "state is on the server that holds the sequence; use this one"
+        )
+
     @property
     def sequence_id(self) -> int | str:
         """The id every request of this sequence carries."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar
 
 from ._errors import TritonError
 from ._transports._loop import check_loop
@@ -35,6 +35,14 @@ def _after_responses(failure: BaseException) -> None:
     """A failure that came after the stream's first response: the model ran."""
     if isinstance(failure, TritonError):
         failure.may_have_run = True
+
+
+def _not_copied(stream: object) -> TypeError:
+    # (a copy would share the request, and cancel it when collected)
+    return TypeError(
+        f"a stream ({type(stream).__name__}) cannot be pickled or copied: it is one request "
+        "in flight; read it where it is"
+    )
 
 
 def _read_twice(reader: str) -> TritonError:
@@ -110,8 +118,12 @@ class ResponseStream(Generic[T]):
     ) -> None:
         self.close()
 
+    def __reduce__(self) -> NoReturn:
+        raise _not_copied(self)
+
     def __del__(self) -> None:
-        self.close()
+        if hasattr(self, "_iterator"):  # (not a half-made object)
+            self.close()
 
 
 class AsyncResponseStream(Generic[T]):
@@ -165,6 +177,9 @@ class AsyncResponseStream(Generic[T]):
             # Another task waits in it: "aclose(): asynchronous generator is already running".
             if "already running" not in str(exc):
                 raise
+
+    def __reduce__(self) -> NoReturn:
+        raise _not_copied(self)
 
     async def __aenter__(self) -> AsyncResponseStream[T]:
         return self

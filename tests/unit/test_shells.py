@@ -1234,6 +1234,23 @@ async def test_a_stream_yields_the_responses_in_order(shell: Shell) -> None:
     assert call.op.request.model == "talker"
 
 
+async def test_streams_and_sequences_refuse_to_be_copied(shell: Shell) -> None:
+    # A copied stream shared the request, and cancelled it when the copy was collected:
+    # the original then ended without a word. A sequence copied shared its state.
+    import copy
+    import pickle
+
+    stream = shell.talker.stream(X=[[1.0]])
+    sequence = shell.counter.sequence()
+    for copier in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match=r"a stream \(\w*ResponseStream\) cannot be"):
+            copier(stream)
+        with pytest.raises(TypeError, match=r"a sequence handle \(\w*ModelSequence\) cannot"):
+            copier(sequence)
+    responses = await resolve(stream)
+    assert [response["Y"].tolist() for response in responses] == [[[1.0]], [[2.0]], [[3.0]]]
+
+
 async def test_closing_a_stream_early_stops_pulling_and_closes_the_transports_stream(
     connect: Connect,
 ) -> None:
