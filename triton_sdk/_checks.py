@@ -86,7 +86,9 @@ def numpy_number(value: object, *, integer: bool) -> TypeGuard[np.integer[Any] |
 def shown(value: object) -> str:
     """``repr(value)``, a numpy scalar as the Python value it holds (numpy 2 writes
     ``np.float64(1.5)``, numpy 1 ``1.5``)."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
+    if isinstance(value, np.timedelta64):  # (it says its unit only as itself)
+        return repr(value)
+    return repr(value.item() if isinstance(value, np.number | np.bool_) else value)
 
 
 def check_timeout(timeout: object, what: str = "timeout") -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final, Literal
@@ -201,6 +202,8 @@ class ModelSpec(Displayable):
             max_batch_size = NO_KNOWN_LIMIT if _leading_batch_axis(metadata) else 0
         else:
             max_batch_size = json_int(config.get("max_batch_size", 0))
+            if not 0 <= max_batch_size < 2**31:  # (an int32 of 0 or more in Triton's config)
+                raise ValueError(f"max_batch_size {max_batch_size} is not one")
         input_configs = {item["name"]: item for item in config.get("input", ())}
         output_configs = {item["name"]: item for item in config.get("output", ())}
         inputs = [
@@ -211,8 +214,16 @@ class ModelSpec(Displayable):
             _tensor_spec(item, output_configs.get(item["name"], {}), max_batch_size)
             for item in metadata.get("outputs") or ()
         ]
+        for kind, tensors in (("input", inputs), ("output", outputs)):
+            names = [tensor.name for tensor in tensors]
+            if len(set(names)) != len(names):
+                twice = sorted({name for name in names if names.count(name) > 1})
+                raise ValueError(f"the model has two {kind}s named {', '.join(map(repr, twice))}")
         dynamic = config.get("dynamic_batching")
         policy = config.get("model_transaction_policy") or {}
+        decoupled = policy.get("decoupled", False)
+        if not isinstance(decoupled, bool):
+            raise ValueError(f"model_transaction_policy.decoupled is {decoupled!r}, not a bool")
         backend = str(config.get("backend") or "") or None
         return cls(
             name=str(metadata.get("name") or config.get("name") or ""),
@@ -222,7 +233,7 @@ class ModelSpec(Displayable):
             max_batch_size=max_batch_size,
             inputs={spec.name: spec for spec in inputs},
             outputs={spec.name: spec for spec in outputs},
-            decoupled=bool(policy.get("decoupled", False)),
+            decoupled=decoupled,
             sequence="sequence_batching" in config,
             string_sequence_ids=_corrid_type(config) == "TYPE_STRING",
             integer_sequence_ids=_corrid_type(config) not in (None, "TYPE_STRING"),
@@ -278,8 +289,18 @@ def _corrid_type(config: JSON) -> str | None:
 
 def json_int(value: Any) -> int:
     """An integer field of a decoded answer: gRPC's JSON form writes 64-bit integers as
-    strings and leaves out fields that are zero."""
-    return int(value or 0)
+    strings and leaves out fields that are zero. Anything else (2.5, true, "8.0") is
+    refused (ValueError), not rounded."""
+    if value is None or value == "":
+        return 0
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
+        return int(value)
+    raise ValueError(f"{value!r} is not an integer")
+
+
+_INTEGER: Final = re.compile(r"-?[0-9]{1,20}")
 
 
 def _tensor_spec(metadata: JSON, config: JSON, max_batch_size: int) -> TensorSpec:

@@ -341,3 +341,35 @@ async def test_an_output_shape_that_cannot_be_one_is_refused_at_the_call(
     model = await resolve(client.model("m"))
     with pytest.raises(ts.InferenceError, match="output 'Y' with a shape"):
         await resolve(model.infer(X=[1.0]))
+
+
+@pytest.mark.parametrize(
+    ("metadata", "config", "said"),
+    [
+        ({"inputs": [{"name": "X", "datatype": "FP32", "shape": [2.5]}]}, {}, "2.5"),
+        ({"inputs": [{"name": "X", "datatype": "FP32", "shape": [True]}]}, {}, "True"),
+        ({}, {"max_batch_size": -3}, "max_batch_size -3"),
+        ({}, {"max_batch_size": 2**70}, "max_batch_size"),
+        ({}, {"model_transaction_policy": {"decoupled": "yes"}}, "decoupled is 'yes'"),
+        (
+            {
+                "inputs": [
+                    {"name": "X", "datatype": "FP32", "shape": [1]},
+                    {"name": "X", "datatype": "INT8", "shape": [1]},
+                ]
+            },
+            {},
+            "two inputs named 'X'",
+        ),
+    ],
+)
+async def test_a_model_spec_the_server_cannot_mean_is_refused(
+    client: Any, metadata: dict[str, Any], config: dict[str, Any], said: str
+) -> None:
+    # A shape of 2.5 was cut to 2, "yes" read as decoupled, -3 taken as a batch limit,
+    # and of two inputs of one name the last one kept.
+    ANSWERS["/v2/models/m"] = {**METADATA, **metadata}
+    ANSWERS["/v2/models/m/config"] = {**CONFIG, **config}
+    with pytest.raises(ts.InferenceError, match="could not be read") as refused:
+        await resolve(client.model("m"))
+    assert said in str(refused.value)
