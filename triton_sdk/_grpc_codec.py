@@ -57,6 +57,7 @@ from ._result import (
     decode_json_output,
     decode_output,
     keep_outputs,
+    named_twice,
     read_region,
 )
 from ._shaping import Tensor
@@ -606,6 +607,8 @@ def decode_infer_response(
             values = list(getattr(output.contents, field)) if field else []
             outputs[output.name] = decode_json_output(output.name, output.datatype, shape, values)
         datatypes[output.name] = output.datatype
+    if len(outputs) != len(response.outputs):
+        raise named_twice([output.name for output in response.outputs])
     parameters = (
         {
             key: _parameter_value(value)

@@ -74,6 +74,7 @@ from ._result import (
     decode_json_output,
     decode_output,
     keep_outputs,
+    named_twice,
     read_region,
 )
 from ._shaping import Tensor
@@ -393,6 +394,8 @@ def decode_infer(
             outputs[name] = decode_output(name, datatype, shape, view[offset : offset + size])
             offset += size
         datatypes[name] = datatype
+    if len(outputs) != len(header.get("outputs", ())):
+        raise named_twice([str(output["name"]) for output in header["outputs"]])
     return InferResult.of(
         outputs,
         datatypes,

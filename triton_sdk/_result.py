@@ -389,6 +389,12 @@ _LARGEST_ELEMENT_COUNT: Final = (2**63 - 1) // 8
 """The most elements numpy holds of an 8-byte type (its size limit, zero axes aside)."""
 
 
+def named_twice(names: list[str]) -> InferenceError:
+    """The error of an answer that holds outputs of one name (which one is meant?)."""
+    twice = sorted({name for name in names if names.count(name) > 1})
+    return InferenceError(f"the server sent output {', '.join(map(repr, twice))} twice")
+
+
 def decode_output(
     name: str, datatype: str, shape: Sequence[int], buffer: bytes | memoryview
 ) -> Array | Undecoded:

@@ -374,3 +374,13 @@ def test_a_malformed_small_answer_is_an_inference_error_once_learning_gave_up() 
     assert_same(plain.read(data), parsed(data))
     with pytest.raises(ts.InferenceError, match="malformed infer answer"):
         plain.read(data[:-1])
+
+
+def test_an_answer_with_two_outputs_of_one_name_is_refused() -> None:
+    # The last one was kept without a word (tritonclient's as_numpy takes the first).
+    answer = pb.ModelInferResponse(model_name="m", model_version="1")
+    for value in (1.0, 2.0):
+        answer.outputs.add(name="Y", datatype="FP32", shape=[1])
+        answer.raw_output_contents.append(np.float32(value).tobytes())
+    with pytest.raises(ts.InferenceError, match="sent output 'Y' twice"):
+        decode_infer_response(answer)

@@ -373,3 +373,12 @@ async def test_a_model_spec_the_server_cannot_mean_is_refused(
     with pytest.raises(ts.InferenceError, match="could not be read") as refused:
         await resolve(client.model("m"))
     assert said in str(refused.value)
+
+
+async def test_an_answer_with_two_outputs_of_one_name_is_refused(client: Any) -> None:
+    # The last one was kept without a word (tritonclient's as_numpy takes the first).
+    twice = [{"name": "Y", "datatype": "FP32", "shape": [1], "data": [v]} for v in (1.0, 2.0)]
+    ANSWERS["/v2/models/m/infer"] = {"model_name": "m", "outputs": twice}
+    model = await resolve(client.model("m"))
+    with pytest.raises(ts.InferenceError, match="sent output 'Y' twice"):
+        await resolve(model.infer(X=[1.0]))
