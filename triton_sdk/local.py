@@ -346,12 +346,16 @@ def _listening_ports(pid: int) -> set[int] | None:
 
 
 def _values(args: Sequence[str], option: str) -> Iterator[str]:
-    """The values ``args`` give ``option`` (``--option value`` or ``--option=value``)."""
+    """The values ``args`` give ``option`` (``--option value`` or ``--option=value``, the
+    option's last word maybe cut short)."""
     for index, arg in enumerate(args):
-        if arg == option and index + 1 < len(args):
-            yield args[index + 1]
-        elif arg.startswith(option + "="):
-            yield arg.removeprefix(option + "=")
+        given, equals, value = str(arg).partition("=")
+        if not _names(given, option):
+            continue
+        if equals:
+            yield value
+        elif index + 1 < len(args):
+            yield str(args[index + 1])
 
 
 def _switched_off(args: Sequence[str], option: str) -> bool:
@@ -425,12 +429,15 @@ def _managed_option(arg: str) -> str | None:
     """The option of :data:`_MANAGED_OPTIONS` that ``arg`` sets, if any; also when it is
     abbreviated, as tritonserver's getopt_long takes ``--http-po=1`` for ``--http-port``."""
     option = arg.split("=", 1)[0]
-    for managed in _MANAGED_OPTIONS:
-        family, _, word = managed.rpartition("-")
-        rest = option.removeprefix(family + "-")
-        if rest != option and rest and word.startswith(rest):
-            return managed
-    return None
+    return next((managed for managed in _MANAGED_OPTIONS if _names(option, managed)), None)
+
+
+def _names(given: str, option: str) -> bool:
+    """Whether ``given`` (without its ``=value``) names ``option``, in full or with its last
+    word cut short, as getopt_long takes it (``--http-po`` for ``--http-port``)."""
+    family, _, word = option.rpartition("-")
+    rest = given.removeprefix(family + "-")
+    return rest != given and bool(rest) and word.startswith(rest)
 
 
 _MODEL_CONTROL: Final = ("explicit", "none", "poll")

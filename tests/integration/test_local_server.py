@@ -441,13 +441,14 @@ def test_a_log_path_that_cannot_be_written_is_a_start_error(
 def test_extra_args_must_be_a_sequence_and_keep_http() -> None:
     with pytest.raises(TypeError, match="not a str"):
         LocalServer(EXAMPLE_MODELS, extra_args="--log-info=false")
-    for args in (["--allow-http=false"], ["--allow-http", "0"]):
+    for args in (["--allow-http=false"], ["--allow-http", "0"], ["--allow-h=false"]):
         with pytest.raises(ServerStartError, match="--allow-http=false is not supported"):
             LocalServer(EXAMPLE_MODELS, extra_args=args)
     # Its readiness probe got 403 until startup_timeout, then "not ready".
     for args in (
         ["--http-restricted-api=health:x-key=v"],
         ["--http-restricted-api", "metadata, Health:x-key=v"],
+        ["--http-restricted-a=health:x-key=v"],  # (tritonserver takes it, abbreviated)
     ):
         with pytest.raises(ServerStartError, match="may not restrict health"):
             LocalServer(EXAMPLE_MODELS, extra_args=args)
