@@ -10,7 +10,7 @@ import gzip
 import zlib
 from typing import Final, Literal, TypeAlias
 
-from ._errors import InferenceError, InvalidInputError
+from ._errors import InvalidInputError, unreadable
 
 __all__ = ["Compression", "check_compression", "compress", "decompress"]
 
@@ -51,7 +51,7 @@ def decompress(body: bytes, encoding: str | None, accepted: str | None) -> bytes
         return body
     coding = "gzip" if coding == "x-gzip" else coding
     if coding not in ("gzip", "deflate") or not _accepts(accepted, coding):
-        raise InferenceError(
+        raise unreadable(
             f"the server answered with an encoding this client did not ask for: {encoding} "
             f"(Accept-Encoding: {accepted or 'identity'})"
         )
@@ -59,15 +59,15 @@ def decompress(body: bytes, encoding: str | None, accepted: str | None) -> bytes
     try:
         data = inflater.decompress(body, MOST_INFLATED + 1)
     except zlib.error as exc:
-        raise InferenceError(f"the server sent a {encoding} body that is corrupt: {exc}") from exc
+        raise unreadable(f"the server sent a {encoding} body that is corrupt: {exc}") from exc
     if len(data) > MOST_INFLATED:
-        raise InferenceError(
+        raise unreadable(
             f"the server sent a {encoding} body that inflates past {MOST_INFLATED} bytes "
             f"(from {len(body)})"
         )
     if not inflater.eof or inflater.unused_data:
         why = "it ends early" if not inflater.eof else "bytes follow its end"
-        raise InferenceError(f"the server sent a {encoding} body that is corrupt: {why}")
+        raise unreadable(f"the server sent a {encoding} body that is corrupt: {why}")
     return data
 
 

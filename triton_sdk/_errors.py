@@ -297,10 +297,15 @@ MALFORMED_ANSWER = (
 
 def unreadable_answer(exc: BaseException, what: str, model: str | None = None) -> InferenceError:
     """The error for an answer to ``what`` that could not be read (raise it ``from exc``)."""
-    return InferenceError(
-        f"the server's answer to {what} could not be read: {type(exc).__name__}: {exc}",
-        model=model,
+    return unreadable(
+        f"the server's answer to {what} could not be read: {type(exc).__name__}: {exc}", model
     )
+
+
+def unreadable(message: str, model: str | None = None) -> InferenceError:
+    """The error for an answer that came and cannot be read: the request ran
+    (``may_have_run``), so sending it again may run it twice."""
+    return InferenceError(message, model=model, may_have_run=True)
 
 
 def unsupported_operation(error: TritonError, operation: str, url: str) -> UnsupportedError:

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from ._dtypes import wire_dtype
-from ._errors import InferenceError, InvalidInputError, classify_message, values_refused
+from ._errors import InferenceError, InvalidInputError, classify_message, unreadable, values_refused
 from ._generate import (
     JSONValue,
     TextOutputs,
@@ -355,7 +355,7 @@ def _parse_answer(data: bytes) -> pb.ModelInferResponse:
 
 
 def _malformed(cause: Exception) -> InferenceError:
-    return InferenceError(f"the server sent a malformed infer answer ({cause})")
+    return unreadable(f"the server sent a malformed infer answer ({cause})")
 
 
 _MAX_LESSONS: Final = 16

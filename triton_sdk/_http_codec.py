@@ -28,6 +28,7 @@ from ._errors import (
     classify_status,
     redirect_refused,
     refuse_error_body,
+    unreadable,
     unreadable_answer,
     values_refused,
 )
@@ -351,9 +352,9 @@ def decode_json(body: Body, what: str) -> Any:
             # bytes that are not UTF-8 stay surrogate escapes (decode_json_output).
             return json.loads(bytes(body).decode("utf-8", "surrogateescape"))
     except ValueError as exc:
-        raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
+        raise unreadable(f"{what}: the server sent a body that is not JSON") from exc
     except RecursionError:  # (arrays nested past Python's stack: no answer of Triton's)
-        raise InferenceError(f"{what}: the server sent JSON nested too deep to read") from None
+        raise unreadable(f"{what}: the server sent JSON nested too deep to read") from None
 
 
 def _text(value: object) -> str:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from ._copy import copied
 from ._display import Displayable, Table, preview
 from ._dtypes import decode_bytes, wire_dtype
-from ._errors import InferenceError, InvalidInputError, UnknownOutputError
+from ._errors import InferenceError, InvalidInputError, UnknownOutputError, unreadable
 
 if TYPE_CHECKING:
     from ._shm import Slot
@@ -373,13 +373,13 @@ def _count(shape: Sequence[int], name: str) -> int:
     """The number of elements of an output of ``shape`` as the server sent it, checked:
     whole numbers of 0 or more, that numpy can hold (it refuses [0, 2**62] too)."""
     if not all(type(size) is int for size in shape):  # (JSON: 3.0, true)
-        raise InferenceError(
+        raise unreadable(
             f"the server sent output {name!r} with a shape that is not whole numbers: {list(shape)}"
         )
     if shape and min(shape) < 0:
-        raise InferenceError(f"the server sent output {name!r} with a negative shape {shape}")
+        raise unreadable(f"the server sent output {name!r} with a negative shape {shape}")
     if math.prod(size for size in shape if size) > _LARGEST_ELEMENT_COUNT:
-        raise InferenceError(
+        raise unreadable(
             f"the server sent output {name!r} with a shape too large to hold: {list(shape)}"
         )
     return math.prod(shape)
@@ -392,7 +392,7 @@ _LARGEST_ELEMENT_COUNT: Final = (2**63 - 1) // 8
 def named_twice(names: list[str]) -> InferenceError:
     """The error of an answer that holds outputs of one name (which one is meant?)."""
     twice = sorted({name for name in names if names.count(name) > 1})
-    return InferenceError(f"the server sent output {', '.join(map(repr, twice))} twice")
+    return unreadable(f"the server sent output {', '.join(map(repr, twice))} twice")
 
 
 def decode_output(
@@ -405,13 +405,13 @@ def decode_output(
         try:
             return decode_bytes(buffer, count).reshape(shape)
         except ValueError as exc:
-            raise InferenceError(f"output {name!r}: {exc}") from exc
+            raise unreadable(f"output {name!r}: {exc}") from exc
     try:
         dtype = wire_dtype(datatype)
     except KeyError:
-        raise InferenceError(f"output {name!r} has unknown datatype {datatype!r}") from None
+        raise unreadable(f"output {name!r} has unknown datatype {datatype!r}") from None
     if len(buffer) != count * dtype.itemsize:
-        raise InferenceError(
+        raise unreadable(
             f"output {name!r}: {len(buffer)} bytes do not hold {datatype} of shape {list(shape)}"
         )
     return Undecoded(buffer, dtype, tuple(shape))
@@ -422,13 +422,13 @@ def read_region(name: str, datatype: str, shape: Sequence[int], slot: Slot) -> A
     ``slot.view`` the region's memory itself (recorded in ``slot.lent``, so that the region
     is not reused while the array lives)."""
     if datatype == "BYTES":
-        raise InferenceError(f"output {name!r}: BYTES outputs do not travel in regions")
+        raise unreadable(f"output {name!r}: BYTES outputs do not travel in regions")
     try:
         size = _count(shape, name) * wire_dtype(datatype).itemsize
     except KeyError:
-        raise InferenceError(f"output {name!r} has unknown datatype {datatype!r}") from None
+        raise unreadable(f"output {name!r} has unknown datatype {datatype!r}") from None
     if size > slot.byte_size:
-        raise InferenceError(
+        raise unreadable(
             f"output {name!r}: shape {list(shape)} needs {size} bytes, its region has "
             f"{slot.byte_size}"
         )
@@ -499,7 +499,7 @@ def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: obj
             elif isinstance(item, bytes):
                 array[index] = item
             else:
-                raise InferenceError(
+                raise unreadable(
                     f"output {name!r}: its BYTES values hold the {type(item).__name__} {item!r}, "
                     "not a string"
                 )
@@ -510,19 +510,19 @@ def decode_json_output(name: str, datatype: str, shape: Sequence[int], data: obj
             if target.kind in "iu" and raw.size and _inexact(raw):
                 exact = _exact_integers(data, target)
                 if exact is None:
-                    raise InferenceError(
+                    raise unreadable(
                         f"output {name!r}: its {datatype} values are not all {datatype} integers"
                     )
                 array = exact
             elif target.kind in "iu" and raw.size and not _fits(raw, target):
-                raise InferenceError(
+                raise unreadable(
                     f"output {name!r}: its {datatype} values are not all "
                     f"{datatype} integers (from {raw.min()!r} to {raw.max()!r})"
                 )
             else:
                 array = raw.astype(target).reshape(-1)
         except (KeyError, ValueError, TypeError, OverflowError) as exc:
-            raise InferenceError(f"output {name!r}: cannot read its {datatype} values") from exc
+            raise unreadable(f"output {name!r}: cannot read its {datatype} values") from exc
     if array.size != count:
-        raise InferenceError(f"output {name!r}: {array.size} values for shape {list(shape)}")
+        raise unreadable(f"output {name!r}: {array.size} values for shape {list(shape)}")
     return array.reshape(shape)

@@ -382,3 +382,18 @@ async def test_an_answer_with_two_outputs_of_one_name_is_refused(client: Any) ->
     model = await resolve(client.model("m"))
     with pytest.raises(ts.InferenceError, match="sent output 'Y' twice"):
         await resolve(model.infer(X=[1.0]))
+
+
+async def test_an_answer_that_came_and_cannot_be_read_may_have_run(client: Any) -> None:
+    # The model ran and answered; only reading the answer failed. may_have_run was False,
+    # and code that checks it before sending again would run the model twice.
+    model = await resolve(client.model("m"))
+    ANSWERS["/v2/models/m/infer"] = Page("application/json", b"{not json")
+    with pytest.raises(ts.InferenceError, match="not JSON") as failed:
+        await resolve(model.infer(X=[1.0]))
+    assert failed.value.may_have_run
+    gzipped = (("Content-Encoding", "gzip"),)
+    ANSWERS["/v2/models/m/infer"] = Page("application/json", b"\x1f\x8b", headers=gzipped)
+    with pytest.raises(ts.InferenceError, match="did not ask for") as refused:
+        await resolve(model.infer(X=[1.0]))
+    assert refused.value.may_have_run
