@@ -146,8 +146,11 @@ def test_a_user_agent_is_refused_over_grpc_which_sends_its_own(
     # gRPC put "grpc-python/..." in its place: the server never saw the one given.
     model = client.model("echo_headers")
     before = inference_count(server, "echo_headers")
-    with pytest.raises(ts.InvalidInputError, match="'user-agent' cannot be sent over gRPC"):
+    # (the blocking client said "gRPC refused the request: ...": it was the SDK's refusal)
+    with pytest.raises(ts.InvalidInputError, match="^header 'user-agent' cannot be sent over"):
         model.infer(INPUT=[[1]], headers={"User-Agent": "me/1"})
+    with pytest.raises(ts.InvalidInputError, match="^header 'user-agent' cannot be sent over"):
+        list(client.model("echo_headers_stream").stream(INPUT=[1], headers={"user-agent": "x"}))
     assert inference_count(server, "echo_headers") == before
 
 

@@ -306,6 +306,8 @@ class GrpcTransport:
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
             )
+        except InvalidInputError:  # (the client's own refusal: a header it will not send)
+            raise
         except ValueError as exc:  # a closed channel, or metadata grpc will not send
             raise self._refused(exc) from exc
         except grpc.RpcError as exc:
@@ -338,6 +340,8 @@ class GrpcTransport:
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
             )
+        except InvalidInputError:  # (the client's own refusal: a header it will not send)
+            raise
         except ValueError as exc:
             raise self._refused(exc) from exc
         stop.arm(pending.cancel)
@@ -371,6 +375,8 @@ class GrpcTransport:
                 metadata=self._metadata(ctx.headers),
                 compression=self._compression,
             )
+        except InvalidInputError:  # (the client's own refusal: a header it will not send)
+            raise
         except ValueError as exc:
             raise self._refused(exc) from exc
         if ctx._stop is not None:
