@@ -407,7 +407,8 @@ _UNANSWERED: Any = object()
 
 
 def _tensor_metadata(tensor: TensorSpec, batched: bool) -> JSON:
-    shape = [-1, *tensor.shape] if batched else list(tensor.shape)
+    # (ints as a server writes them: a spec made with numpy's would not read as one)
+    shape = [-1, *map(int, tensor.shape)] if batched else [int(dim) for dim in tensor.shape]
     return {"name": tensor.name, "datatype": tensor.datatype, "shape": shape}
 
 
@@ -434,7 +435,8 @@ def repository_index(specs: Iterable[ModelSpec]) -> list[JSON]:
 
 def _tensor_config(tensor: TensorSpec) -> JSON:
     kind = "STRING" if tensor.datatype == "BYTES" else tensor.datatype  # (config's names)
-    config: JSON = {"name": tensor.name, "data_type": f"TYPE_{kind}", "dims": list(tensor.shape)}
+    dims = [int(dim) for dim in tensor.shape]
+    config: JSON = {"name": tensor.name, "data_type": f"TYPE_{kind}", "dims": dims}
     if tensor.optional:
         config["optional"] = True
     if tensor.label_filename:
@@ -448,7 +450,7 @@ def model_config(spec: ModelSpec) -> JSON:
         "name": spec.name,
         "platform": spec.platform,
         "backend": spec.backend or "",
-        "max_batch_size": spec.max_batch_size,
+        "max_batch_size": int(spec.max_batch_size),
         "input": [_tensor_config(t) for t in spec.inputs.values()],
         "output": [_tensor_config(t) for t in spec.outputs.values()],
     }
@@ -461,7 +463,8 @@ def model_config(spec: ModelSpec) -> JSON:
             corrid = {"kind": "CONTROL_SEQUENCE_CORRID", "data_type": kind}
             config["sequence_batching"]["control_input"] = [{"name": "CORRID", "control": [corrid]}]
     if spec.dynamic_batching:
-        config["dynamic_batching"] = {"preferred_batch_size": list(spec.preferred_batch_sizes)}
+        sizes = [int(size) for size in spec.preferred_batch_sizes]
+        config["dynamic_batching"] = {"preferred_batch_size": sizes}
     if spec.parameters:
         config["parameters"] = {
             key: {"string_value": value} for key, value in spec.parameters.items()

@@ -783,6 +783,21 @@ async def test_the_mock_answers_text_with_every_byte(connect: Connect) -> None:
         await resolve(writer.infer(PROMPT=["hi"]))
 
 
+async def test_the_mock_serves_a_spec_made_with_numpy_integers(connect: Connect) -> None:
+    # Its dims went into the metadata as numpy ints, which a server never writes and the
+    # spec reader refused ("3 is not an integer").
+    spec = ts.ModelSpec(
+        name="numpy_made",
+        inputs={"X": ts.TensorSpec(name="X", datatype="FP32", shape=(np.int64(2),))},
+        outputs={"Y": ts.TensorSpec(name="Y", datatype="FP32", shape=(np.int64(2),))},
+        max_batch_size=np.int64(4),  # type: ignore[arg-type]
+    )
+    mock = MockTransport(lambda op, ctx: {"Y": [[1.0, 2.0]]}, models=[spec])
+    client, _ = connect(transport=mock)
+    model = await resolve(client.model("numpy_made"))
+    assert (model.spec.max_batch_size, model.spec.inputs["X"].shape) == (4, (2,))
+
+
 async def test_the_mock_config_names_each_tensors_data_type(connect: Connect) -> None:
     client, _ = connect()
     config = await resolve(client.model_config("writer"))
