@@ -55,28 +55,54 @@ def decompress(body: bytes, encoding: str | None, accepted: str | None) -> bytes
             f"the server answered with an encoding this client did not ask for: {encoding} "
             f"(Accept-Encoding: {accepted or 'identity'})"
         )
-    inflater = zlib.decompressobj(31 if coding == "gzip" else 15)
-    try:
-        data = inflater.decompress(body, MOST_INFLATED + 1)
-    except zlib.error as exc:
-        raise unreadable(f"the server sent a {encoding} body that is corrupt: {exc}") from exc
-    if len(data) > MOST_INFLATED:
-        raise unreadable(
-            f"the server sent a {encoding} body that inflates past {MOST_INFLATED} bytes "
-            f"(from {len(body)})"
-        )
-    if not inflater.eof or inflater.unused_data:
-        why = "it ends early" if not inflater.eof else "bytes follow its end"
-        raise unreadable(f"the server sent a {encoding} body that is corrupt: {why}")
-    return data
+    if not body:  # (an empty answer says nothing, in any encoding)
+        return body
+    parts = []
+    size = 0
+    given = len(body)
+    while True:  # (gzip may hold several members one after another, RFC 1952)
+        inflater = zlib.decompressobj(31 if coding == "gzip" else 15)
+        try:
+            part = inflater.decompress(body, MOST_INFLATED + 1 - size)
+        except zlib.error as exc:
+            raise unreadable(f"the server sent a {encoding} body that is corrupt: {exc}") from exc
+        size += len(part)
+        parts.append(part)
+        if size > MOST_INFLATED:
+            raise unreadable(
+                f"the server sent a {encoding} body that inflates past {MOST_INFLATED} bytes "
+                f"(from {given})"
+            )
+        if not inflater.eof:
+            raise unreadable(f"the server sent a {encoding} body that is corrupt: it ends early")
+        body = inflater.unused_data
+        if not body:
+            return b"".join(parts)
+        if coding != "gzip" or not body.startswith(_GZIP_MAGIC):
+            raise unreadable(
+                f"the server sent a {encoding} body that is corrupt: bytes follow its end"
+            )
+
+
+_GZIP_MAGIC: Final = b"\x1f\x8b"
 
 
 def _accepts(accepted: str | None, coding: str) -> bool:
-    """Whether an ``Accept-Encoding`` value accepts ``coding`` (``*`` any; ``q=0``: not)."""
+    """Whether an ``Accept-Encoding`` value accepts ``coding``: named (``x-gzip`` is gzip),
+    or else under ``*``, with a weight above 0 (RFC 9110 12.5.3)."""
+    weights: dict[str, bool] = {}
     for item in (accepted or "").split(","):
         name, _, weight = item.partition(";")
         name = name.strip().lower()
-        if name in (coding, "*", "x-gzip" if coding == "gzip" else coding):
-            quality = weight.strip().lower().removeprefix("q=").strip()
-            return quality not in ("0", "0.", "0.0", "0.00", "0.000")
-    return False
+        name = "gzip" if name == "x-gzip" else name
+        weights[name] = _above_zero(weight)
+    return weights.get(coding, weights.get("*", False))
+
+
+def _above_zero(weight: str) -> bool:
+    """Whether a coding's ``q=`` weight (none: 1) lets it be used."""
+    quality = weight.strip().lower().removeprefix("q=").strip()
+    try:
+        return not quality or float(quality) > 0
+    except ValueError:  # (a weight that is no number: the coding is named, so take it)
+        return True

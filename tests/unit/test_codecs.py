@@ -1073,6 +1073,7 @@ def test_content_codings_are_read_whatever_their_case() -> None:
         ("gzip", "deflate"),
         ("deflate", "gzip"),
         ("gzip;q=0, deflate", "gzip"),
+        ("gzip;q=0.000, *", "gzip"),
     ],
 )
 def test_an_encoding_the_request_did_not_accept_is_refused(
@@ -1086,8 +1087,11 @@ def test_an_encoding_the_request_did_not_accept_is_refused(
 
 def test_encodings_a_request_accepts() -> None:
     body = b"tensors" * 100
-    for accepted in ("gzip", "GZIP;q=0.5", "deflate, gzip", "*", "x-gzip"):
+    for accepted in ("gzip", "GZIP;q=0.5", "deflate, gzip", "*", "x-gzip", "*;q=0, gzip"):
         assert decompress(gzip.compress(body), "gzip", accepted) == body
+    # An empty body is empty in any encoding; gzip members one after another are one body.
+    assert decompress(b"", "gzip", "gzip") == b""
+    assert decompress(gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip", "gzip") == b"abcd"
 
 
 def test_a_body_that_inflates_past_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -397,3 +397,17 @@ async def test_an_answer_that_came_and_cannot_be_read_may_have_run(client: Any) 
     with pytest.raises(ts.InferenceError, match="did not ask for") as refused:
         await resolve(model.infer(X=[1.0]))
     assert refused.value.may_have_run
+
+
+async def test_metrics_are_read_in_the_encoding_asked_for(client: Any, url: str) -> None:
+    # asyncio's read took any encoding aiohttp knows, inflated without a bound; the
+    # blocking one handed the compressed bytes on as text.
+    import gzip
+
+    text = b'# TYPE nv_inference_count counter\nnv_inference_count{model="m",version="1"} 2\n'
+    gzipped = (("Content-Encoding", "gzip"),)
+    ANSWERS["/metrics"] = Page("text/plain", gzip.compress(text), headers=gzipped)
+    with pytest.raises(ts.InferenceError, match="did not ask for: gzip"):
+        await resolve(client.metrics(url=f"{url}/metrics"))
+    asked = await resolve(client.metrics(url=f"{url}/metrics", headers={"Accept-Encoding": "gzip"}))
+    assert asked.model("m").inference_count == 2

@@ -11,11 +11,19 @@ import ssl
 from urllib.parse import SplitResult, urlsplit
 
 from .._call import CallContext
+from .._compression import decompress
 from .._config import TLSConfig, check_metrics_url, redact_url
 from .._errors import TritonError, UnsupportedError
 from .._http_codec import error_from_response
 from ._errors import http_error
-from ._http_pool import connection_for, deadline_of, ssl_context, tls_name
+from ._http_pool import (
+    connection_for,
+    deadline_of,
+    header_value,
+    request_headers,
+    ssl_context,
+    tls_name,
+)
 
 __all__ = ["fetch_metrics", "fetch_metrics_async", "metrics_url_read"]
 
@@ -64,6 +72,8 @@ def fetch_metrics(url: str, ctx: CallContext, tls: TLSConfig | None) -> str:
         raise _failure(exc, url, ctx.timeout) from exc
     finally:
         connection.close()
+    encoding = response.getheader("Content-Encoding")
+    body = decompress(body, encoding, header_value(ctx.headers, "Accept-Encoding"))
     return _text(response.status, body, url)
 
 
@@ -77,10 +87,13 @@ async def fetch_metrics_async(url: str, ctx: CallContext, tls: TLSConfig | None)
     context: ssl.SSLContext | bool = ssl_context(tls) if url.startswith("https:") else True
     try:
         async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ctx.timeout)) as session,
+            aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=ctx.timeout),
+                auto_decompress=False,  # (read as the blocking one reads: see decompress)
+            ) as session,
             session.get(
                 target,
-                headers=dict(ctx.headers),
+                headers=request_headers({"Accept-Encoding": "identity"}, ctx.headers),
                 ssl=context,
                 server_hostname=tls_name(target, tls),
                 allow_redirects=False,  # (as the blocking read: no headers sent elsewhere)
@@ -88,6 +101,8 @@ async def fetch_metrics_async(url: str, ctx: CallContext, tls: TLSConfig | None)
         ):
             body = await response.read()
             status = response.status
+            encoding = response.headers.get("Content-Encoding")
+            accepted = response.request_info.headers.get("Accept-Encoding")
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         raise _failure(exc, url, ctx.timeout) from exc
-    return _text(status, body, url)
+    return _text(status, decompress(body, encoding, accepted), url)
