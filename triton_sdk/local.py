@@ -20,7 +20,6 @@ import contextlib
 import fcntl
 import http.client
 import importlib.util
-import math
 import os
 import re
 import shutil
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
+from ._checks import numpy_number, shown
 from ._errors import TritonError
 from ._fork import on_fork
 
@@ -373,24 +373,28 @@ def _check_arguments(ports: object, startup_timeout: object, log_verbose: object
     text) or take otherwise than meant (a port past 65535 wraps around)."""
     if ports is not None:
         given: Any = ports
-        fit = isinstance(given, tuple) and len(given) == 3
+        fit = isinstance(given, Sequence) and not isinstance(given, str) and len(given) == 3
         if not fit or not all(_is_int(port) and 1 <= port <= 65535 for port in given):
             raise ServerStartError(
-                f"ports is a tuple (http, grpc, metrics) of ports 1-65535, got {ports!r}"
+                f"ports is a tuple (http, grpc, metrics) of ports 1-65535, got {shown(ports)}"
             )
-        if len(set(given)) != 3:
-            raise ServerStartError(f"ports must be three different ports, got {ports!r}")
-    number = isinstance(startup_timeout, int | float) and not isinstance(startup_timeout, bool)
-    if not number or not 0 < startup_timeout < math.inf:  # type: ignore[operator]
+        if len({int(port) for port in given}) != 3:
+            raise ServerStartError(f"ports must be three different ports, got {shown(ports)}")
+    number = numpy_number(startup_timeout, integer=False) or (
+        isinstance(startup_timeout, int | float) and not isinstance(startup_timeout, bool)
+    )
+    if not number or not startup_timeout > 0:  # type: ignore[operator]
         raise ServerStartError(
-            f"startup_timeout is a number of seconds above 0, got {startup_timeout!r}"
+            f"startup_timeout is a number of seconds above 0, got {shown(startup_timeout)}"
         )
     if not _is_int(log_verbose) or log_verbose < 0:  # type: ignore[operator]
-        raise ServerStartError(f"log_verbose is an int of 0 or more, got {log_verbose!r}")
+        raise ServerStartError(f"log_verbose is an int of 0 or more, got {shown(log_verbose)}")
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return numpy_number(value, integer=True) or (
+        isinstance(value, int) and not isinstance(value, bool)
+    )
 
 
 def _restricts_http_health(args: Sequence[str]) -> bool:
@@ -574,6 +578,8 @@ class LocalServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
+        if ports is not None:  # (as Python ints, however given)
+            ports = (int(ports[0]), int(ports[1]), int(ports[2]))
         self._ports: tuple[int, int, int] | None = ports
         self._given_ports = ports
         self._fresh_ports = False

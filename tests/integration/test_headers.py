@@ -147,9 +147,9 @@ def test_a_user_agent_is_refused_over_grpc_which_sends_its_own(
     model = client.model("echo_headers")
     before = inference_count(server, "echo_headers")
     # (the blocking client said "gRPC refused the request: ...": it was the SDK's refusal)
-    with pytest.raises(ts.InvalidInputError, match="^header 'user-agent' cannot be sent over"):
+    with pytest.raises(ts.InvalidInputError, match=r"^header 'user-agent' cannot be sent over"):
         model.infer(INPUT=[[1]], headers={"User-Agent": "me/1"})
-    with pytest.raises(ts.InvalidInputError, match="^header 'user-agent' cannot be sent over"):
+    with pytest.raises(ts.InvalidInputError, match=r"^header 'user-agent' cannot be sent over"):
         list(client.model("echo_headers_stream").stream(INPUT=[1], headers={"user-agent": "x"}))
     assert inference_count(server, "echo_headers") == before
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
+import numpy as np
 import pytest
 
 import triton_sdk as ts
@@ -116,7 +117,7 @@ def test_model_that_cannot_load_fails_with_its_error(tmp_path: Path) -> None:
     [
         ({"ports": (70000, 1, 2)}, "ports is a tuple"),
         ({"ports": (8000, 0, 8002)}, "ports is a tuple"),
-        ({"ports": [8000, 8001, 8002]}, "ports is a tuple"),
+        ({"ports": "800"}, "ports is a tuple"),
         ({"ports": (8000, 8000, 8002)}, "three different ports"),
         ({"startup_timeout": float("nan")}, "startup_timeout is a number"),
         ({"startup_timeout": 0}, "startup_timeout is a number"),
@@ -130,6 +131,14 @@ def test_bad_arguments_are_refused_before_anything_starts(
     # A port past 65535 wrapped around: start() waited on a port nothing listened on.
     with pytest.raises(ServerStartError, match=said):
         LocalServer(EXAMPLE_MODELS, **arguments)
+
+
+def test_arguments_of_other_types_that_mean_the_same_are_taken() -> None:
+    ports = [np.int64(8000), 8001, 8002]
+    server = LocalServer(
+        EXAMPLE_MODELS, ports=ports, startup_timeout=float("inf"), log_verbose=np.int64(1)
+    )
+    assert server._given_ports == (8000, 8001, 8002)
 
 
 def test_a_start_that_aborts_in_the_known_python_backend_crash_is_tried_again(
