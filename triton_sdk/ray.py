@@ -105,15 +105,23 @@ class TritonPredictor:
     def _one_by_one(self, feed: dict[str, Array]) -> dict[str, Array]:
         """The outputs of a model without a batch axis: a request per row (``map``), the
         answers stacked row by row."""
-        rows = min((len(values) for values in feed.values() if values.ndim), default=0)
+        lengths = {column: len(values) if values.ndim else 1 for column, values in feed.items()}
+        if len(set(lengths.values())) > 1:
+            raise InvalidInputError(
+                f"the batch's columns have different numbers of rows: {lengths}",
+                model=self.model.name,
+            )
+        rows = next(iter(lengths.values()), 0)
         samples = ({name: values[row] for name, values in feed.items()} for row in range(rows))
         results = list(self.model.map(samples, outputs=self.outputs))
         stacked: dict[str, Array] = {}
         for name in self.outputs:
             answers = [result[name] for result in results]
-            if not answers:
+            if not answers:  # (no rows: the output's declared shape, of none)
                 declared = self.model.spec.outputs.get(name)
-                stacked[name] = np.empty((0,), object if declared is None else declared.dtype)
+                dims = () if declared is None else tuple(max(dim, 0) for dim in declared.shape)
+                dtype = object if declared is None else declared.dtype
+                stacked[name] = np.empty((0, *dims), dtype)
                 continue
             shapes = {answer.shape for answer in answers}
             if len(shapes) > 1:

@@ -146,6 +146,11 @@ def test_a_model_without_a_batch_axis_gets_a_request_per_row(server: LocalServer
     assert answer["OUT"].shape[0] == 2
     with pytest.raises(ts.InvalidInputError, match="another shape for each row"):
         counted({"COUNT": np.array([[3], [5]]), "id": np.array([1, 2])})
+    # Rows one by one: columns of different lengths are refused, not cut to the shortest.
+    with pytest.raises(ts.InvalidInputError, match="different numbers of rows"):
+        adder({"id": np.array([1]), "INPUT0": rows, "INPUT1": np.ones((3, 4), np.float32)})
+    empty = np.ones((0, 4), np.float32)
+    assert adder({"id": np.array([]), "INPUT0": empty, "INPUT1": empty})["OUTPUT0"].shape == (0, 4)
 
 
 def test_a_kept_column_named_as_an_output_is_refused(server: LocalServer) -> None:
