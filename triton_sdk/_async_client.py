@@ -1843,7 +1843,7 @@ class AsyncModel(ModelCore):
         """Like :meth:`chat`, yielding :class:`ChatCompletionChunk` pieces as they come.
 
         The first chunk carries the role, each choice's finish reason comes on one chunk,
-        and the last chunk carries the usage. Leaving the loop early cancels the request
+        and the last chunk carries the usage. Closing the stream early cancels the request
         on the server; an error the server sends mid-stream is raised there.
         """
         call = self._chat_call(

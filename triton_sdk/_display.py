@@ -95,8 +95,9 @@ def preview(array: np.ndarray[Any, Any]) -> str:
     for length in array.shape:
         shown *= min(length, 2 * _PREVIEW_EDGE)
     if shown > _PREVIEW_MOST:  # the first values, in order
-        # (reshape, not .flat: numpy 2 refuses .flat past 32 axes; outputs are contiguous)
-        first = np.array(array.reshape(-1)[: 2 * _PREVIEW_EDGE], dtype=array.dtype)
+        # (indexes per axis: .flat stops at 32 axes, reshape copies what is not contiguous)
+        where = np.unravel_index(np.arange(min(2 * _PREVIEW_EDGE, array.size)), array.shape)
+        first = np.array(array[where], dtype=array.dtype)
         return f"{_array_text(first)[:-1]} ...]"
     return _array_text(array)
 

@@ -147,13 +147,13 @@ class AsyncResponseStream(Generic[T]):
         # A started stream waits on futures of the loop it started in: read in another,
         # it would fail with asyncio's RuntimeError, after a request it cannot cancel.
         self._loop = check_loop(self._loop)
+        if getattr(self._iterator, "ag_running", False):  # (it stays the other reader's)
+            raise _read_twice("task")
         try:
             response = await self._iterator.__anext__()
         except StopAsyncIteration:
             raise
         except BaseException as exc:
-            if isinstance(exc, RuntimeError) and "already running" in str(exc):
-                raise _read_twice("task") from None  # (it stays the other reader's)
             self._failure = exc
             if self._answered:
                 _after_responses(exc)
