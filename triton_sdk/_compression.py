@@ -57,13 +57,25 @@ def decompress(body: bytes, encoding: str | None, accepted: str | None) -> bytes
         )
     if not body:  # (an empty answer says nothing, in any encoding)
         return body
-    parts = []
+    return _inflated(memoryview(body), coding, encoding)
+
+
+def _inflated(body: memoryview, coding: str, encoding: str | None) -> bytes:
+    """``body`` inflated, fed in pieces: a gzip body may hold many members one after
+    another (RFC 1952), and the rest after each would be copied whole."""
+    parts: list[bytes] = []
     size = 0
-    given = len(body)
-    while True:  # (gzip may hold several members one after another, RFC 1952)
-        inflater = zlib.decompressobj(31 if coding == "gzip" else 15)
+    position = 0
+    pending = b""  # (input the last member left unread: the next member's start)
+    inflater = zlib.decompressobj(31 if coding == "gzip" else 15)
+    while True:
+        if pending:
+            piece, pending = pending, b""
+        else:
+            piece = bytes(body[position : position + _PIECE])
+            position += len(piece)
         try:
-            part = inflater.decompress(body, MOST_INFLATED + 1 - size)
+            part = inflater.decompress(piece, MOST_INFLATED + 1 - size)
         except zlib.error as exc:
             raise unreadable(f"the server sent a {encoding} body that is corrupt: {exc}") from exc
         size += len(part)
@@ -71,17 +83,23 @@ def decompress(body: bytes, encoding: str | None, accepted: str | None) -> bytes
         if size > MOST_INFLATED:
             raise unreadable(
                 f"the server sent a {encoding} body that inflates past {MOST_INFLATED} bytes "
-                f"(from {given})"
+                f"(from {len(body)})"
             )
-        if not inflater.eof:
+        if inflater.eof:
+            pending = inflater.unused_data
+            following = pending or bytes(body[position : position + 1])
+            if not following:
+                return b"".join(parts)
+            if coding != "gzip" or following[:1] != _GZIP_MAGIC[:1]:
+                raise unreadable(
+                    f"the server sent a {encoding} body that is corrupt: bytes follow its end"
+                )
+            inflater = zlib.decompressobj(31)  # (another member; not one: zlib says so)
+        elif position >= len(body) and not pending:
             raise unreadable(f"the server sent a {encoding} body that is corrupt: it ends early")
-        body = inflater.unused_data
-        if not body:
-            return b"".join(parts)
-        if coding != "gzip" or not body.startswith(_GZIP_MAGIC):
-            raise unreadable(
-                f"the server sent a {encoding} body that is corrupt: bytes follow its end"
-            )
+
+
+_PIECE: Final = 1 << 16
 
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"

@@ -95,9 +95,11 @@ def preview(array: np.ndarray[Any, Any]) -> str:
     for length in array.shape:
         shown *= min(length, 2 * _PREVIEW_EDGE)
     if shown > _PREVIEW_MOST:  # the first values, in order
-        # (indexes per axis: .flat stops at 32 axes, reshape copies what is not contiguous)
-        where = np.unravel_index(np.arange(min(2 * _PREVIEW_EDGE, array.size)), array.shape)
-        first = np.array(array[where], dtype=array.dtype)
+        # (one index per axis, element by element: .flat stops at 32 axes, reshape copies
+        # what is not contiguous, and fancy indexing takes at most 63 axes)
+        count = min(2 * _PREVIEW_EDGE, array.size)
+        where = (np.unravel_index(index, array.shape) for index in range(count))
+        first = np.array([array[at] for at in where], dtype=array.dtype)
         return f"{_array_text(first)[:-1]} ...]"
     return _array_text(array)
 

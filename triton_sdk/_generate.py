@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ._errors import InferenceError, InvalidInputError, classify_message
+from ._errors import InferenceError, InvalidInputError, classify_message, unreadable
 from ._ops import JSONValue
 from ._request import InferRequest, ParameterValue, check_parameters, reserved_parameter
 from ._result import InferResult, decode_json_output
@@ -307,9 +307,9 @@ def response_fields(
     reading outputs, never shows). ``text``: the stream's text decoder (see
     :class:`TextOutputs`), else the answer is whole."""
     if not isinstance(document, dict):
-        raise InferenceError(
-            f"generate answered with a non-object: {document!r}", model=model, request_id=request_id
-        )
+        failure = unreadable(f"generate answered with a non-object: {document!r}", model)
+        failure.request_id = request_id
+        raise failure
     if "error" in document and ("error" not in outputs or len(document) == 1):
         raise classify_message(
             _whole_text(str(document["error"])), status=200, model=model, request_id=request_id
@@ -348,7 +348,7 @@ def loads_event(data: str | bytes | bytearray, what: str) -> Any:
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:  # (Recursion: nested past Python's stack)
-        raise InferenceError(f"{what}: the server sent a body that is not JSON") from exc
+        raise unreadable(f"{what}: the server sent a body that is not JSON") from exc
 
 
 def _whole_text(value: str) -> str:

@@ -385,7 +385,7 @@ def decode_infer(
         shape = output["shape"]
         size = (output.get("parameters") or {}).get("binary_data_size")
         if size is not None and (type(size) is not int or size < 0):
-            raise InferenceError(f"output {name!r}: binary_data_size {size!r} is not a size")
+            raise unreadable(f"output {name!r}: binary_data_size {size!r} is not a size")
         slot = None if placement is None else placement.outputs.get(name)
         if slot is not None:
             outputs[name] = read_region(name, datatype, shape, slot)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar
@@ -61,13 +62,14 @@ class ResponseStream(Generic[T]):
     server. ``break`` alone only pauses a stream still referred to.
     """
 
-    __slots__ = ("_answered", "_failure", "_iterator", "_stop")
+    __slots__ = ("_answered", "_failure", "_iterator", "_reading", "_stop")
 
     def __init__(self, iterator: Iterator[T], stop: StreamStop | None = None) -> None:
         self._iterator = iterator
         self._stop = stop
         self._failure: BaseException | None = None
         self._answered = False
+        self._reading = threading.Lock()  # (held by the thread reading)
 
     def __iter__(self) -> ResponseStream[T]:
         return self
@@ -75,17 +77,19 @@ class ResponseStream(Generic[T]):
     def __next__(self) -> T:
         if self._failure is not None:
             raise ended_by(self._failure)
+        if not self._reading.acquire(blocking=False):  # (it stays the other reader's)
+            raise _read_twice("thread")
         try:
             response = next(self._iterator)
         except StopIteration:
             raise
         except BaseException as exc:
-            if isinstance(exc, ValueError) and "already executing" in str(exc):
-                raise _read_twice("thread") from None  # (it stays the other reader's)
             self._failure = exc
             if self._answered:
                 _after_responses(exc)
             raise
+        finally:
+            self._reading.release()
         self._answered = True
         return response
 
@@ -129,7 +133,7 @@ class ResponseStream(Generic[T]):
 class AsyncResponseStream(Generic[T]):
     """The asyncio twin of :class:`ResponseStream`: ``async for``, ``aclose``, ``async with``."""
 
-    __slots__ = ("_answered", "_failure", "_iterator", "_loop", "_stop")
+    __slots__ = ("_answered", "_failure", "_iterator", "_loop", "_reading", "_stop")
 
     def __init__(self, iterator: AsyncIterator[T], stop: StreamStop | None = None) -> None:
         self._iterator = iterator
@@ -137,6 +141,7 @@ class AsyncResponseStream(Generic[T]):
         self._failure: BaseException | None = None
         self._answered = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._reading = False
 
     def __aiter__(self) -> AsyncResponseStream[T]:
         return self
@@ -147,8 +152,9 @@ class AsyncResponseStream(Generic[T]):
         # A started stream waits on futures of the loop it started in: read in another,
         # it would fail with asyncio's RuntimeError, after a request it cannot cancel.
         self._loop = check_loop(self._loop)
-        if getattr(self._iterator, "ag_running", False):  # (it stays the other reader's)
+        if self._reading:  # (it stays the other reader's)
             raise _read_twice("task")
+        self._reading = True
         try:
             response = await self._iterator.__anext__()
         except StopAsyncIteration:
@@ -158,6 +164,8 @@ class AsyncResponseStream(Generic[T]):
             if self._answered:
                 _after_responses(exc)
             raise
+        finally:
+            self._reading = False
         self._answered = True
         return response
 

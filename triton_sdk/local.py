@@ -37,6 +37,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
+import numpy as np
 
 from ._checks import numpy_number, shown
 from ._errors import TritonError
@@ -373,7 +374,10 @@ def _check_arguments(ports: object, startup_timeout: object, log_verbose: object
     text) or take otherwise than meant (a port past 65535 wraps around)."""
     if ports is not None:
         given: Any = ports
-        fit = isinstance(given, Sequence) and not isinstance(given, str) and len(given) == 3
+        if isinstance(given, np.ndarray) and given.ndim == 1:
+            given = given.tolist()
+        fit = isinstance(given, Sequence) and not isinstance(given, str | bytes | bytearray)
+        fit = fit and len(given) == 3
         if not fit or not all(_is_int(port) and 1 <= port <= 65535 for port in given):
             raise ServerStartError(
                 f"ports is a tuple (http, grpc, metrics) of ports 1-65535, got {shown(ports)}"
@@ -437,11 +441,10 @@ def _managed_option(arg: str) -> str | None:
 
 
 def _names(given: str, option: str) -> bool:
-    """Whether ``given`` (without its ``=value``) names ``option``, in full or with its last
-    word cut short, as getopt_long takes it (``--http-po`` for ``--http-port``)."""
-    family, _, word = option.rpartition("-")
-    rest = given.removeprefix(family + "-")
-    return rest != given and bool(rest) and word.startswith(rest)
+    """Whether ``given`` (without its ``=value``) names ``option``, in full or cut short,
+    as getopt_long takes it (``--http-po`` for ``--http-port``; a prefix of two options
+    tritonserver refuses itself)."""
+    return given.startswith("--") and len(given) > 2 and option.startswith(given)
 
 
 _MODEL_CONTROL: Final = ("explicit", "none", "poll")

@@ -118,6 +118,7 @@ def test_model_that_cannot_load_fails_with_its_error(tmp_path: Path) -> None:
         ({"ports": (70000, 1, 2)}, "ports is a tuple"),
         ({"ports": (8000, 0, 8002)}, "ports is a tuple"),
         ({"ports": "800"}, "ports is a tuple"),
+        ({"ports": b"\x01\x02\x03"}, "ports is a tuple"),
         ({"ports": (8000, 8000, 8002)}, "three different ports"),
         ({"startup_timeout": float("nan")}, "startup_timeout is a number"),
         ({"startup_timeout": 0}, "startup_timeout is a number"),
@@ -138,6 +139,8 @@ def test_arguments_of_other_types_that_mean_the_same_are_taken() -> None:
     server = LocalServer(
         EXAMPLE_MODELS, ports=ports, startup_timeout=float("inf"), log_verbose=np.int64(1)
     )
+    assert server._given_ports == (8000, 8001, 8002)
+    server = LocalServer(EXAMPLE_MODELS, ports=np.array([8000, 8001, 8002]))
     assert server._given_ports == (8000, 8001, 8002)
 
 
@@ -458,6 +461,7 @@ def test_extra_args_must_be_a_sequence_and_keep_http() -> None:
         ["--http-restricted-api=health:x-key=v"],
         ["--http-restricted-api", "metadata, Health:x-key=v"],
         ["--http-restricted-a=health:x-key=v"],  # (tritonserver takes it, abbreviated)
+        ["--http-restricted=health:x-key=v"],
     ):
         with pytest.raises(ServerStartError, match="may not restrict health"):
             LocalServer(EXAMPLE_MODELS, extra_args=args)
@@ -471,6 +475,7 @@ def test_extra_args_must_be_a_sequence_and_keep_http() -> None:
         (["--grpc-port", "1"], "--grpc-port"),
         (["--http-po=1"], "--http-port"),  # (tritonserver reads abbreviations)
         (["--metrics-addr=0.0.0.0"], "--metrics-address"),
+        (["--model-control=poll"], "--model-control-mode"),  # (cut short before the last word)
     ],
 )
 def test_extra_args_may_not_set_where_the_server_listens(args: list[str], option: str) -> None:

@@ -411,3 +411,20 @@ async def test_metrics_are_read_in_the_encoding_asked_for(client: Any, url: str)
         await resolve(client.metrics(url=f"{url}/metrics"))
     asked = await resolve(client.metrics(url=f"{url}/metrics", headers={"Accept-Encoding": "gzip"}))
     assert asked.model("m").inference_count == 2
+
+
+def test_every_answer_that_cannot_be_read_may_have_run() -> None:
+    # map took these for unrun batches and sent their samples again one by one.
+    from triton_sdk._generate import loads_event
+    from triton_sdk._transports._openai import _json
+
+    unreadable_answers = [
+        lambda: header_length("-1"),
+        lambda: loads_event(b"{not json", "generate"),
+        lambda: _json(b"{not json", "http://frontend", "m"),
+        lambda: _json(b"[1]", "http://frontend", "m"),
+    ]
+    for read in unreadable_answers:
+        with pytest.raises(ts.InferenceError) as failed:
+            read()
+        assert failed.value.may_have_run

@@ -1071,3 +1071,6 @@ def test_arrays_past_32_axes_are_checked_as_others() -> None:
     text = np.empty(deep, dtype=object)
     text[(0,) * 40] = b"ab"
     assert data_size(text) == 6
+    from triton_sdk._display import preview
+
+    assert preview(np.arange(2**20).reshape((2,) * 20 + (1,) * 44)) == "[0 1 2 3 ...]"

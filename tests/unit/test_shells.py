@@ -1934,3 +1934,27 @@ def test_result_of_reads_text_of_any_shape_as_bytes() -> None:
     assert result_of("m", {"Y": "hello"})["Y"] == np.array(b"hello", dtype=object)
     assert result_of("m", {"Y": [["a", b"b"]]})["Y"].tolist() == [[b"a", b"b"]]
     assert result_of("m", {"Y": [1.5]})["Y"].dtype == np.float64
+
+
+async def test_a_second_task_reading_a_wrapped_stream_is_refused_and_leaves_it() -> None:
+    # A completion stream wraps the model's: the inner stream refused the second reader,
+    # and the outer one kept that refusal as its end, so the first reader's next read
+    # failed too.
+    def handler(op: Any, ctx: ts.CallContext) -> Any:
+        async def events() -> AsyncIterator[dict[str, object]]:
+            for word in ("a", "b", "c"):
+                await asyncio.sleep(0.05)
+                yield {"TEXT": word}
+
+        return events()
+
+    mock = MockTransport(handler, models=list(MODELS))
+    async with ts.AsyncClient("grpc://mock", transport=mock) as client:
+        writer = await client.model("writer")
+        stream = writer.complete_stream("hi")
+        first = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0.01)  # (the first reader waits inside the stream now)
+        with pytest.raises(ts.TritonError, match="being read by another task"):
+            await anext(stream)
+        texts = [(await first).text] + [chunk.text async for chunk in stream]
+        assert "".join(texts) == "abc"

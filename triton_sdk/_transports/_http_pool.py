@@ -23,7 +23,7 @@ from .._checks import overlay_headers
 from .._compression import decompress
 from .._concurrency import within
 from .._config import Endpoint, TLSConfig
-from .._errors import InferenceError, InvalidInputError
+from .._errors import InvalidInputError, unreadable
 from .._fork import on_fork
 from .._http_codec import HEADER_LENGTH
 
@@ -114,7 +114,7 @@ def header_length(value: str | None) -> int | None:
         return None
     digits = value.strip()
     if not (digits.isascii() and digits.isdigit()):  # (int() takes "-1", "1_0", "٣" too)
-        raise InferenceError(
+        raise unreadable(
             f"the server's answer could not be read: its {HEADER_LENGTH} is {value!r}, not a length"
         )
     return int(digits)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._call import CallContext
 from .._config import TLSConfig, redact_url
-from .._errors import InferenceError, TritonError, classify_transport_error
+from .._errors import InferenceError, TritonError, classify_transport_error, unreadable
 from .._generate import ServerSentEvents
 from .._openai_route import error_from_body, event_error
 from .._ops import OpenAIEvents, OpenAIPost
@@ -64,14 +64,14 @@ def _headers(headers: Mapping[str, str] | None, stream: bool) -> dict[str, str]:
 def _json(data: bytes, url: str, model: str | None) -> JSONObject:
     try:
         value = json.loads(data)
-    except ValueError as exc:
-        raise InferenceError(
+    except (ValueError, RecursionError) as exc:
+        raise unreadable(
             f"the OpenAI-compatible frontend at {url} sent something that is not JSON: "
             f"{data[:120]!r}",
-            model=model,
+            model,
         ) from exc
     if not isinstance(value, dict):
-        raise InferenceError(f"the frontend at {url} sent {value!r}, not an object", model=model)
+        raise unreadable(f"the frontend at {url} sent {value!r}, not an object", model)
     return value
 
 
