@@ -1936,25 +1936,53 @@ def test_result_of_reads_text_of_any_shape_as_bytes() -> None:
     assert result_of("m", {"Y": [1.5]})["Y"].dtype == np.float64
 
 
+class Through:
+    """An iterator of another, as typed stubs' and frontends' streams wrap the model's."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __iter__(self) -> Through:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self.inner)
+
+    def __aiter__(self) -> Through:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await anext(self.inner)
+
+
+def test_a_second_thread_reading_a_wrapped_stream_is_refused_and_leaves_it() -> None:
+    # The inner stream refused the second reader, and the outer one kept that refusal as
+    # its end, so the first reader's next read failed too.
+    def slowly() -> Iterator[str]:
+        for word in ("a", "b", "c"):
+            time.sleep(0.1)
+            yield word
+
+    stream = ts.ResponseStream(Through(ts.ResponseStream(slowly())))
+    words: list[str] = []
+    reader = threading.Thread(target=lambda: words.extend(stream))
+    reader.start()
+    time.sleep(0.05)  # (the reader waits inside the stream now)
+    with pytest.raises(ts.TritonError, match="being read by another thread"):
+        next(stream)
+    reader.join(5)
+    assert words == ["a", "b", "c"]
+
+
 async def test_a_second_task_reading_a_wrapped_stream_is_refused_and_leaves_it() -> None:
-    # A completion stream wraps the model's: the inner stream refused the second reader,
-    # and the outer one kept that refusal as its end, so the first reader's next read
-    # failed too.
-    def handler(op: Any, ctx: ts.CallContext) -> Any:
-        async def events() -> AsyncIterator[dict[str, object]]:
-            for word in ("a", "b", "c"):
-                await asyncio.sleep(0.05)
-                yield {"TEXT": word}
+    async def slowly() -> AsyncIterator[str]:
+        for word in ("a", "b", "c"):
+            await asyncio.sleep(0.05)
+            yield word
 
-        return events()
-
-    mock = MockTransport(handler, models=list(MODELS))
-    async with ts.AsyncClient("grpc://mock", transport=mock) as client:
-        writer = await client.model("writer")
-        stream = writer.complete_stream("hi")
-        first = asyncio.ensure_future(anext(stream))
-        await asyncio.sleep(0.01)  # (the first reader waits inside the stream now)
-        with pytest.raises(ts.TritonError, match="being read by another task"):
-            await anext(stream)
-        texts = [(await first).text] + [chunk.text async for chunk in stream]
-        assert "".join(texts) == "abc"
+    stream = ts.AsyncResponseStream(Through(ts.AsyncResponseStream(slowly())))
+    first = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.01)
+    with pytest.raises(ts.TritonError, match="being read by another task"):
+        await anext(stream)
+    assert [await first] + [word async for word in stream] == ["a", "b", "c"]
