@@ -22,7 +22,7 @@ only to run the Dataset (``pip install "triton-sdk-py[ray]"``); this module does
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -88,24 +88,26 @@ class TritonPredictor:
     def __call__(self, batch: Batch) -> dict[str, Array]:
         """The outputs (and the kept columns) of one batch, as numpy columns: row ``i``
         of each output is the answer to row ``i`` of the batch."""
-        wanted = [*self.inputs.values(), *self.keep]
+        batched = self.model.spec.batched
+        wanted = [*self.inputs.values(), *self.keep] if batched else self.keep
         columns = _columns(batch, wanted)
-        feed = {name: columns[column] for name, column in self.inputs.items()}
         answer = {column: columns[column] for column in self.keep}
-        if self.model.spec.batched:
+        if batched:
             feed = {
-                name: self._rows(name, column, feed[name]) for name, column in self.inputs.items()
+                name: self._rows(name, column, columns[column])
+                for name, column in self.inputs.items()
             }
             result = self.model.infer(feed, outputs=self.outputs)
             answer.update((name, result[name]) for name in self.outputs)
-        else:
-            answer.update(self._one_by_one(feed))
+        else:  # (each row on its own: rows of a [-1] input may differ in length)
+            rows = _columns(batch, self.inputs.values(), stack=False)
+            answer.update(self._one_by_one({n: rows[c] for n, c in self.inputs.items()}))
         return answer
 
-    def _one_by_one(self, feed: dict[str, Array]) -> dict[str, Array]:
+    def _one_by_one(self, feed: dict[str, list[Array]]) -> dict[str, Array]:
         """The outputs of a model without a batch axis: a request per row (``map``), the
         answers stacked row by row."""
-        lengths = {column: len(values) if values.ndim else 1 for column, values in feed.items()}
+        lengths = {column: len(values) for column, values in feed.items()}
         if len(set(lengths.values())) > 1:
             raise InvalidInputError(
                 f"the batch's columns have different numbers of rows: {lengths}",
@@ -123,15 +125,15 @@ class TritonPredictor:
                 dtype = object if declared is None else declared.dtype
                 stacked[name] = np.empty((0, *dims), dtype)
                 continue
-            shapes = {answer.shape for answer in answers}
-            if len(shapes) > 1:
-                raise InvalidInputError(
-                    f"output {name!r} of model {self.model.name!r} has another shape for each "
-                    f"row ({', '.join(str(list(shape)) for shape in sorted(shapes))}): the "
-                    "rows cannot form one column",
-                    model=self.model.name,
-                )
-            stacked[name] = np.stack(answers)
+            if len({answer.shape for answer in answers}) > 1:
+                # Rows of different shapes: a column of arrays, as Ray Data holds tensors
+                # of variable shape.
+                ragged = np.empty(len(answers), dtype=object)
+                for row, answer in enumerate(answers):
+                    ragged[row] = answer
+                stacked[name] = ragged
+            else:
+                stacked[name] = np.stack(answers)
         return stacked
 
     def _rows(self, name: str, column: str, values: Array) -> Array:
@@ -159,18 +161,28 @@ class TritonPredictor:
             client.close()
 
 
-def _columns(batch: Batch, names: Iterable[str]) -> dict[str, Array]:
+@overload
+def _columns(batch: Batch, names: Iterable[str]) -> dict[str, Array]: ...
+@overload
+def _columns(
+    batch: Batch, names: Iterable[str], *, stack: Literal[False]
+) -> dict[str, list[Array]]: ...
+def _columns(
+    batch: Batch, names: Iterable[str], *, stack: bool = True
+) -> dict[str, Array] | dict[str, list[Array]]:
     """The named columns of a numpy, pandas or pyarrow batch, as numpy arrays (a column
-    of arrays becomes one array with a leading batch axis)."""
+    of arrays becomes one array with a leading batch axis); ``stack=False``: as a list of
+    the rows' arrays."""
     available = _column_labels(batch)
-    columns = {}
+    columns: dict[str, Any] = {}
     for name in names:
         if name not in available:
             raise InvalidInputError(
                 f"the batch has no column {name!r}; its columns: {sorted(available)}"
             )
+        values = _column(batch, available[name])
         try:
-            columns[name] = _stacked(_column(batch, available[name]))
+            columns[name] = _stacked(values) if stack else [_stacked(row) for row in values]
         except ValueError as exc:  # (rows of different shapes)
             raise InvalidInputError(f"column {name!r}: {exc}") from exc
     return columns

@@ -144,8 +144,13 @@ def test_a_model_without_a_batch_axis_gets_a_request_per_row(server: LocalServer
     counted = TritonPredictor(server.grpc_url, "zeros", keep=["id"])
     answer = counted({"COUNT": np.array([[3], [3]]), "id": np.array([1, 2])})
     assert answer["OUT"].shape[0] == 2
-    with pytest.raises(ts.InvalidInputError, match="another shape for each row"):
-        counted({"COUNT": np.array([[3], [5]]), "id": np.array([1, 2])})
+    # Rows of other shapes (in and out): a column of arrays, as Ray holds variable tensors.
+    ragged = counted({"COUNT": np.array([[3], [5]]), "id": np.array([1, 2])})["OUT"]
+    assert ragged.dtype == object
+    assert [row.shape for row in ragged] == [(3,), (5,)]
+    upper = TritonPredictor(server.grpc_url, "upper")
+    texts = upper({"TEXT": np.array([["a", "b"], ["c"]], dtype=object)})["UPPER"]
+    assert [row.tolist() for row in texts] == [[b"A", b"B"], [b"C"]]
     # Rows one by one: columns of different lengths are refused, not cut to the shortest.
     with pytest.raises(ts.InvalidInputError, match="different numbers of rows"):
         adder({"id": np.array([1]), "INPUT0": rows, "INPUT1": np.ones((3, 4), np.float32)})
