@@ -28,6 +28,8 @@ __all__ = [
     "check_version",
     "numpy_number",
     "overlay_headers",
+    "repeated",
+    "shown",
 ]
 
 NO_LIMIT_FROM: Final = 1e9
@@ -81,6 +83,11 @@ def numpy_number(value: object, *, integer: bool) -> TypeGuard[np.integer[Any] |
     if isinstance(value, np.timedelta64):
         return False
     return isinstance(value, np.integer if integer else np.integer | np.floating)
+
+
+def repeated(names: list[str]) -> list[str]:
+    """The names that come more than once in ``names``, sorted."""
+    return sorted({name for name in names if names.count(name) > 1})
 
 
 def shown(value: object) -> str:

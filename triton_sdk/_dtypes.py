@@ -14,6 +14,7 @@ import numpy.typing as npt
 __all__ = [
     "BF16",
     "DATATYPES",
+    "TEXT_KINDS",
     "config_type_to_datatype",
     "datatype_of",
     "decode_bytes",
@@ -53,9 +54,13 @@ _LITTLE_ENDIAN_WIRE: Final = {
 _DATATYPE_OF: Final = {dtype: name for name, dtype in DATATYPES.items()}
 
 
+TEXT_KINDS: Final = frozenset("USOT")
+"""The dtype kinds of text arrays (str, bytes, object; T: numpy 2's StringDType)."""
+
+
 def datatype_of(array: npt.NDArray[Any]) -> str:
     """The Triton datatype of a numpy array (text and bytes arrays are BYTES)."""
-    if array.dtype.kind in "OUST":  # (T: numpy 2's StringDType)
+    if array.dtype.kind in TEXT_KINDS:
         return "BYTES"
     try:
         return _DATATYPE_OF[array.dtype.newbyteorder("=")]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ._checks import repeated
 from ._copy import copied
 from ._display import Displayable, Table, preview
 from ._dtypes import decode_bytes, wire_dtype
@@ -378,11 +379,15 @@ def _count(shape: Sequence[int], name: str) -> int:
         )
     if shape and min(shape) < 0:
         raise unreadable(f"the server sent output {name!r} with a negative shape {shape}")
-    if math.prod(size for size in shape if size) > _LARGEST_ELEMENT_COUNT:
+    count = math.prod(shape)
+    # (a zero axis hides the others from the count: numpy still refuses them too large)
+    if count > _LARGEST_ELEMENT_COUNT or (
+        not count and math.prod(size for size in shape if size) > _LARGEST_ELEMENT_COUNT
+    ):
         raise unreadable(
             f"the server sent output {name!r} with a shape too large to hold: {list(shape)}"
         )
-    return math.prod(shape)
+    return count
 
 
 _LARGEST_ELEMENT_COUNT: Final = (2**63 - 1) // 8
@@ -391,8 +396,7 @@ _LARGEST_ELEMENT_COUNT: Final = (2**63 - 1) // 8
 
 def named_twice(names: list[str]) -> InferenceError:
     """The error of an answer that holds outputs of one name (which one is meant?)."""
-    twice = sorted({name for name in names if names.count(name) > 1})
-    return unreadable(f"the server sent output {', '.join(map(repr, twice))} twice")
+    return unreadable(f"the server sent output {', '.join(map(repr, repeated(names)))} twice")
 
 
 def decode_output(

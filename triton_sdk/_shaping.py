@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._checks import numpy_number
-from ._dtypes import BF16, DATATYPES, datatype_of, remember_encoding, serialize_bytes
+from ._dtypes import BF16, DATATYPES, TEXT_KINDS, datatype_of, remember_encoding, serialize_bytes
 from ._errors import InvalidInputError
 from ._spec import ModelSpec, TensorSpec
 
@@ -49,7 +49,6 @@ class PreparedInputs(NamedTuple):
     """The size of axis 0 for batched models; None for models without a batch axis."""
 
 
-_TEXT_KINDS: Final = frozenset("USOT")  # (T: numpy 2's StringDType)
 _NUMERIC: Final = {name: dtype for name, dtype in DATATYPES.items() if name != "BYTES"}
 _INTEGER_KINDS: Final = frozenset("iu")
 _MISSING: Final = object()
@@ -569,7 +568,7 @@ def _cast(
         )
     # (Complex: no input of Triton's holds it, though ml_dtypes lets it cast to bfloat16.)
     if (
-        source.kind in _TEXT_KINDS
+        source.kind in TEXT_KINDS
         or source.kind == "c"
         or not (integers or np.can_cast(source, target, casting="same_kind"))
     ):
@@ -680,7 +679,7 @@ def _to_bytes_array(value: object, spec: TensorSpec, model: str) -> np.ndarray[A
     reuses it for the array, its reshapes and its row slices.
     """
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in _TEXT_KINDS:
+        if value.dtype.kind not in TEXT_KINDS:
             raise InvalidInputError(
                 f"input {spec.name!r} is BYTES: it takes str or bytes, "
                 f"got an array of {value.dtype}",

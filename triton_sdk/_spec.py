@@ -10,6 +10,7 @@ from typing import Any, Final, Literal
 import attrs
 import numpy as np
 
+from ._checks import repeated
 from ._display import Displayable, Table
 from ._dtypes import config_type_to_datatype, numpy_dtype
 from ._errors import InvalidInputError
@@ -217,8 +218,8 @@ class ModelSpec(Displayable):
         for kind, tensors in (("input", inputs), ("output", outputs)):
             names = [tensor.name for tensor in tensors]
             if len(set(names)) != len(names):
-                twice = sorted({name for name in names if names.count(name) > 1})
-                raise ValueError(f"the model has two {kind}s named {', '.join(map(repr, twice))}")
+                twice = ", ".join(map(repr, repeated(names)))
+                raise ValueError(f"the model has two {kind}s named {twice}")
         dynamic = config.get("dynamic_batching")
         policy = config.get("model_transaction_policy") or {}
         decoupled = policy.get("decoupled", False)

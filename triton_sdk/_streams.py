@@ -126,8 +126,7 @@ class ResponseStream(Generic[T]):
         raise _not_copied(self)
 
     def __del__(self) -> None:
-        if hasattr(self, "_iterator"):  # (not a half-made object)
-            self.close()
+        self.close()
 
 
 class AsyncResponseStream(Generic[T]):

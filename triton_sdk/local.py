@@ -348,7 +348,7 @@ def _listening_ports(pid: int) -> set[int] | None:
 
 def _values(args: Sequence[str], option: str) -> Iterator[str]:
     """The values ``args`` give ``option`` (``--option value`` or ``--option=value``, the
-    option's last word maybe cut short)."""
+    option maybe cut short: see :func:`_names`)."""
     for index, arg in enumerate(args):
         given, equals, value = str(arg).partition("=")
         if not _names(given, option):
@@ -369,9 +369,13 @@ def _switched_off(args: Sequence[str], option: str) -> bool:
 _LOAD_FAILED: Final = "failed to load all models"
 
 
-def _check_arguments(ports: object, startup_timeout: object, log_verbose: object) -> None:
-    """Refuse, before anything starts, what tritonserver would refuse late (with its usage
-    text) or take otherwise than meant (a port past 65535 wraps around)."""
+def _checked_arguments(
+    ports: object, startup_timeout: object, log_verbose: object
+) -> tuple[int, int, int] | None:
+    """``ports`` as Python ints; refused, before anything starts, what tritonserver would
+    refuse late (with its usage text) or take otherwise than meant (a port past 65535
+    wraps around)."""
+    checked = None
     if ports is not None:
         given: Any = ports
         if isinstance(given, np.ndarray) and given.ndim == 1:
@@ -382,7 +386,8 @@ def _check_arguments(ports: object, startup_timeout: object, log_verbose: object
             raise ServerStartError(
                 f"ports is a tuple (http, grpc, metrics) of ports 1-65535, got {shown(ports)}"
             )
-        if len({int(port) for port in given}) != 3:
+        checked = (int(given[0]), int(given[1]), int(given[2]))
+        if len(set(checked)) != 3:
             raise ServerStartError(f"ports must be three different ports, got {shown(ports)}")
     number = numpy_number(startup_timeout, integer=False) or (
         isinstance(startup_timeout, int | float) and not isinstance(startup_timeout, bool)
@@ -393,6 +398,7 @@ def _check_arguments(ports: object, startup_timeout: object, log_verbose: object
         )
     if not _is_int(log_verbose) or log_verbose < 0:  # type: ignore[operator]
         raise ServerStartError(f"log_verbose is an int of 0 or more, got {shown(log_verbose)}")
+    return checked
 
 
 def _is_int(value: object) -> bool:
@@ -566,7 +572,7 @@ class LocalServer:
             raise ServerStartError(
                 f"model_control is one of {', '.join(_MODEL_CONTROL)}, got {model_control!r}"
             )
-        _check_arguments(ports, startup_timeout, log_verbose)
+        ports = _checked_arguments(ports, startup_timeout, log_verbose)
         self.repository: Path = Path(repository).resolve()
         self.host: str = host
         self.model_control: Literal["explicit", "none", "poll"] = model_control
@@ -581,8 +587,6 @@ class LocalServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
-        if ports is not None:  # (as Python ints, however given)
-            ports = (int(ports[0]), int(ports[1]), int(ports[2]))
         self._ports: tuple[int, int, int] | None = ports
         self._given_ports = ports
         self._fresh_ports = False

@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 import numpy as np
 
 from ._call import CallContext
-from ._dtypes import datatype_of
+from ._dtypes import TEXT_KINDS, datatype_of
 from ._errors import (
     InvalidInputError,
     ModelNotFoundError,
@@ -502,6 +502,6 @@ _encode = np.frompyfunc(lambda item: item.encode() if isinstance(item, str) else
 
 
 def _as_sent(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    if array.dtype.kind not in "USOT":  # (T: numpy 2's StringDType)
+    if array.dtype.kind not in TEXT_KINDS:
         return array
     return np.asarray(_encode(array.astype(np.object_)), dtype=np.object_)
